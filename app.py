@@ -1,0 +1,184 @@
+"""Cactus Lab: `streamlit run app.py`.
+
+The entry point runs on every rerun of every page: it sets up navigation, draws the shared
+sidebar (model pair, sampling, k, seed) into st.session_state, then runs the chosen page.
+The Overview page is defined here; the others live in pages/.
+"""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from cactus_core.app_state import RULE_DESCRIPTIONS, AppSettings
+from pages._common import SETTINGS_ERROR_KEY, SETTINGS_KEY, warm_label
+
+st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
+
+EMBEDDED = "Embedded pair (offline)"
+CUSTOM = "Hub id or local folder"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def sidebar() -> None:
+    """Draw the shared settings and store an AppSettings (or the reason there is none)."""
+    # Tests and demos can point the app at another pair without clicking through the sidebar.
+    env_v, env_d = os.environ.get("CACTUS_LAB_VERIFIER"), os.environ.get("CACTUS_LAB_DRAFT")
+    if env_v and env_d and "sb_source" not in st.session_state:
+        st.session_state.update(sb_source=CUSTOM, sb_verifier=env_v, sb_draft=env_d)
+
+    with st.sidebar:
+        st.markdown("### Model pair")
+        source = st.radio("Source", [EMBEDDED, CUSTOM], key="sb_source")
+        verifier = draft = None
+        if source == CUSTOM:
+            verifier = st.text_input(
+                "Verifier",
+                key="sb_verifier",
+                placeholder="HuggingFaceTB/SmolLM2-1.7B-Instruct or /path/to/folder",
+            ).strip()
+            draft = st.text_input(
+                "Draft (empty: the embedded draft)",
+                key="sb_draft",
+                placeholder="HuggingFaceTB/SmolLM2-135M-Instruct or /path/to/folder",
+            ).strip()
+        devices = ["auto", "cpu"] + (["cuda"] if _cuda_available() else [])
+        device = st.selectbox("Device", devices, key="sb_device")
+
+        st.markdown("### Sampling")
+        temperature = st.slider(
+            "Temperature T",
+            0.0,
+            2.0,
+            0.7,
+            0.05,
+            key="sb_temperature",
+            help="T = 0 is greedy: p and q become one-hot and every rule is exact match.",
+        )
+        top_k = st.number_input(
+            "top-k (0 = off)", 0, 1000, 0, 1, key="sb_top_k", help="Applied to p and q alike."
+        )
+        top_p = st.slider(
+            "top-p",
+            0.05,
+            1.0,
+            1.0,
+            0.01,
+            key="sb_top_p",
+            help="A draft outside q's nucleus has q_n = 0; no delta rescues it.",
+        )
+        st.markdown("### Speculation")
+        k = st.slider("k (draft tokens per round)", 1, 12, 4, key="sb_k")
+        seed = st.number_input("Seed", 0, 2**31 - 1, 0, 1, key="sb_seed")
+
+        error = None
+        try:
+            s = AppSettings(
+                verifier=verifier or None,
+                draft=draft or None,
+                device=device,
+                temperature=float(temperature),
+                top_k=int(top_k),
+                top_p=float(top_p),
+                k=int(k),
+                seed=int(seed),
+            )
+        except ValueError as err:
+            s, error = AppSettings(device=device), str(err)
+        if source == CUSTOM and not verifier:
+            error = "enter a verifier (a hub id or a local folder)"
+        st.session_state[SETTINGS_KEY] = s
+        st.session_state[SETTINGS_ERROR_KEY] = error
+
+        if error:
+            st.warning(error)
+        else:
+            warm = warm_label(s)
+            st.caption(f"Loaded: {warm}" if warm else "Models load on the Decode page.")
+
+
+def overview() -> None:
+    st.title("🌵 Cactus Lab")
+    st.markdown(
+        "Speculative sampling lets a small **draft** model propose k tokens that a large "
+        "**verifier** checks in one forward pass. Lossless speculative sampling accepts a "
+        "drafted token n with probability min(1, q_n / p_n). **Cactus** (Hao & Mou, ICLR "
+        "2026) verifies against a bent distribution h that stays within a divergence budget "
+        "delta of q, and accepts more. This lab shows what that buys and what it costs."
+    )
+    cols = st.columns(len(PAGES) - 1)
+    for col, (pg, blurb) in zip(cols, PAGES[1:], strict=True):
+        with col.container(border=True):
+            st.page_link(pg, label=f"**{pg.title}**", icon=pg.icon)
+            st.caption(blurb)
+
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Notation")
+        st.markdown(
+            """
+| symbol | meaning |
+|---|---|
+| p | the draft's next-token distribution (after T, top-k, top-p) |
+| q | the verifier's next-token distribution (same processing) |
+| n | the drafted token at a position |
+| h | the distribution a rule verifies against (h = q is lossless) |
+| pi | the emitted distribution: what the written token is drawn from |
+| delta | Cactus's divergence budget (0 = lossless) |
+| k | draft length, tokens proposed per round |
+
+This is the paper's convention. Hugging Face and vLLM use the opposite letters (p for the
+target, q for the draft).
+"""
+        )
+    with right:
+        st.subheader("Rules")
+        st.markdown("\n".join(f"- **{name}**: {text}" for name, text in RULE_DESCRIPTIONS.items()))
+        st.caption(
+            "A round ends at the first rejection: a recovered token is drawn from the rule's "
+            "residual. If all k drafts pass, a bonus token is drawn from q."
+        )
+    st.subheader("Worth knowing")
+    st.markdown(
+        "- The paper's closed form for h_n is a second-order Taylor approximation: KL(h ‖ q) can "
+        "exceed delta by 30% or more once h_n > 0.5. `cactus-exact` solves the binary-KL root "
+        "and never does.\n"
+        "- Even so, the emitted pi can sit further from q than delta (five times is easy to "
+        "find): the residual mixes over every possible draft. The lab computes pi exactly; "
+        "`cactus-budget` bounds KL(pi ‖ q) itself.\n"
+        "- Truncation decides what Cactus can rescue: with top-p or top-k, a draft outside q's "
+        "nucleus has q_n = 0 and is rejected whatever delta is.\n"
+        "- At T = 0 every rule is exact-match verification, and the output equals the "
+        "verifier's own greedy output."
+    )
+
+
+# One row per page: the page and the line the Overview shows for it.
+PAGES: list[tuple[st.Page, str]] = [
+    (st.Page(overview, title="Overview", icon=":material/home:", default=True), ""),
+    (
+        st.Page("pages/decode.py", title="Decode", icon=":material/auto_awesome:"),
+        "Generate with any rule and watch each round: which drafts passed, which were "
+        "struck, and why. Inspect any token; replay the same coins under another delta.",
+    ),
+    (
+        st.Page("pages/playground.py", title="Playground", icon=":material/tune:"),
+        "One position, analytic and instant: move delta and see h, a(n), pi and both KLs "
+        "for every rule side by side.",
+    ),
+    (
+        st.Page("pages/frontier.py", title="Frontier", icon=":material/show_chart:"),
+        "Sweep rules and their parameters on a prompt set: tokens per call and speedup "
+        "against emitted KL, the Pareto frontier, the limit, and the delta for a KL budget.",
+    ),
+]
+
+page = st.navigation([p for p, _ in PAGES])
+sidebar()
+page.run()

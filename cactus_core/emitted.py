@@ -1,0 +1,103 @@
+"""The exact emitted distribution pi at one position.
+
+pi(x) = p(x)·a(x) + sum_n p(n)·(1 − a(n))·r_n(x): the token written is the draft when it is
+accepted, else a draw from the residual of whichever n was drafted.
+
+Brute force costs O(V²). For the Cactus family (drafting n verifies against h^(n), equal to
+c_n·q off n, with c_n = (1 − h_n)/(1 − q_n)) this module gets pi in O(V log V):
+
+- n can only be rejected when h_n < p_n; then c_n·q_n ≤ q_n ≤ h_n < p_n, so r_n has no mass
+  on n and its normaliser is Z_n = S(c_n) with S(c) = sum_j max(0, c·q_j − p_j)
+  = c·Q(rho < c) − P(rho < c), rho = p/q: one sort by rho plus prefix sums.
+- With w_n = p(n)(1 − a(n)) / Z_n = max(0, p_n − h_n) / Z_n, the residual part of pi(x) is
+  sum over n with c_n > rho_x of w_n·(c_n·q_x − p_x) (the n = x term drops out by the bound
+  above): one sort by c plus suffix sums.
+
+The other rules have direct formulas (`Rule._emitted`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from cactus_core.limit import excl_cumsum, take
+from cactus_core.validation import check_pair
+
+if TYPE_CHECKING:
+    from cactus_core.rules import Rule
+
+# Z_n > 0 whenever n is rejectable (Z_n ≥ p_n − h_n); the floor only guards 0/0 rounding.
+_TINY = 1e-300
+
+
+class CactusPrecomputed:
+    """The sort by rho = p/q and its prefix sums; reusable across deltas (cactus-budget)."""
+
+    def __init__(self, p: torch.Tensor, q: torch.Tensor) -> None:
+        inf = torch.tensor(math.inf, dtype=p.dtype, device=p.device)
+        self.p = p
+        self.q = q
+        self.rho = torch.where(q > 0, p / q, inf)
+        self.rho_s, order = self.rho.sort(-1)
+        self.qc = excl_cumsum(q.gather(-1, order))
+        self.pc = excl_cumsum(p.gather(-1, order))
+
+
+def cactus_family_emitted(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    h: torch.Tensor,
+    pre: CactusPrecomputed | None = None,
+    c_order: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """pi [..., V] for a Cactus-family rule.
+
+    p, q [..., V] (float64 recommended); h [..., V] holds h_n for every possible draft n.
+    c_order, if given, is an argsort of c = (1 − h)/(1 − q) known in advance (for the closed
+    form c falls as q grows, so it is q's descending order): it saves a sort per call.
+    """
+    if pre is None:
+        pre = CactusPrecomputed(p, q)
+    zero = torch.zeros((), dtype=p.dtype, device=p.device)
+    c = torch.where(q < 1, (1 - h) / (1 - q), zero).clamp(0.0, 1.0)  # [..., V]
+    rejectable = (p - h).clamp_min(0.0)  # p(n)(1 − a(n))
+    i = torch.searchsorted(pre.rho_s, c)  # #{j: rho_j < c_n}
+    z = c * take(pre.qc, i) - take(pre.pc, i)  # Z_n
+    w = torch.where(rejectable > 0, rejectable / z.clamp_min(_TINY), zero)
+    if c_order is None:
+        c_s, c_order = c.sort(-1)
+    else:
+        c_s = torch.cummax(c.gather(-1, c_order), -1).values
+    wc = excl_cumsum((w * c).gather(-1, c_order))
+    ws = excl_cumsum(w.gather(-1, c_order))
+    j = torch.searchsorted(c_s, pre.rho, right=True)  # n with c_n > rho_x sit at j and after
+    sum_wc = wc[..., -1:] - take(wc, j)
+    sum_w = ws[..., -1:] - take(ws, j)
+    residual_mass = (q * sum_wc - p * sum_w).clamp_min(0.0)
+    return torch.minimum(p, h) + residual_mass
+
+
+def emitted_distribution(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """pi [..., V] (float32; float64 for float64 input) for p (draft), q (verifier) [..., V]."""
+    check_pair(p, q)
+    return rule._emitted(p, q)
+
+
+def emitted_distribution_reference(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Brute-force O(V²) pi from the rule's own a(n) and r_n, for tests only.
+
+    p, q [V] (one position) -> pi [V], in float64.
+    """
+    check_pair(p, q)
+    if p.dim() != 1:
+        raise ValueError("emitted_distribution_reference takes one position: p, q of shape [V]")
+    v = p.shape[-1]
+    p64, q64 = p.double(), q.double()
+    ps, qs = p64.expand(v, v), q64.expand(v, v)  # row n: the position with n drafted
+    n = torch.arange(v, device=p.device)
+    a = rule.accept_probs(qs, ps, n)  # [V]
+    r = rule.residual(qs, ps, n)  # [V, V]
+    return p64 * a + ((p64 * (1 - a)).unsqueeze(-1) * r).sum(0)

@@ -1,0 +1,309 @@
+"""Plotly builders for the Frontier page: pure functions from a sweep's rows to `go.Figure`.
+
+Rows are the dicts of `SweepResult.rows()` (one per setting: the metric means, their 95%
+interval as `<metric>_lo` / `<metric>_hi`, the limit numbers). Every point carries its setting
+id as customdata, so a click on the page maps back to the setting. Each rule keeps one
+colour on every chart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from cactus_core.figures import RULE_PALETTE
+from cactus_core.frontier import LimitCurve, pareto_front
+from cactus_core.rules import RULE_NAMES
+from cactus_core.sweep import BASELINE, METRIC_LABELS
+
+Row = Mapping[str, Any]
+
+_LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
+    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    "font": {"size": 13},
+    "height": 420,
+    "hovermode": "closest",
+}
+FRONT_COLOUR = "#444444"
+LIMIT_COLOUR = "#000000"
+BASELINE_COLOUR = "#7f7f7f"
+
+
+def rule_colour(rule: str) -> str:
+    """A fixed colour per rule name (the same on every chart of the page)."""
+    if rule == BASELINE:
+        return BASELINE_COLOUR
+    i = RULE_NAMES.index(rule) if rule in RULE_NAMES else len(RULE_NAMES)
+    return RULE_PALETTE[i % len(RULE_PALETTE)]
+
+
+def _num(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _finite_point(r: Row, x: str, metric: str) -> bool:
+    return math.isfinite(_num(r.get(x))) and math.isfinite(_num(r.get(metric)))
+
+
+def _by_rule(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(str(r["rule"]), []).append(r)
+    return groups
+
+
+def _errors(rows: Sequence[Row], metric: str) -> dict[str, Any] | None:
+    if not all(f"{metric}_lo" in r for r in rows):
+        return None
+    ys = [_num(r[metric]) for r in rows]
+    up = [max(0.0, _num(r[f"{metric}_hi"]) - y) for r, y in zip(rows, ys, strict=True)]
+    down = [max(0.0, y - _num(r[f"{metric}_lo"])) for r, y in zip(rows, ys, strict=True)]
+    clean = (
+        [0.0 if not math.isfinite(v) else v for v in up],
+        [0.0 if not math.isfinite(v) else v for v in down],
+    )
+    return {"type": "data", "array": clean[0], "arrayminus": clean[1], "thickness": 1, "width": 3}
+
+
+def frontier_chart(
+    rows: Sequence[Row],
+    metric: str,
+    x: str = "emitted_kl",
+    *,
+    title: str | None = None,
+    front: bool = True,
+    limit_curve: LimitCurve | None = None,
+    selected: str | None = None,
+    modelled: bool = False,
+) -> go.Figure:
+    """metric (e.g. tokens_per_call) against x (emitted KL per token), one series per rule.
+
+    Error bars are the 95% intervals (over prompts, or chunks for timings). `front` draws the
+    Pareto frontier over all settings (least KL, most metric). `limit_curve` (for the
+    acceptance chart) draws the best any rule could reach. `selected` rings one setting.
+    """
+    if not rows:
+        raise ValueError("no rows to plot: run a sweep first")
+    fig = go.Figure()
+    for rule, group in _by_rule(rows).items():
+        pts = sorted(
+            (
+                r
+                for r in group
+                if math.isfinite(_num(r.get(x))) and math.isfinite(_num(r.get(metric)))
+            ),
+            key=lambda r: (_num(r[x]), _num(r.get("value"))),
+        )
+        if not pts:
+            continue
+        colour = rule_colour(rule)
+        fig.add_scatter(
+            x=[_num(r[x]) for r in pts],
+            y=[_num(r[metric]) for r in pts],
+            mode="markers" if rule == BASELINE else "lines+markers",
+            name=rule,
+            marker={
+                "color": colour,
+                "size": 10 if rule == BASELINE else 8,
+                "symbol": "diamond" if rule == BASELINE else "circle",
+            },
+            line={"color": colour, "width": 1.5},
+            error_y=_errors(pts, metric),
+            customdata=[[r["setting"], r["label"]] for r in pts],
+            hovertemplate=(
+                "<b>%{customdata[1]}</b><br>"
+                + f"{METRIC_LABELS.get(x, x)}: %{{x:.4f}}<br>"
+                + f"{METRIC_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
+            ),
+        )
+    if front:
+        _add_front(fig, rows, metric, x)
+    if limit_curve is not None:
+        fig.add_scatter(
+            x=limit_curve.mean_kl.tolist(),
+            y=limit_curve.mean_acceptance.tolist(),
+            mode="lines",
+            name="limit (best any rule could reach)",
+            line={"color": LIMIT_COLOUR, "width": 2, "dash": "dot"},
+            hovertemplate="limit<br>KL %{x:.4f}: acceptance %{y:.3f}<extra></extra>",
+        )
+    if selected is not None:
+        hit = [r for r in rows if r["setting"] == selected]
+        if hit and math.isfinite(_num(hit[0].get(metric))):
+            fig.add_scatter(
+                x=[_num(hit[0][x])],
+                y=[_num(hit[0][metric])],
+                mode="markers",
+                name="selected",
+                marker={
+                    "size": 18,
+                    "color": "rgba(0,0,0,0)",
+                    "line": {"color": "#d62728", "width": 2},
+                },
+                hoverinfo="skip",
+            )
+    name = METRIC_LABELS.get(metric, metric)
+    fig.update_layout(
+        _LAYOUT,
+        title=title if title is not None else f"{name} vs {METRIC_LABELS.get(x, x)}",
+        xaxis_title=METRIC_LABELS.get(x, x),
+        yaxis_title=f"{name} (modelled)" if modelled else name,
+        clickmode="event+select",
+    )
+    return fig
+
+
+def _add_front(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None:
+    xs = [_num(r.get(x)) for r in rows]
+    ys = [_num(r.get(metric)) for r in rows]
+    idx = pareto_front(xs, ys)
+    if len(idx) < 1:
+        return
+    # A step line: between two frontier points the best reachable value is the left one's.
+    fx: list[float] = []
+    fy: list[float] = []
+    for j, i in enumerate(idx):
+        if j > 0:
+            fx.append(xs[i])
+            fy.append(ys[idx[j - 1]])
+        fx.append(xs[i])
+        fy.append(ys[i])
+    fig.add_scatter(
+        x=fx,
+        y=fy,
+        mode="lines",
+        name="Pareto frontier",
+        line={"color": FRONT_COLOUR, "width": 2, "dash": "dash", "shape": "linear"},
+        hoverinfo="skip",
+    )
+
+
+def acceptance_limit_chart(
+    rows: Sequence[Row], limit_curve: LimitCurve | None, selected: str | None = None
+) -> go.Figure:
+    """Each setting's exact expected acceptance against its KL per decided position, with the
+    limit curve over the sweep's positions and, per setting, the limit on its own positions."""
+    spec = [r for r in rows if r["rule"] != BASELINE]
+    fig = frontier_chart(
+        spec,
+        "expected_acceptance",
+        "scored_kl",
+        title="acceptance vs the limit (same positions, same KL)",
+        front=False,
+        limit_curve=limit_curve,
+        selected=selected,
+    )
+    own = [r for r in spec if math.isfinite(_num(r.get("limit_acceptance")))]
+    if own:
+        fig.add_scatter(
+            x=[_num(r["scored_kl"]) for r in own],
+            y=[_num(r["limit_acceptance"]) for r in own],
+            mode="markers",
+            name="limit at each setting's KL",
+            marker={"symbol": "line-ew", "size": 14, "line": {"width": 2, "color": LIMIT_COLOUR}},
+            customdata=[[r["setting"], r["label"], _num(r["efficiency"])] for r in own],
+            hovertemplate=(
+                "limit for <b>%{customdata[1]}</b>: %{y:.3f}<br>"
+                "efficiency %{customdata[2]:.1%}<extra></extra>"
+            ),
+        )
+    return fig
+
+
+def modelled_speedup_rows(rows: Sequence[Row], k: int, c: float) -> list[dict[str, Any]]:
+    """Rows with tokens per call ÷ (1 + k·c) as `modelled_speedup` (the baseline stays 1)."""
+    if not (math.isfinite(c) and c >= 0):
+        raise ValueError(f"the draft cost ratio c must be a finite number >= 0, got {c}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    out = []
+    for r in rows:
+        scale = 1.0 if r["rule"] == BASELINE else 1.0 / (1.0 + k * c)
+        row = dict(r)
+        for suffix in ("", "_lo", "_hi"):
+            row[f"modelled_speedup{suffix}"] = _num(r.get(f"tokens_per_call{suffix}")) * scale
+        out.append(row)
+    return out
+
+
+def modelled_speedup_chart(
+    rows: Sequence[Row], k: int, c: float, selected: str | None = None
+) -> go.Figure:
+    """The speedup if a draft step cost c verifier steps: a model, labelled as one."""
+    fig = frontier_chart(
+        modelled_speedup_rows(rows, k, c),
+        "modelled_speedup",
+        title=f"modelled speedup = tokens per call ÷ (1 + k·c), k = {k}, c = {c:g} (modelled)",
+        selected=selected,
+        modelled=True,
+    )
+    return fig
+
+
+def tuner_chart(
+    values: Sequence[float],
+    kls: Sequence[float],
+    budget: float,
+    *,
+    param: str = "delta",
+    rule: str = "cactus",
+    tries: Sequence[tuple[float, float]] = (),
+    chosen: float | None = None,
+) -> go.Figure:
+    """Measured emitted KL against the rule's parameter, the budget, and the confirming runs."""
+    pts = sorted((float(v), float(k)) for v, k in zip(values, kls, strict=True) if math.isfinite(k))
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[v for v, _ in pts],
+        y=[k for _, k in pts],
+        mode="lines+markers",
+        name=f"{rule}: measured",
+        line={"color": rule_colour(rule)},
+        hovertemplate=f"{param} %{{x:g}}: KL %{{y:.4f}}<extra></extra>",
+    )
+    if pts:
+        fig.add_scatter(
+            x=[pts[0][0], pts[-1][0]],
+            y=[budget, budget],
+            mode="lines",
+            name="budget",
+            line={"color": "#d62728", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    if tries:
+        fig.add_scatter(
+            x=[v for v, _ in tries],
+            y=[_num(k) for _, k in tries],
+            mode="markers",
+            name="confirming runs",
+            marker={"symbol": "x", "size": 11, "color": "#d62728"},
+            hovertemplate=f"{param} %{{x:.4g}}: KL %{{y:.4f}}<extra>confirming run</extra>",
+        )
+    if chosen is not None:
+        fig.add_vline(x=chosen, line={"color": "#2e7d32", "width": 2}, annotation_text="chosen")
+    fig.update_layout(
+        _LAYOUT,
+        title=f"emitted KL per token against {param}",
+        xaxis_title=param,
+        yaxis_title=METRIC_LABELS["emitted_kl"],
+    )
+    return fig
+
+
+def figure_html(figs: Sequence[go.Figure], title: str = "Cactus Lab frontier") -> str:
+    """One self-contained HTML page (plotly.js inlined, no network) holding the figures."""
+    if not figs:
+        raise ValueError("no figures")
+    parts = [
+        f.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        for i, f in enumerate(figs)
+    ]
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+        "<body style='margin:0;background:white'>" + "".join(parts) + "</body></html>"
+    )

@@ -1,0 +1,198 @@
+"""A KV cache for several sequences that advance by different amounts each round.
+
+Speculative decoding appends k draft tokens (or k + 1 verifier tokens) per round and then
+keeps only the accepted ones, and in a batch every row accepts a different number. Instead of
+shuffling tensors, rejected slots stay in the cache as holes: a per-row validity mask hides them
+from attention, and explicit position ids keep RoPE counting only real tokens. Columns that are
+holes in every row are cropped from the end, so a single sequence never has holes and runs
+without any mask at all (the lean path the live demo uses).
+
+All bookkeeping that decides shapes (lengths, how much to crop) lives on the host as plain ints,
+because the decoder reads the accepted counts once per round anyway; the tensors the model sees
+are built on the model's device.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class SequenceCache:
+    """KV cache of one model for a batch of sequences, with per-row holes.
+
+    `valid[b][j]` says whether column j of row b holds a real token; `lengths[b]` counts them and
+    is therefore the position id of row b's next token.
+    """
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = model.device
+        # Models whose causal-LM head is a plain linear layer on the base model's output run the
+        # base model and apply the head only to the columns whose logits are wanted (the prefill
+        # needs none, a draft step one); others (soft-capped or scaled logits) use the full model.
+        config = model.config
+        special = any(
+            getattr(config, name, None) not in (None, 1.0)
+            for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+        )
+        self.base = None if special else model.base_model
+        self.head = None if special else model.get_output_embeddings()
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.valid_host: list[list[bool]] = []
+        self.lengths: list[int] = []
+        self.holes = False
+        self.calls = 0
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def width(self) -> int:
+        return len(self.valid_host[0]) if self.valid_host else 0
+
+    @torch.inference_mode()
+    def prefill(self, prefixes: list[list[int]]) -> None:
+        """Encode each row's prefix (no logits are needed: the last token is fed by `step`).
+
+        Rows are right-padded to a common width; padding columns become holes.
+        """
+        self.cache = DynamicCache()
+        width = max(len(p) for p in prefixes)
+        self.valid_host = [[] for _ in prefixes]
+        self.lengths = [0] * len(prefixes)
+        self.holes = False
+        self.valid = torch.zeros(len(prefixes), 0, dtype=torch.bool, device=self.device)
+        if width == 0:
+            return
+        ids = torch.tensor(
+            [p + [0] * (width - len(p)) for p in prefixes], dtype=torch.long, device=self.device
+        )
+        new_valid_host = [[True] * len(p) + [False] * (width - len(p)) for p in prefixes]
+        new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
+        self._forward(ids, new_valid, new_valid_host, 0)
+        self.calls -= 1  # the prefill is not a decoding call
+
+    @torch.inference_mode()
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        new_valid_host: list[list[bool]] | None = None,
+        num_logits: int = 1,
+    ) -> torch.Tensor:
+        """Append input_ids [B, w] (holes where new_valid_host is False) and return the logits of
+        the last num_logits columns, [B, num_logits, V] float32."""
+        w = input_ids.shape[1]
+        if new_valid_host is None:
+            new_valid_host = [[True] * w for _ in range(self.batch_size)]
+            new_valid = None
+        else:
+            new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
+        return self._forward(input_ids, new_valid, new_valid_host, num_logits)
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        new_valid: torch.Tensor | None,
+        new_valid_host: list[list[bool]],
+        num_logits: int,
+    ) -> torch.Tensor:
+        b, w = input_ids.shape
+        self.holes = self.holes or not all(all(r) for r in new_valid_host)
+        if new_valid is None:
+            new_valid = torch.ones(b, w, dtype=torch.bool, device=self.device)
+        if b == 1 and not self.holes:
+            # One sequence, no holes: the model's own causal mask and positions are exact.
+            mask = positions = None
+        else:
+            positions = self._positions(new_valid_host)
+            mask = self._mask(new_valid)
+        if self.base is not None:
+            hidden = self.base(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+            ).last_hidden_state
+            logits = self.head(hidden[:, w - num_logits :]) if num_logits else None
+        else:
+            logits = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=max(num_logits, 1),
+            ).logits[:, w - num_logits :]
+        self.calls += 1
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        for row, new in enumerate(new_valid_host):
+            self.valid_host[row].extend(new)
+            self.lengths[row] += sum(new)
+        if logits is None:
+            return torch.zeros(b, 0, self.vocab_size, device=self.device)
+        return logits[..., : self.vocab_size].float()
+
+    def _positions(self, new_valid_host: list[list[bool]]) -> torch.Tensor:
+        rows = []
+        for start, new in zip(self.lengths, new_valid_host, strict=True):
+            pos, row = start, []
+            for ok in new:
+                # A hole gets its neighbour's position; it is masked, so the value is irrelevant.
+                row.append(pos if ok else max(pos - 1, 0))
+                pos += ok
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def _mask(self, new_valid: torch.Tensor) -> torch.Tensor:
+        # [B, 1, w, S + w] additive mask: 0 where attending, dtype-min elsewhere. A float mask
+        # keeps rows that see nothing (a hole's own query) finite, where a boolean one gives NaN.
+        b, w = new_valid.shape
+        s = self.valid.shape[1]
+        keys = torch.cat([self.valid, new_valid], dim=1)  # [B, S + w]
+        col = torch.arange(s + w, device=self.device)
+        row = torch.arange(w, device=self.device)[:, None] + s
+        allowed = keys[:, None, None, :] & (col[None, :] <= row)[None, None]
+        dtype = self.model.dtype
+        zero = torch.zeros((), dtype=dtype, device=self.device)
+        neg = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
+        return torch.where(allowed, zero, neg)
+
+    def keep(self, lengths: list[int]) -> None:
+        """Roll back: row b keeps its first lengths[b] real tokens (its most recent ones are
+        dropped); columns that are holes in every row are cropped from the end."""
+        for row, (want, have) in enumerate(zip(lengths, self.lengths, strict=True)):
+            if want > have:
+                raise ValueError(f"row {row}: cannot keep {want} tokens, the cache has {have}")
+            drop = have - want
+            cols = self.valid_host[row]
+            j = len(cols) - 1
+            while drop > 0:
+                if cols[j]:
+                    cols[j] = False
+                    drop -= 1
+                j -= 1
+            self.lengths[row] = want
+        last = max((max((j for j, ok in enumerate(r) if ok), default=-1) for r in self.valid_host))
+        crop = self.width - (last + 1)
+        if crop > 0:
+            self.cache.crop(-crop)
+            self.valid_host = [r[: last + 1] for r in self.valid_host]
+        self.holes = not all(all(r) for r in self.valid_host)
+        self.valid = torch.tensor(self.valid_host, dtype=torch.bool, device=self.device).reshape(
+            self.batch_size, -1
+        )
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only these batch rows (finished sequences leave the batch)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        if self.width > 0:
+            self.cache.batch_select_indices(index)
+        self.valid = self.valid[index]
+        self.valid_host = [self.valid_host[r] for r in rows]
+        self.lengths = [self.lengths[r] for r in rows]
+        self.holes = not all(all(r) for r in self.valid_host)

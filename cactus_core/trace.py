@@ -1,0 +1,298 @@
+"""What the decoder saw and decided, round by round, and replaying it under another rule.
+
+One `RoundTrace` per verifier call. Positions j = 0..k of a speculative round are the k drafted
+positions and the bonus position after them; a verifier-only step has one position.
+
+Fates of drafted tokens: "accepted", "rejected" (the first rejection ends the round), "dropped"
+(drafted after a rejection, never judged). Fates of emitted tokens: "accepted" (a drafted token
+kept), "recovered" (drawn from the residual after a rejection), "bonus" (drawn from q after k
+acceptances), "sampled" (a verifier-only step).
+
+Replay (`reverify`) takes the same drafts and the same coins and asks what another rule would
+have decided. It needs p and q at the verified positions. Storing them whole (V = 49,152 floats
+each) would make a trace hundreds of MB, so each position keeps its top-M entries of p and of q
+(M = `replay_top_m`, 128 by default) plus the drafted token's exact p_n and q_n, and the mass
+left over (the tail) is spread evenly over the other tokens when the rows are rebuilt. Hence:
+- the replay is exact whenever the tails are empty (top-k ≤ M, or a top-p nucleus of ≤ M
+  tokens), which `RoundReplay.exact` reports;
+- otherwise accept decisions are still exact for rules whose a(n) needs only p_n and q_n
+  (sps, cactus, cactus-exact, interp) and for topk with k_top ≤ M; tas (entropy of q),
+  cactus-budget and optimal (whole rows) are approximate, and so is every recovered token
+  (the residual's tail is smeared).
+Replay judges each round on its own: the later rounds keep the drafts that were actually made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cactus_core.rules import Rule, make_rule
+from cactus_core.verify import verify
+
+DRAFT_FATES = ("accepted", "rejected", "dropped")
+EMIT_FATES = ("accepted", "recovered", "bonus", "sampled")
+TRACE_VERSION = 1
+# Below this the tail of a kept row is treated as empty (float32 rounding of the kept mass).
+_TAIL_EPS = 1e-6
+
+
+@dataclass
+class PositionTrace:
+    """One verified position: top-N of q, p and h (ids and probabilities, zeros left out) and
+    the divergences. The p, h and drafted-token fields are empty/None at the bonus position (the
+    draft proposes nothing there) and in verifier-only steps."""
+
+    q_ids: list[int]
+    q_probs: list[float]
+    p_ids: list[int] = field(default_factory=list)
+    p_probs: list[float] = field(default_factory=list)
+    h_ids: list[int] = field(default_factory=list)
+    h_probs: list[float] = field(default_factory=list)
+    draft_id: int | None = None
+    p_n: float | None = None
+    q_n: float | None = None
+    h_n: float | None = None
+    kl_h_q: float | None = None  # KL(h ‖ q), nats
+    kl_pi_q: float | None = None  # KL(pi ‖ q), nats: pi is the exact emitted distribution
+    # Replay rows: top-M of p and q (the drafted id always included); the rest is the tail.
+    replay_p_ids: list[int] = field(default_factory=list)
+    replay_p_probs: list[float] = field(default_factory=list)
+    replay_q_ids: list[int] = field(default_factory=list)
+    replay_q_probs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RoundTrace:
+    """One round. The per-draft lists have k entries; `positions` has k + 1 (k drafted
+    positions, then the bonus position) when the decoder records traces, else it is empty."""
+
+    index: int
+    k: int  # tokens drafted this round (0 for a verifier-only step)
+    draft_ids: list[int]
+    draft_text: list[str]
+    draft_fates: list[str]
+    accept_probs: list[float]  # a(n) of each drafted token
+    accept_coins: list[float]  # the coin u it was compared with (accepted iff u < a(n))
+    num_accepted: int
+    next_id: int  # the recovered / bonus / sampled token, before any truncation
+    sample_coin: float  # its inverse-CDF coin
+    emitted_ids: list[int]
+    emitted_text: list[str]
+    emitted_fates: list[str]
+    draft_s: float
+    verify_s: float
+    truncated: bool = False  # emitted tokens were cut by EOS, max_new_tokens or the context
+    positions: list[PositionTrace] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    meta: dict[str, Any]
+    rounds: list[RoundTrace] = field(default_factory=list)
+    token_text: dict[int, str] = field(default_factory=dict)
+
+    def text(self, token_id: int) -> str:
+        return self.token_text.get(int(token_id), f"<{int(token_id)}>")
+
+    @property
+    def rule(self) -> Rule:
+        return make_rule(self.meta["rule"], **self.meta["rule_params"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": TRACE_VERSION,
+            "meta": self.meta,
+            "rounds": [asdict(r) for r in self.rounds],
+            # JSON object keys are strings; from_dict turns them back into ints.
+            "token_text": {str(k): v for k, v in self.token_text.items()},
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
+        """The trace as JSON (non-finite floats, e.g. an infinite KL, become null)."""
+        text = json.dumps(_finite(self.to_dict()), indent=indent, ensure_ascii=False)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trace:
+        if data.get("version") != TRACE_VERSION:
+            raise ValueError(
+                f"trace version {data.get('version')!r} is not supported (expected {TRACE_VERSION})"
+            )
+        pos_names = {f.name for f in fields(PositionTrace)}
+        rounds = []
+        for r in data["rounds"]:
+            positions = [PositionTrace(**{k: v for k, v in p.items() if k in pos_names}) for p in r["positions"]]
+            rounds.append(RoundTrace(**{**r, "positions": positions}))
+        token_text = {int(k): v for k, v in data.get("token_text", {}).items()}
+        return cls(meta=data["meta"], rounds=rounds, token_text=token_text)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> Trace:
+        """Load from a JSON string or a path to a JSON file."""
+        src = str(text_or_path)
+        if not src.lstrip().startswith("{"):
+            src = Path(src).read_text(encoding="utf-8")
+        try:
+            data = json.loads(src)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a trace: invalid JSON ({exc})") from exc
+        if not isinstance(data, dict) or "rounds" not in data or "meta" not in data:
+            raise ValueError("not a trace: expected a JSON object with 'meta' and 'rounds'")
+        return cls.from_dict(data)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RoundReplay:
+    index: int
+    fates_before: list[str]
+    fates_after: list[str]
+    accept_probs_after: list[float]
+    num_accepted_before: int
+    num_accepted_after: int
+    # The token emitted after the accepted drafts (recovered or bonus), before and after.
+    next_before: int
+    next_after: int
+    decisions_exact: bool  # the accept/reject fates are exactly what the full rows give
+    exact: bool  # ... and so is next_after (the kept rows held all the mass)
+
+    @property
+    def flipped(self) -> list[int]:
+        """Drafted positions whose fate changed."""
+        pairs = zip(self.fates_before, self.fates_after, strict=True)
+        return [j for j, (a, b) in enumerate(pairs) if a != b]
+
+    @property
+    def tokens_before(self) -> int:
+        return self.num_accepted_before + 1
+
+    @property
+    def tokens_after(self) -> int:
+        return self.num_accepted_after + 1
+
+
+@dataclass
+class Replay:
+    rule: str
+    rule_params: dict[str, Any]
+    rounds: list[RoundReplay]
+
+    @property
+    def flips(self) -> int:
+        return sum(len(r.flipped) for r in self.rounds)
+
+    @property
+    def tokens_per_call_before(self) -> float:
+        return sum(r.tokens_before for r in self.rounds) / max(len(self.rounds), 1)
+
+    @property
+    def tokens_per_call_after(self) -> float:
+        return sum(r.tokens_after for r in self.rounds) / max(len(self.rounds), 1)
+
+    @property
+    def exact(self) -> bool:
+        return all(r.exact for r in self.rounds)
+
+    @property
+    def decisions_exact(self) -> bool:
+        return all(r.decisions_exact for r in self.rounds)
+
+
+def _rebuild(ids: list[int], probs: list[float], vocab: int) -> tuple[torch.Tensor, bool]:
+    """A full row [V] (float64) from its kept entries; the tail is spread over the rest."""
+    row = torch.zeros(vocab, dtype=torch.float64)
+    row[torch.tensor(ids, dtype=torch.long)] = torch.tensor(probs, dtype=torch.float64)
+    tail = 1.0 - float(row.sum())
+    others = vocab - len(set(ids))
+    if tail > _TAIL_EPS and others > 0:
+        kept = torch.zeros(vocab, dtype=torch.bool)
+        kept[torch.tensor(ids, dtype=torch.long)] = True
+        row[~kept] = tail / others
+        return row / row.sum(), False
+    return row / row.sum(), True
+
+
+# Rules whose a(n) needs only p_n and q_n, so replay decisions are exact with any tail.
+_POINTWISE = ("sps", "cactus", "cactus-exact", "interp")
+
+
+def reverify(trace: Trace, rule: Rule | str) -> Replay:
+    """Judge every round's drafts again under `rule`, with the same coins.
+
+    At temperature 0 the decoder verifies by exact match whatever the rule, and so does the
+    replay. See the module docstring for what is exact.
+    """
+    if isinstance(rule, str):
+        rule = make_rule(rule)
+    vocab = int(trace.meta["vocab_size"])
+    greedy = float(trace.meta["temperature"]) == 0.0
+    judge = make_rule("sps") if greedy else rule
+    out = []
+    for rnd in trace.rounds:
+        if rnd.k == 0:
+            continue
+        if not rnd.positions:
+            raise ValueError("this trace was recorded without positions (record_trace=False)")
+        k = rnd.k
+        p_rows, q_rows, exact_rows = [], [], True
+        for j, pos in enumerate(rnd.positions):
+            q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+            q_rows.append(q)
+            exact_rows &= ok_q
+            if j < k:
+                p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+                p_rows.append(p)
+                exact_rows &= ok_p
+        drafts = torch.tensor([rnd.draft_ids], dtype=torch.long)
+        res = verify(
+            judge,
+            torch.stack(p_rows)[None].float(),
+            drafts,
+            torch.stack(q_rows)[None].float(),
+            uniforms=torch.tensor([rnd.accept_coins], dtype=torch.float32),
+            sample_uniforms=torch.tensor([rnd.sample_coin], dtype=torch.float32),
+        )
+        m = int(res.num_accepted[0])
+        fates = ["accepted"] * m + (["rejected"] if m < k else []) + ["dropped"] * (k - m - 1)
+        k_top = int(judge.params.get("k_top", 0))
+        decisions_exact = (
+            exact_rows
+            or judge.name in _POINTWISE
+            or (judge.name == "topk" and k_top <= len(rnd.positions[0].replay_q_ids))
+        )
+        out.append(
+            RoundReplay(
+                index=rnd.index,
+                fates_before=rnd.draft_fates,
+                fates_after=fates[:k],
+                accept_probs_after=res.accept_probs[0].tolist(),
+                num_accepted_before=rnd.num_accepted,
+                num_accepted_after=m,
+                next_before=rnd.next_id,
+                next_after=int(res.output_token_ids[0, m]),
+                decisions_exact=decisions_exact,
+                exact=exact_rows,
+            )
+        )
+    return Replay(rule=rule.name, rule_params=dict(rule.params), rounds=out)
+

@@ -1,0 +1,126 @@
+"""Input checks shared by the rules, verify and the emitted distribution.
+
+Checks on tensor values run in the decode loop, so every value check is a reduction that stays
+on the device; all of them are gathered and read back with one host sync (`raise_if_any`).
+Shape and dtype checks are host-side and free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+ROW_SUM_TOLERANCE = 1e-3
+
+
+def work_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 stays float64; everything else (bf16, fp16, fp32) is computed in float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def check_float(name: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def check_int(name: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+
+
+def check_shape(name: str, x: torch.Tensor, shape: Sequence[int]) -> None:
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(
+            f"{name} has shape {list(x.shape)}, expected {list(shape)} "
+            "(shapes of the inputs do not match)"
+        )
+
+
+def prob_checks(name: str, x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """Device-side flags for 'x holds probability rows over its last dim'.
+
+    Two passes over x: a row sum (which also catches NaN and inf, since they propagate
+    into the sum) and a global minimum.
+    """
+    check_float(name, x)
+    if x.dim() == 0:
+        raise ValueError(f"{name} must have a vocabulary dimension, got a scalar")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name} has an empty vocabulary dimension")
+    if x.numel() == 0:
+        return []
+    s = x.sum(-1, dtype=work_dtype(x))
+    return [
+        (f"{name} contains NaN or infinite values", ~torch.isfinite(s).all()),
+        (f"{name} has negative probabilities", x.amin() < 0),
+        (
+            f"{name} has rows that do not sum to 1 (tolerance {ROW_SUM_TOLERANCE:g})",
+            (s - 1).abs().amax() > ROW_SUM_TOLERANCE,
+        ),
+    ]
+
+
+def id_checks(name: str, ids: torch.Tensor, vocab: int) -> list[tuple[str, torch.Tensor]]:
+    if ids.numel() == 0:
+        return []
+    return [
+        (f"{name} has token ids outside [0, {vocab})", (ids.amin() < 0) | (ids.amax() >= vocab))
+    ]
+
+
+def uniform_checks(name: str, u: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    check_float(name, u)
+    if u.numel() == 0:
+        return []
+    return [(f"{name} must lie in [0, 1)", ~((u >= 0) & (u < 1)).all())]
+
+
+def raise_if_any(checks: list[tuple[str, torch.Tensor]]) -> None:
+    """One host sync for every flag; raise ValueError naming the first failed check."""
+    if not checks:
+        return
+    flags = torch.stack([flag.reshape(()).to("cpu", non_blocking=True) for _, flag in checks])
+    for (message, _), bad in zip(checks, flags.tolist(), strict=True):
+        if bad:
+            raise ValueError(message)
+
+
+def check_probs(name: str, x: torch.Tensor) -> None:
+    raise_if_any(prob_checks(name, x))
+
+
+def check_pair(p: torch.Tensor, q: torch.Tensor, validate: bool = True) -> None:
+    """p (draft) and q (verifier) at the same positions: same shape, probability rows."""
+    check_float("p", p)
+    check_float("q", q)
+    if p.shape != q.shape:
+        raise ValueError(f"p has shape {list(p.shape)} but q has shape {list(q.shape)}")
+    if p.device != q.device:
+        raise ValueError(f"p is on {p.device} but q is on {q.device}")
+    if validate:
+        raise_if_any(prob_checks("p", p) + prob_checks("q", q))
+
+
+def check_number(
+    rule: str,
+    name: str,
+    value: object,
+    low: float,
+    high: float,
+    integer: bool = False,
+) -> float | int:
+    """A scalar rule parameter in [low, high]; the error names the allowed range."""
+    allowed = f"an integer in [{low:g}, {high:g}]" if integer else f"a number in [{low:g}, {high:g}]"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"rule {rule!r}: {name} must be {allowed}, got {value!r}")
+    if integer and float(value) != int(value):
+        raise ValueError(f"rule {rule!r}: {name} must be {allowed}, got {value!r}")
+    v = float(value)
+    if not (low <= v <= high):
+        raise ValueError(f"rule {rule!r}: {name} must be {allowed}, got {value!r}")
+    return int(v) if integer else v

@@ -1,0 +1,105 @@
+"""Streamlit glue shared by the pages: the sidebar's settings, the process-wide model cache
+and the rule picker. No maths here; numbers come from cactus_core."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from cactus_core.app_state import RULE_DESCRIPTIONS, RULE_PARAMS, AppSettings, ParamSpec
+
+if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
+    from cactus_core.models import ModelPair
+
+SETTINGS_KEY = "settings"
+SETTINGS_ERROR_KEY = "settings_error"
+LAST_RUN_KEY = "decode_run"  # the last DecodeRun of this session (Decode and Playground)
+
+# Labels of pairs this process has loaded, so the sidebar can say what is warm without
+# triggering a load (st.cache_resource offers no "is it cached?" query).
+_WARM: dict[tuple[str | None, str | None, str], str] = {}
+
+
+def settings() -> AppSettings:
+    """The sidebar's current settings (the defaults before the sidebar first ran)."""
+    return st.session_state.get(SETTINGS_KEY) or AppSettings()
+
+
+def warm_label(s: AppSettings) -> str | None:
+    return _WARM.get(s.pair_key)
+
+
+# Two entries: one for the embedded pair and one for a pair the user is trying, so that two
+# sessions on different pairs don't evict each other on every click, while memory stays bound.
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPair:
+    from cactus_core.models import load_pair
+
+    return load_pair(verifier=verifier, draft=draft, device=device)
+
+
+def get_pair(s: AppSettings | None = None) -> ModelPair | None:
+    """The model pair the sidebar names, loaded once per process.
+
+    Shows a status box while loading. On failure shows an error and returns None.
+    """
+    s = s or settings()
+    err = st.session_state.get(SETTINGS_ERROR_KEY)
+    if err:
+        st.error(f"Model settings: {err}")
+        return None
+    if s.pair_key in _WARM:
+        return _load_pair(*s.pair_key)
+    with st.status(f"Loading the {s.pair_label} on {s.device}…", expanded=False) as box:
+        start = time.perf_counter()
+        try:
+            pair = _load_pair(*s.pair_key)
+        except (OSError, ValueError, RuntimeError, ImportError) as err:
+            box.update(label="Could not load the model pair", state="error", expanded=True)
+            st.error(f"Could not load {s.pair_label}: {err}")
+            return None
+        _WARM[s.pair_key] = f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
+        box.update(
+            label=f"Loaded {_WARM[s.pair_key]} in {time.perf_counter() - start:.1f} s",
+            state="complete",
+        )
+    return pair
+
+
+def _param_widget(spec: ParamSpec, key: str) -> float:
+    if spec.integer:
+        return st.number_input(
+            spec.label,
+            min_value=int(spec.low),
+            max_value=int(spec.high),
+            value=int(spec.default),
+            step=int(spec.step),
+            help=spec.help,
+            key=key,
+        )
+    return st.slider(
+        spec.label,
+        min_value=float(spec.low),
+        max_value=float(spec.high),
+        value=float(spec.default),
+        step=float(spec.step),
+        help=spec.help,
+        key=key,
+    )
+
+
+def rule_picker(key_prefix: str, label: str = "Rule", default: str = "cactus") -> tuple[str, dict]:
+    """A rule selectbox and its parameter widgets; returns (name, params)."""
+    names = list(RULE_PARAMS)
+    name = st.selectbox(
+        label,
+        names,
+        index=names.index(default),
+        format_func=lambda n: f"{n} — {RULE_DESCRIPTIONS[n]}",
+        key=f"{key_prefix}_rule",
+    )
+    params = {spec.name: _param_widget(spec, f"{key_prefix}_{name}_{spec.name}") for spec in
+              RULE_PARAMS[name]}
+    return name, params

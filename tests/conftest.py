@@ -1,0 +1,110 @@
+"""Shared fixtures: a tiny random model pair that loads in well under a second.
+
+`tiny_pair` is a ModelPair of two random Llama models over a 259-token byte-level vocabulary
+(3 special tokens + 256 bytes) with a ChatML chat template, so every code path that runs on the
+embedded pair (chat template, EOS, KV caches, batching) runs here in milliseconds. The draft
+is the verifier cut after its first layer (an early exit, as in self-speculative decoding), so
+the two models agree about as well as a small trained draft does (sum min(p, q) ≈ 0.5) and
+rounds accept a fair share of drafts. Weights are drawn with a larger init scale than usual so
+the distributions are peaked rather than uniform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+from cactus_core.models import ModelPair
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer without merges: every byte is a token (ids 3..258)."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in bytes_to_unicode().values():
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS,
+    )
+    tokenizer.chat_template = CHATML
+    return tokenizer
+
+
+def tiny_llama(
+    vocab: int, layers: int, seed: int, context: int = 256, init_scale: float = 0.25
+) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=True,
+        initializer_range=init_scale,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def make_tiny_pair(context: int = 256, seed: int = 0) -> ModelPair:
+    tokenizer = tiny_tokenizer()
+    vocab = len(tokenizer)
+    verifier = tiny_llama(vocab, layers=2, seed=seed, context=context)
+    draft = tiny_llama(vocab, layers=1, seed=seed, context=context)
+    shared = {k: w for k, w in verifier.state_dict().items() if not k.startswith("model.layers.1.")}
+    draft.load_state_dict(shared)
+    return ModelPair(
+        verifier=verifier,
+        draft=draft,
+        tokenizer=tokenizer,
+        verifier_name=f"tiny-random-llama-2l-seed{seed}",
+        draft_name=f"tiny-random-llama-2l-seed{seed}-exit1",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cuda` are skipped on machines without a CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair() -> ModelPair:
+    """A tiny random verifier/draft pair (CPU, float32, context 256). Treat it as read-only."""
+    return make_tiny_pair()
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_factory() -> Callable[..., ModelPair]:
+    """make_tiny_pair(context=256, seed=0): a fresh tiny pair, e.g. with a short context."""
+    return make_tiny_pair

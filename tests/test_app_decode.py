@@ -1,0 +1,196 @@
+"""AppTest of the Decode page on the tiny random pair, saved to folders and named in the
+sidebar the way a user names a local model: Generate produces the decoder's own trace, the
+inspector, replay, comparison and export work, and bad inputs give errors, not tracebacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from cactus_core.app_state import LiveStats, live_stats
+from cactus_core.decoder import SpeculativeDecoder
+from cactus_core.models import ModelPair
+from cactus_core.rules import make_rule
+from cactus_core.trace import reverify
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+MAX_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tiny_pair: ModelPair, tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("tiny_pair")
+    for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+        model.save_pretrained(root / role)
+        tiny_pair.tokenizer.save_pretrained(root / role)
+    return str(root / "verifier"), str(root / "draft")
+
+
+def set_state(at: AppTest, **values) -> None:
+    for key, value in values.items():
+        at.session_state[key] = value
+
+
+def decode_page(pair_dirs, seed: int = 0, **state) -> AppTest:
+    """The Decode page of a fresh session whose sidebar names the tiny pair."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    set_state(
+        at,
+        sb_source="Hub id or local folder",
+        sb_verifier=pair_dirs[0],
+        sb_draft=pair_dirs[1],
+        sb_device="cpu",
+        sb_seed=seed,
+        dec_max_new=MAX_NEW,
+        **state,
+    )
+    at.run()
+    at.switch_page("pages/decode.py").run()
+    assert not at.exception
+    return at
+
+
+def generate(at: AppTest) -> AppTest:
+    at.button(key="dec_go").click().run()
+    assert not at.exception
+    assert not at.error
+    return at
+
+
+def test_generate_produces_the_decoders_own_trace(pair_dirs, tiny_pair):
+    at = generate(decode_page(pair_dirs, seed=3))
+    run = at.session_state["decode_run"]
+    # Same prompt, rule and settings straight through the library: same tokens, same fates.
+    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=0.5), k=4, temperature=0.7)
+    want = dec.generate(run.prompt, max_new_tokens=MAX_NEW, seed=3)
+    assert run.output.token_ids == want.token_ids
+    assert [r.draft_fates for r in run.trace.rounds] == [r.draft_fates for r in want.trace.rounds]
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["tokens per call"] == f"{want.stats.tokens_per_call:.2f}"
+    assert labels["verifier calls"] == str(want.stats.verifier_calls)
+    assert any(e.label.startswith("Round 1 ·") for e in at.expander)
+    assert len(at.pills) == len(run.trace.rounds)
+    assert at.download_button(key="dec_export")
+
+
+def test_live_counters_use_the_final_definitions(pair_dirs):
+    at = generate(decode_page(pair_dirs))
+    run = at.session_state["decode_run"]
+    live: LiveStats = live_stats(run.trace.rounds, run.output.stats.wall_s)
+    assert live.tokens_per_call == pytest.approx(run.output.stats.tokens_per_call)
+    assert live.acceptance_rate == pytest.approx(run.output.stats.acceptance_rate)
+
+
+def test_clicking_a_token_opens_the_inspector(pair_dirs):
+    at = generate(decode_page(pair_dirs))
+    at.pills[0].set_value(0).run()
+    assert not at.exception
+    assert at.session_state["dec_inspect"][1:] == (0, 0)
+    assert any(m.value.startswith("**Round 1, slot 1") for m in at.markdown)
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 3  # timeline, the coin and the bars
+    # picking in another round clears the first round's selection
+    if len(at.pills) > 1:
+        at.pills[1].set_value(0).run()
+        assert at.pills[0].value is None
+        assert at.session_state["dec_inspect"][1] == 1
+
+
+def test_replay_reports_the_librarys_flips(pair_dirs):
+    at = generate(decode_page(pair_dirs))
+    at.selectbox(key="replay_rule").set_value("sps").run()
+    at.button(key="dec_replay").click().run()
+    assert not at.exception
+    run = at.session_state["decode_run"]
+    want = reverify(run.trace, make_rule("sps"))
+    flips = next(m for m in at.metric if m.label == "flipped drafts")
+    assert flips.value == str(want.flips)
+    assert run.replay.flips == want.flips
+
+
+def test_compare_with_verifier_only_states_the_result(pair_dirs):
+    at = generate(decode_page(pair_dirs))
+    at.button(key="dec_compare").click().run()
+    assert not at.exception
+    verdicts = [w.value for w in at.warning] + [s.value for s in at.success]
+    assert any(v.startswith("Speculation is") for v in verdicts)
+    modelled = next(m for m in at.metric if m.label.startswith("modelled speedup"))
+    assert modelled.value.endswith("×")
+
+
+def test_export_is_the_trace_json(pair_dirs):
+    from cactus_core.trace import Trace
+
+    at = generate(decode_page(pair_dirs))
+    run = at.session_state["decode_run"]
+    back = Trace.from_json(run.trace.to_json())
+    assert [r.emitted_ids for r in back.rounds] == [r.emitted_ids for r in run.trace.rounds]
+
+
+def test_playground_takes_a_position_from_the_decode_run(pair_dirs):
+    at = generate(decode_page(pair_dirs))
+    at.switch_page("pages/playground.py").run()
+    at.radio(key="pg_source").set_value("From a decode run").run()
+    assert not at.exception
+    assert not at.error
+    assert at.selectbox(key="pg_run_pos").options
+
+
+def test_same_seed_same_output_different_seed_different_sessions(pair_dirs):
+    a = generate(decode_page(pair_dirs, seed=1)).session_state["decode_run"].output
+    b = generate(decode_page(pair_dirs, seed=2)).session_state["decode_run"].output
+    a2 = generate(decode_page(pair_dirs, seed=1)).session_state["decode_run"].output
+    assert a.token_ids == a2.token_ids
+    assert a.token_ids != b.token_ids
+
+
+def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
+    import cactus_core.models as models
+    from pages import _common
+
+    calls = []
+    real = models.load_pair
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_pair", counting)
+    _common._load_pair.clear()
+    _common._WARM.clear()
+    generate(decode_page(pair_dirs, seed=1))
+    generate(decode_page(pair_dirs, seed=2))
+    assert len(calls) == 1
+
+
+def test_bad_model_folder_is_an_error_not_a_traceback(tmp_path):
+    at = AppTest.from_file(APP, default_timeout=120)
+    set_state(
+        at,
+        sb_source="Hub id or local folder",
+        sb_verifier=str(tmp_path / "nowhere"),
+        sb_draft=str(tmp_path / "nowhere"),
+        sb_device="cpu",
+    )
+    at.run()
+    at.switch_page("pages/decode.py").run()
+    assert not at.exception
+    assert any("Could not load" in e.value for e in at.error)
+
+
+def test_missing_verifier_is_an_error_not_a_traceback():
+    at = AppTest.from_file(APP, default_timeout=120)
+    set_state(at, sb_source="Hub id or local folder", sb_verifier="", sb_draft="")
+    at.run()
+    at.switch_page("pages/decode.py").run()
+    assert not at.exception
+    assert any("enter a verifier" in e.value for e in at.error)
+
+
+def test_empty_prompt_is_an_error_not_a_traceback(pair_dirs):
+    at = decode_page(pair_dirs, dec_prompt="   ")
+    at.button(key="dec_go").click().run()
+    assert not at.exception
+    assert any("prompt" in e.value for e in at.error)

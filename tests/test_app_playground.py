@@ -1,0 +1,123 @@
+"""AppTest of the Overview and Playground pages: they render, the slider moves the numbers the
+library computes, and bad tables give an inline error instead of a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from cactus_core.app_state import PRESETS
+from cactus_core.divergence import expected_acceptance
+from cactus_core.rules import make_rule
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+WORKED = PRESETS["Worked example (reference README)"]
+
+
+@pytest.fixture
+def playground() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    at.switch_page("pages/playground.py").run()
+    assert not at.exception
+    return at
+
+
+def _table(at: AppTest):
+    """The all-rules table, indexed by rule label."""
+    return at.dataframe[0].value.set_index("rule")
+
+
+def test_overview_renders_with_links_and_sidebar():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    assert at.title[0].value.endswith("Cactus Lab")
+    assert at.sidebar.slider(key="sb_temperature").value == 0.7
+    assert at.session_state["settings"].k == 4
+    assert at.session_state["settings_error"] is None
+
+
+def test_playground_renders_the_worked_example(playground):
+    at = playground
+    assert not at.error
+    table = _table(at)
+    assert table.loc["sps", "a(n), drafted"] == pytest.approx(0.4375, abs=1e-6)
+    assert table.loc["cactus δ=0.21", "a(n), drafted"] == pytest.approx(0.824, abs=1e-3)
+    assert len(at.get("plotly_chart")) >= 1
+    assert len(at.latex) >= 4
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.5, 1.3])
+def test_delta_slider_moves_acceptance_as_the_library_says(playground, delta):
+    at = playground
+    at.slider(key="pg_delta").set_value(delta).run()
+    assert not at.exception
+    table = _table(at)
+    for name in ("cactus", "cactus-exact"):
+        want = float(expected_acceptance(make_rule(name, delta=delta), WORKED.p, WORKED.q))
+        assert table.loc[f"{name} δ={delta:g}", "expected acceptance"] == pytest.approx(
+            want, abs=1e-6
+        )
+    # sps ignores delta
+    sps = float(expected_acceptance(make_rule("sps"), WORKED.p, WORKED.q))
+    assert table.loc["sps", "expected acceptance"] == pytest.approx(sps, abs=1e-6)
+    headline = next(m for m in at.metric if m.label.startswith("cactus δ="))
+    assert headline.value == f"{table.loc[f'cactus δ={delta:g}', 'expected acceptance']:.1%}"
+
+
+def test_truncated_preset_warns_that_no_delta_helps(playground):
+    at = playground
+    at.selectbox(key="pg_preset").set_value("Outside the verifier's nucleus (top-p)").run()
+    at.slider(key="pg_delta").set_value(2.0).run()
+    assert not at.exception
+    assert any("no mass" in w.value for w in at.warning)
+    assert _table(at).loc["cactus δ=2", "a(n), drafted"] == 0.0
+
+
+def test_other_drafted_token_changes_a_n(playground):
+    at = playground
+    at.selectbox(key="pg_drafted_Worked example (reference README)").set_value(0).run()
+    assert not at.exception
+    assert _table(at).loc["sps", "a(n), drafted"] == pytest.approx(1.0)  # q .30 ≥ p .05
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({0: {"p (draft)": -0.1}}, "negative"),
+        ({i: {"q (verifier)": 0.0} for i in range(3)}, "all zeros"),
+        ({1: {"p (draft)": None}}, "NaN"),
+        ({2: {"token": "decode"}}, "distinct"),
+    ],
+)
+def test_bad_table_shows_an_error_not_a_traceback(playground, edit, message):
+    at = playground
+    at.radio(key="pg_source").set_value("Edit a table").run()
+    at.session_state["pg_table"] = {"edited_rows": edit, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error)
+    assert not at.dataframe[1:]  # no rule table is drawn from a bad table
+
+
+def test_unnormalised_table_is_normalised_with_a_notice(playground):
+    at = playground
+    at.radio(key="pg_source").set_value("Edit a table").run()
+    at.session_state["pg_table"] = {
+        "edited_rows": {0: {"q (verifier)": 0.5}},
+        "added_rows": [{"token": "extra", "p (draft)": 0.0, "q (verifier)": 0.0}],
+        "deleted_rows": [],
+    }
+    at.run()
+    assert not at.exception
+    assert not at.error
+    assert any("q summed to 1.2" in i.value for i in at.info)
+
+
+def test_from_a_decode_run_without_one_says_so(playground):
+    at = playground
+    at.radio(key="pg_source").set_value("From a decode run").run()
+    assert not at.exception
+    assert any("No decode run" in i.value for i in at.info)

@@ -1,0 +1,222 @@
+"""The app's streamlit-free layer: table checks, per-rule tables against the library, trace
+views. The numbers a page shows must be the library's numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cactus_core import app_state as S
+from cactus_core.decoder import SpeculativeDecoder
+from cactus_core.divergence import expected_acceptance, kl
+from cactus_core.emitted import emitted_distribution
+from cactus_core.rules import RULE_NAMES, make_rule
+from cactus_core.trace import reverify
+
+WORKED = S.PRESETS["Worked example (reference README)"]
+
+
+def test_rule_params_cover_every_rule_and_build():
+    assert set(S.RULE_PARAMS) == set(RULE_NAMES)
+    for name in RULE_NAMES:
+        rule = S.build_rule(name)
+        assert rule.name == name
+        for spec in S.RULE_PARAMS[name]:
+            make_rule(name, **{spec.name: spec.low})
+            make_rule(name, **{spec.name: spec.high})
+
+
+def test_worked_example_matches_the_design_notes():
+    rows = {r.name: r for r in S.compare_rules(WORKED, S.playground_rules(0.21))}
+    assert rows["sps"].accept_drafted == pytest.approx(0.4375, abs=1e-6)
+    cactus = rows["cactus"]
+    assert cactus.accept_drafted == pytest.approx(0.824, abs=1e-3)
+    assert cactus.kl_h_q == pytest.approx(0.197, abs=1e-3)
+    assert cactus.h.tolist() == pytest.approx([0.157, 0.659, 0.184], abs=1e-3)
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.21, 1.0])
+def test_compare_rules_equals_the_library(delta):
+    g = torch.Generator().manual_seed(3)
+    q = torch.softmax(torch.randn(40, generator=g) * 2, -1)
+    p = torch.softmax(torch.randn(40, generator=g) * 2, -1)
+    pos = S.Position(tuple(f"t{i}" for i in range(40)), p, q, drafted=int(p.argmax()))
+    rules = S.playground_rules(delta, budget=0.1)
+    for rule, row in zip(rules, S.compare_rules(pos, rules), strict=True):
+        n = torch.tensor(pos.drafted)
+        assert row.expected_acceptance == pytest.approx(
+            float(expected_acceptance(rule, p, q)), abs=1e-6
+        )
+        assert row.accept_drafted == pytest.approx(float(rule.accept_probs(q, p, n)), abs=1e-6)
+        pi = emitted_distribution(rule, p, q)
+        assert torch.allclose(row.pi, pi)
+        assert row.kl_pi_q == pytest.approx(float(kl(pi, q)), abs=1e-6)
+        assert row.kl_h_q == pytest.approx(float(kl(rule.adjusted_target(q, p, n), q)), abs=1e-6)
+
+
+def test_position_equality_follows_content():
+    a = S.Position(("x", "y"), torch.tensor([0.5, 0.5]), torch.tensor([0.2, 0.8]), 0)
+    b = S.Position(("x", "y"), torch.tensor([0.5, 0.5]), torch.tensor([0.2, 0.8]), 0)
+    c = S.with_drafted(a, 1)
+    assert a == b and hash(a) == hash(b)
+    assert a != c
+
+
+def test_taylor_gap_on_the_lump_equals_the_full_vocabulary():
+    g = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(500, generator=g) * 3, -1)
+    p = torch.softmax(torch.randn(500, generator=g) * 3, -1)
+    n = int(q.argmax())  # a large q_n, where the closed form overshoots
+    pos = S.Position(tuple(map(str, range(500))), p, q, drafted=n)
+    gap = S.taylor_gap(pos, 0.8)
+    for name, h_now, kl_now in (
+        ("cactus", gap.h_taylor, gap.kl_taylor_now),
+        ("cactus-exact", gap.h_exact, gap.kl_exact_now),
+    ):
+        h = make_rule(name, delta=0.8).adjusted_target(q, p, torch.tensor(n))
+        assert h_now == pytest.approx(float(h[n]), abs=1e-5)
+        assert kl_now == pytest.approx(float(kl(h, q)), abs=1e-5)
+    # the exact root meets delta, or reaches h_n = 1 first (KL = −log q_n)
+    assert gap.kl_exact_now == pytest.approx(min(0.8, -math.log(float(q[n]))), abs=1e-4)
+    assert all(e <= d + 1e-6 for d, e in zip(gap.deltas, gap.kl_exact, strict=True))
+
+
+def test_truncation_warning_only_when_q_n_is_zero():
+    nucleus = S.PRESETS["Outside the verifier's nucleus (top-p)"]
+    assert "no mass" in S.truncation_warning(nucleus)
+    assert S.truncation_warning(WORKED) is None
+    # and indeed no delta rescues it
+    for rule in S.playground_rules(3.0):
+        if rule.name.startswith("cactus") or rule.name == "sps":
+            row = S.compare_rules(nucleus, [rule])[0]
+            assert row.accept_drafted == 0.0
+
+
+@pytest.mark.parametrize(
+    ("p", "message"),
+    [
+        ([-0.1, 0.6, 0.5], "negative"),
+        ([0.0, 0.0, 0.0], "all zeros"),
+        ([float("nan"), 0.5, 0.5], "NaN"),
+        ([None, 0.5, 0.5], "empty"),
+        (["a", 0.5, 0.5], "numbers"),
+    ],
+)
+def test_parse_table_rejects_bad_columns(p, message):
+    with pytest.raises(ValueError, match=message):
+        S.parse_table(["a", "b", "c"], p, [0.3, 0.3, 0.4])
+
+
+def test_parse_table_rejects_bad_tokens():
+    with pytest.raises(ValueError, match="at least two"):
+        S.parse_table(["a"], [1.0], [1.0])
+    with pytest.raises(ValueError, match="distinct"):
+        S.parse_table(["a", "a"], [0.5, 0.5], [0.5, 0.5])
+    with pytest.raises(ValueError, match="token name"):
+        S.parse_table(["a", None], [0.5, 0.5], [0.5, 0.5])
+
+
+def test_parse_table_normalises_and_says_so():
+    pos = S.parse_table(["a", "b"], [1, 3], [0.5, 0.5])
+    assert pos.p.tolist() == pytest.approx([0.25, 0.75])
+    assert pos.notices == ("p summed to 4; normalised to 1.",)
+
+
+def test_modelled_speedup():
+    assert S.modelled_speedup(3.0, 4, 0.05) == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="c"):
+        S.modelled_speedup(3.0, 4, -1)
+
+
+def test_speed_comparison_says_plainly_when_slower():
+    slow = S.SpeedComparison(5.0, 10.0, 2.0, 4, 0.3)
+    assert slow.speedup == 0.5
+    assert slow.verdict().startswith("Speculation is slower here: 0.50×")
+    assert S.SpeedComparison(20.0, 10.0, 2.0, 4, 0.3).verdict().startswith("Speculation is faster")
+
+
+def test_settings_validation():
+    assert S.AppSettings().pair_label == "embedded pair"
+    with pytest.raises(ValueError, match="draft needs a verifier"):
+        S.AppSettings(draft="x")
+    with pytest.raises(ValueError, match="top_p"):
+        S.AppSettings(top_p=0.0)
+
+
+def test_chip_label_escapes_markdown_and_marks_fate():
+    t = S.TokenView("*a_b [x]", "rejected", 0, 0)
+    label = S.chip_label(t)
+    assert label.startswith(":red-background[~~")
+    assert "\\*a\\_b" in label and "\\[x\\]" in label
+    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == ":green-background[␣]"
+
+
+def test_transcript_html_escapes_and_strikes_rejected():
+    html = S.transcript_html("", [S.TokenView("<b>", "rejected", 0, 0, flipped=True)])
+    assert "&lt;b&gt;" in html and "<b>" not in html
+    assert "line-through" in html and "dashed" in html
+    with pytest.raises(ValueError, match="unknown fate"):
+        S.transcript_html("", [S.TokenView("x", "eaten", 0, 0)])
+
+
+@pytest.fixture(scope="module")
+def decoded(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=0.5), k=3, temperature=1.0)
+    return dec.generate("hello there", max_new_tokens=24, seed=5)
+
+
+def test_transcript_tokens_emit_exactly_the_output(decoded):
+    views = S.transcript_tokens(decoded.trace.rounds)
+    emitted = [v.text for v in views if v.fate != "rejected"]
+    assert "".join(emitted) == "".join(t for r in decoded.trace.rounds for t in r.emitted_text)
+    rejected = sum(1 for v in views if v.fate == "rejected")
+    assert rejected == sum(
+        1 for r in decoded.trace.rounds if r.num_accepted < r.k and len(r.emitted_ids) > r.num_accepted
+    )
+
+
+def test_live_stats_agree_with_the_decoder(decoded):
+    live = S.live_stats(decoded.trace.rounds, decoded.stats.wall_s)
+    assert live.tokens == decoded.stats.new_tokens
+    assert live.tokens_per_call == pytest.approx(decoded.stats.tokens_per_call)
+    assert live.acceptance_rate == pytest.approx(decoded.stats.acceptance_rate)
+    assert live.emitted_kl == pytest.approx(decoded.stats.mean_emitted_kl, abs=1e-6)
+
+
+def test_trace_position_is_a_distribution_pair_with_the_drafted_token(decoded):
+    choices = S.decode_positions(decoded.trace)
+    assert choices
+    for choice in choices[:5]:
+        pos = choice.position(decoded.trace)
+        assert float(pos.p.sum()) == pytest.approx(1.0, abs=1e-5)
+        assert float(pos.q.sum()) == pytest.approx(1.0, abs=1e-5)
+        rnd = decoded.trace.rounds[choice.round_index]
+        assert pos.labels[pos.drafted] == rnd.draft_text[choice.slot]
+        # The tiny vocabulary (259) fits in the kept rows, so a(n) is the decoder's exactly.
+        row = S.compare_rules(pos, [decoded.trace.rule])[0]
+        assert row.accept_drafted == pytest.approx(rnd.accept_probs[choice.slot], abs=1e-4)
+
+
+def test_inspect_every_token_of_every_round(decoded):
+    for rnd in decoded.trace.rounds:
+        for view in S.round_tokens(rnd):
+            ins = S.inspect_token(decoded.trace, rnd.index, view.slot)
+            assert ins.title
+            if view.fate in ("accepted", "rejected", "dropped"):
+                assert ins.accept_prob == rnd.accept_probs[view.slot]
+                assert set(ins.series) == {"p", "q", "h", "residual"}
+                assert ins.highlight is not None
+            else:
+                assert set(ins.series) == {"q"}
+            for values in ins.series.values():
+                assert all(math.isfinite(v) for v in values)
+
+
+def test_flipped_slots_follow_the_replay(decoded):
+    replay = reverify(decoded.trace, make_rule("cactus", delta=3.0))
+    flips = S.flipped_slots(replay)
+    assert sum(len(v) for v in flips.values()) == replay.flips
+    views = S.transcript_tokens(decoded.trace.rounds, replay)
+    assert any(v.flipped for v in views) == (replay.flips > 0)

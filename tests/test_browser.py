@@ -1,0 +1,252 @@
+"""The app in a real browser: `streamlit run` on a free port, driven by Chromium through
+Playwright. Every page opens without a Streamlit exception box or an uncaught page error; the
+Playground slider moves the numbers; Generate streams tokens; two users decoding at once each
+get exactly what they get alone. Screenshots go to test-artifacts/.
+
+Needs Chromium at /usr/bin/chromium (Debian package `chromium`; .ci/run installs it). The app
+runs on the tiny random pair saved to folders; CACTUS_BROWSER_PAIR=embedded uses the embedded
+pair instead (realistic text, slower).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+EXCEPTION = '[data-testid="stException"]'
+TIMEOUT_MS = 180_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().decode().strip() == "ok":
+                    return time.perf_counter() - start
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"streamlit did not answer /_stcore/health within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair, tmp_path_factory) -> Iterator[str]:
+    env = dict(os.environ)
+    if os.environ.get("CACTUS_BROWSER_PAIR") != "embedded":
+        root = tmp_path_factory.mktemp("browser_pair")
+        for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+            model.save_pretrained(root / role)
+            tiny_pair.tokenizer.save_pretrained(root / role)
+        env["CACTUS_LAB_VERIFIER"] = str(root / "verifier")
+        env["CACTUS_LAB_DRAFT"] = str(root / "draft")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "streamlit-server.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_healthy(url, proc, 90)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class Session:
+    """One user: a browser context with its own page and a record of page errors."""
+
+    def __init__(self, browser, url: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.url = url
+
+    def open(self, path: str = "") -> None:
+        self.page.goto(f"{self.url}/{path}")
+        self.idle()
+
+    def idle(self) -> None:
+        """Wait until the script run finishes (the app's 'running' indicator goes away)."""
+        self.page.wait_for_timeout(300)
+        self.page.wait_for_function(
+            "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+            " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText"
+            ".includes('Running')",
+            timeout=TIMEOUT_MS,
+        )
+
+    def check(self) -> None:
+        assert self.page.locator(EXCEPTION).count() == 0, self.page.locator(EXCEPTION).first.inner_text()
+        assert not self.errors, self.errors
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+    def metric(self, label_start: str) -> str:
+        card = self.page.locator('[data-testid="stMetric"]').filter(has_text=label_start).first
+        return card.locator('[data-testid="stMetricValue"]').inner_text()
+
+    def set_seed(self, seed: int) -> None:
+        box = self.page.get_by_label("Seed")
+        box.fill(str(seed))
+        box.press("Enter")
+        self.idle()
+
+    def shorten(self, presses: int = 6) -> None:
+        """Max new tokens 64 -> 16 (8 per step), to keep the test short."""
+        thumb = self.page.locator('[data-testid="stMain"] [role="slider"][aria-valuemax="256"]')
+        thumb.focus()
+        for _ in range(presses):
+            thumb.press("ArrowLeft")
+        self.idle()
+
+    def generate(self, run_id: int, wait: bool = True) -> None:
+        self.page.locator("button", has_text="Generate").first.click()
+        if wait:
+            self.wait_run(run_id)
+
+    def wait_run(self, run_id: int) -> str:
+        self.page.get_by_text(f"Run {run_id}:").wait_for()
+        self.idle()
+        return self.transcript()
+
+    def transcript(self) -> str:
+        return self.page.locator(".cactus-transcript").first.inner_text()
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def test_every_page_in_a_real_browser(server, browser):
+    s = Session(browser, server)
+    try:
+        s.open()
+        s.page.get_by_text("Cactus Lab").first.wait_for()
+        s.check()
+        s.shot("overview")
+
+        s.open("playground")
+        s.page.get_by_text("Taylor closed form against the exact root").wait_for()
+        before = s.metric("cactus δ=0.21")
+        thumb = s.page.locator('[data-testid="stMain"] [role="slider"]').first
+        thumb.focus()
+        for _ in range(29):
+            thumb.press("ArrowRight")  # delta 0.21 -> 0.50
+        s.page.locator('[data-testid="stMetric"]', has_text="cactus δ=0.50").wait_for()
+        s.idle()
+        after = s.metric("cactus δ=0.50")
+        assert (before, after) == ("85.9%", "100.0%")
+        s.check()
+        s.shot("playground")
+
+        s.open("decode")
+        s.shorten()
+        s.generate(run_id=1)
+        assert s.page.locator(".cactus-transcript span").count() > 0
+        s.page.get_by_text("Round 1 ·").first.click()
+        s.page.locator('[data-testid="stExpander"] button').filter(has_text="").first
+        chip = s.page.locator('[data-testid="stExpanderDetails"]').first.locator("button").first
+        chip.click()
+        s.page.get_by_text("Round 1, slot").first.wait_for()
+        s.idle()
+        s.check()
+        s.shot("decode")
+
+        s.open("playground")
+        s.page.get_by_text("From a decode run").click()
+        s.idle()
+        s.check()
+        s.shot("playground-from-run")
+    finally:
+        s.close()
+
+
+def test_two_users_at_once_get_what_they_get_alone(server, browser):
+    users = [Session(browser, server), Session(browser, server)]
+    try:
+        alone = []
+        for seed, u in zip((11, 12), users, strict=True):
+            u.open("decode")
+            u.set_seed(seed)
+            u.shorten()
+            u.generate(run_id=1)
+            alone.append(u.transcript())
+        assert alone[0] != alone[1]
+        for u in users:  # both start before either finishes
+            u.generate(run_id=2, wait=False)
+        together = [u.wait_run(2) for u in users]
+        assert together == alone
+        for u in users:
+            u.check()
+    finally:
+        for u in users:
+            u.close()

@@ -1,0 +1,302 @@
+"""Speculative decoder on the tiny random pair: greedy equivalence, exact KV-cache rollback,
+batching, the sampling distribution, stopping, streaming and input checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from cactus_core.decoder import K_MAX, SpeculativeDecoder, summarize
+from cactus_core.emitted import emitted_distribution
+from cactus_core.kv_cache import SequenceCache
+from cactus_core.rules import RULE_NAMES, make_rule
+
+PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
+
+
+def greedy_reference(model: torch.nn.Module, ids: list[int], n: int, eos: set[int]) -> list[int]:
+    """Greedy decoding with full forwards and no cache: the ground truth."""
+    seq = list(ids)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(n):
+            t = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+            out.append(t)
+            seq.append(t)
+            if t in eos:
+                break
+    return out
+
+
+@pytest.mark.parametrize("rule", RULE_NAMES)
+def test_greedy_equals_verifier_greedy_for_every_rule(tiny_pair, rule):
+    dec = SpeculativeDecoder(tiny_pair, make_rule(rule), k=4, temperature=0.0, record_trace=False)
+    outs = dec.generate(PROMPTS, max_new_tokens=24, seed=3)
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        ref = greedy_reference(tiny_pair.verifier, tiny_pair.encode_prompt(prompt), 24, dec.eos_ids)
+        assert out.token_ids == ref
+        assert out.stats.mean_emitted_kl == 0.0
+    single = dec.generate(PROMPTS[0], max_new_tokens=24, seed=0)
+    assert single.token_ids == outs[0].token_ids
+
+
+def test_greedy_autoregressive_and_single_paths(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, "interp", k=3, temperature=0.0)
+    ids = tiny_pair.encode_prompt(PROMPTS[1])
+    ref = greedy_reference(tiny_pair.verifier, ids, 20, dec.eos_ids)
+    assert dec.generate_autoregressive(PROMPTS[1], max_new_tokens=20).token_ids == ref
+    out = dec.generate(PROMPTS[1], max_new_tokens=20)
+    assert out.token_ids == ref
+    # interp at T = 0 would accept mismatches with probability alpha; exact match never does.
+    for rnd in out.trace.rounds:
+        for pos, fate in zip(rnd.positions, rnd.draft_fates, strict=False):
+            if fate == "accepted":
+                assert pos.draft_id == pos.q_ids[0]
+
+
+class CacheMirror:
+    """Mirrors what each SequenceCache holds and checks every logit it returns against a full
+    forward pass over the same tokens."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows: dict[int, list[list[int]]] = {}
+        self.max_err = 0.0
+        self.checked = 0
+        prefill, step, keep, select = (
+            SequenceCache.prefill,
+            SequenceCache.step,
+            SequenceCache.keep,
+            SequenceCache.select,
+        )
+        mirror = self
+
+        def _prefill(cache, prefixes):
+            prefill(cache, prefixes)
+            mirror.rows[id(cache)] = [list(p) for p in prefixes]
+
+        def _step(cache, input_ids, new_valid_host=None, num_logits=1):
+            logits = step(cache, input_ids, new_valid_host, num_logits)
+            rows = mirror.rows[id(cache)]
+            for b, ids in enumerate(input_ids.tolist()):
+                ok = new_valid_host[b] if new_valid_host is not None else [True] * len(ids)
+                rows[b].extend(t for t, v in zip(ids, ok, strict=True) if v)
+                with torch.no_grad():
+                    full = cache.model(torch.tensor([rows[b]])).logits[0, -num_logits:]
+                err = (full[..., : cache.vocab_size] - logits[b]).abs().max().item()
+                mirror.max_err = max(mirror.max_err, err)
+                mirror.checked += 1
+            return logits
+
+        def _keep(cache, lengths):
+            keep(cache, lengths)
+            rows = mirror.rows[id(cache)]
+            mirror.rows[id(cache)] = [r[:n] for r, n in zip(rows, lengths, strict=True)]
+
+        def _select(cache, rows):
+            select(cache, rows)
+            mirror.rows[id(cache)] = [mirror.rows[id(cache)][r] for r in rows]
+
+        monkeypatch.setattr(SequenceCache, "prefill", _prefill)
+        monkeypatch.setattr(SequenceCache, "step", _step)
+        monkeypatch.setattr(SequenceCache, "keep", _keep)
+        monkeypatch.setattr(SequenceCache, "select", _select)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_cache_rollback_matches_full_forward(tiny_pair, monkeypatch, k):
+    mirror = CacheMirror(monkeypatch)
+    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=0.5), k=k, record_trace=False)
+    single = dec.generate(PROMPTS[0], max_new_tokens=20, seed=k)
+    # Two prompts of different lengths: right-padded prefill, holes after uneven acceptance.
+    batch = dec.generate(PROMPTS[:2], max_new_tokens=20, seed=k)
+    assert mirror.checked > 0
+    assert mirror.max_err < 1e-4
+    rejected = sum(o.stats.rejected_tokens for o in [single, *batch])
+    assert rejected > 0  # rollback was exercised
+
+
+def test_batched_equals_single_tokens(tiny_pair):
+    for rule in (make_rule("sps"), make_rule("cactus", delta=1.0), make_rule("topk")):
+        dec = SpeculativeDecoder(tiny_pair, rule, k=4, temperature=0.8, top_p=0.95)
+        batch = dec.generate(PROMPTS, max_new_tokens=30, seed=11)
+        for i, out in enumerate(batch):
+            alone = dec.generate(PROMPTS[i], max_new_tokens=30, seed=11 + i)
+            assert out.token_ids == alone.token_ids
+            assert [r.draft_fates for r in out.trace.rounds] == [
+                r.draft_fates for r in alone.trace.rounds
+            ]
+    ar = dec.generate_autoregressive(PROMPTS, max_new_tokens=20, seed=5)
+    for i, out in enumerate(ar):
+        assert out.token_ids == dec.generate_autoregressive(PROMPTS[i], 20, seed=5 + i).token_ids
+
+
+def test_same_seed_same_tokens_and_trace(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=0.5), k=4)
+    a = dec.generate(PROMPTS[2], max_new_tokens=32, seed=7)
+    b = dec.generate(PROMPTS[2], max_new_tokens=32, seed=7)
+    c = dec.generate(PROMPTS[2], max_new_tokens=32, seed=8)
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+    def strip(trace):
+        d = trace.to_dict()
+        d["meta"].pop("batch")
+        for r in d["rounds"]:
+            r.pop("draft_s")
+            r.pop("verify_s")
+        return d
+
+    assert strip(a.trace) == strip(b.trace)
+
+
+def _exact_first_two(pair, ids: list[int], temperature: float):
+    """Exact distributions of the first and second sampled token under q."""
+    with torch.no_grad():
+        q1 = torch.softmax(pair.verifier(torch.tensor([ids])).logits[0, -1] / temperature, -1)
+        p1 = torch.softmax(pair.draft(torch.tensor([ids])).logits[0, -1] / temperature, -1)
+        vocab = q1.shape[0]
+        seqs = torch.tensor([[*ids, x] for x in range(vocab)])
+        q2 = torch.softmax(pair.verifier(seqs).logits[:, -1] / temperature, -1)  # [V, V]
+    return p1.double(), q1.double(), (q1.double()[:, None] * q2.double()).sum(0)
+
+
+def _chi2_pvalue(samples: list[int], probs: torch.Tensor) -> float:
+    """Goodness of fit, pooling the cells expected to get fewer than 5 samples into one."""
+    n = len(samples)
+    counts = torch.bincount(torch.tensor(samples), minlength=probs.shape[0]).double()
+    expected = probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    if exp[-1] < 5:  # fold a tiny pooled cell into the smallest big one
+        obs, exp = obs[:-1], exp[:-1]
+        obs[-1] += counts[~big].sum()
+        exp[-1] += expected[~big].sum()
+    exp = exp * obs.sum() / exp.sum()
+    return float(chisquare(obs.numpy(), exp.numpy()).pvalue)
+
+
+def test_sps_matches_verifier_distribution(tiny_pair):
+    """sps's first two tokens follow q exactly (chi-square against the exact marginals), and
+    so do verifier-only samples; cactus's first token follows its exact pi, not q."""
+    prompt, n, temp = "Tell me", 3000, 1.0
+    ids = tiny_pair.encode_prompt(prompt, chat_template=False)
+    p1, q1, q2 = _exact_first_two(tiny_pair, ids, temp)
+    kw = {"max_new_tokens": 2, "chat_template": False}
+    sps = SpeculativeDecoder(tiny_pair, "sps", k=4, temperature=temp, record_trace=False)
+    spec = sps.generate([prompt] * n, seed=0, **kw)
+    ar = sps.generate_autoregressive([prompt] * n, seed=10**6, **kw)
+    for outs in (spec, ar):
+        assert all(len(o.token_ids) == 2 for o in outs)
+        assert _chi2_pvalue([o.token_ids[0] for o in outs], q1) > 1e-3
+        assert _chi2_pvalue([o.token_ids[1] for o in outs], q2) > 1e-3
+    assert summarize(spec)["acceptance_rate"] > 0.3  # the drafts did take part
+
+    rule = make_rule("cactus", delta=2.0)
+    cactus = SpeculativeDecoder(tiny_pair, rule, k=4, temperature=temp, record_trace=False)
+    first = [o.token_ids[0] for o in cactus.generate([prompt] * n, seed=0, **kw)]
+    pi1 = emitted_distribution(rule, p1.float()[None], q1.float()[None])[0].double()
+    assert _chi2_pvalue(first, pi1) > 1e-3
+    assert _chi2_pvalue(first, q1) < 1e-6  # the test can tell pi from q
+
+
+def test_stops_on_eos(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, "sps", k=4, temperature=1.0)
+    free = dec.generate(PROMPTS[0], max_new_tokens=40, seed=2)
+    stop_token = free.token_ids[9]
+    first = free.token_ids.index(stop_token)
+    dec.eos_ids = {stop_token}
+    out = dec.generate(PROMPTS[0], max_new_tokens=40, seed=2)
+    assert out.token_ids == free.token_ids[: first + 1]
+    assert out.stats.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_stops_at_context_limit(tiny_pair_factory, k):
+    pair = tiny_pair_factory(context=48)
+    dec = SpeculativeDecoder(pair, make_rule("cactus", delta=1.0), k=k, temperature=1.0)
+    dec.eos_ids = set()  # run into the wall
+    outs = dec.generate(PROMPTS[:2], max_new_tokens=100, seed=1)
+    for out in outs:
+        assert len(out.prompt_ids) + len(out.token_ids) == 48
+        assert out.stats.stop_reason == "context"
+    long_prompt = "x" * 60
+    with pytest.raises(ValueError, match="context"):
+        dec.generate(long_prompt)
+
+
+def test_stats_count_calls(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=5, temperature=0.9)
+    dec.eos_ids = set()
+    out = dec.generate(PROMPTS[1], max_new_tokens=40, seed=4)
+    st = out.stats
+    assert st.new_tokens == 40 == len(out.token_ids)
+    assert st.verifier_calls == st.rounds == len(out.trace.rounds)
+    assert st.draft_calls == 5 * st.rounds
+    assert st.tokens_per_call == pytest.approx(40 / st.rounds)
+    assert 0 <= st.acceptance_rate <= 1
+    assert st.accepted_tokens == sum(r.num_accepted for r in out.trace.rounds)
+    assert st.mean_emitted_kl >= 0
+    ar = dec.generate_autoregressive(PROMPTS[1], max_new_tokens=40, seed=4)
+    assert ar.stats.tokens_per_call == 1.0
+    assert ar.stats.draft_calls == 0
+    assert ar.stats.acceptance_rate is None
+    assert {f for r in ar.trace.rounds for f in r.emitted_fates} == {"sampled"}
+
+
+def test_streaming_callback_and_iterator(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=4)
+    seen = []
+    out = dec.generate(PROMPTS[0], max_new_tokens=25, seed=9, on_round=lambda r, row: seen.append(r))
+    assert [t for r in seen for t in r.emitted_ids] == out.token_ids
+    stream = dec.rounds(PROMPTS[0], max_new_tokens=25, seed=9)
+    streamed = [t for r in stream for t in r.emitted_ids]
+    assert streamed == out.token_ids
+    assert stream.output is not None and stream.output.token_ids == out.token_ids
+    rows = []
+    dec.generate(PROMPTS, max_new_tokens=10, seed=1, on_round=lambda r, row: rows.append(row))
+    assert set(rows) == {0, 1, 2}
+
+
+def test_bad_input_raises_value_error(tiny_pair):
+    dec = SpeculativeDecoder(tiny_pair, "sps")
+    with pytest.raises(ValueError, match="empty"):
+        dec.generate("")
+    with pytest.raises(ValueError, match="empty"):
+        dec.generate(["fine", "   "])
+    with pytest.raises(ValueError, match="context"):
+        dec.generate("word " * 400)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        dec.generate("hi", max_new_tokens=0)
+    with pytest.raises(ValueError, match="no prompts"):
+        dec.generate([])
+    for bad in (0, K_MAX + 1, 2.5):
+        with pytest.raises(ValueError, match="k must be"):
+            SpeculativeDecoder(tiny_pair, "sps", k=bad)
+    with pytest.raises(ValueError, match="temperature"):
+        SpeculativeDecoder(tiny_pair, "sps", temperature=-0.1)
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="top_p"):
+            SpeculativeDecoder(tiny_pair, "sps", top_p=bad)
+    with pytest.raises(ValueError, match="unknown rule"):
+        SpeculativeDecoder(tiny_pair, "nope")
+    with pytest.raises(ValueError, match="top_k"):
+        SpeculativeDecoder(tiny_pair, "sps", top_k=-1)
+
+
+@pytest.mark.cuda
+def test_cuda_greedy_and_sampling(tiny_pair_factory):
+    pair = tiny_pair_factory()
+    pair.verifier.to("cuda")
+    pair.draft.to("cuda")
+    pair.device = torch.device("cuda")
+    dec = SpeculativeDecoder(pair, "cactus", k=4, temperature=0.0)
+    spec = dec.generate(PROMPTS, max_new_tokens=24, seed=0)
+    plain = dec.generate_autoregressive(PROMPTS, max_new_tokens=24, seed=0)
+    assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
+    sampler = SpeculativeDecoder(pair, "cactus", k=4, temperature=0.8)
+    a = sampler.generate(PROMPTS, max_new_tokens=24, seed=0)
+    b = sampler.generate(PROMPTS, max_new_tokens=24, seed=0)
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    assert all(o.stats.new_tokens > 0 for o in a)

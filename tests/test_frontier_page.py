@@ -1,0 +1,104 @@
+"""AppTest of the Frontier page on the tiny random pair (saved to folders, loaded through the
+sidebar's custom-pair path): a sweep runs, the charts and table render, a reload shows the
+cached results without a model call, a clicked setting shows its outputs, and the tuner
+confirms a parameter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+@pytest.fixture(scope="module")
+def pair_folders(tiny_pair, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-pair")
+    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+        model.save_pretrained(root / name)
+        tiny_pair.tokenizer.save_pretrained(root / name)
+    return root / "verifier", root / "draft"
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    # Shared by this module's tests: a later test finds the earlier one's chunks (as a user
+    # coming back would), and still works alone, computing them.
+    return tmp_path_factory.mktemp("frontier-cache")
+
+
+@pytest.fixture
+def env(pair_folders, cache_dir, monkeypatch):
+    verifier, draft = pair_folders
+    monkeypatch.setenv("CACTUS_LAB_VERIFIER", str(verifier))
+    monkeypatch.setenv("CACTUS_LAB_DRAFT", str(draft))
+    monkeypatch.setenv("CACTUS_CACHE_DIR", str(cache_dir))
+    return cache_dir
+
+
+def _frontier() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240).run()
+    assert not at.exception
+    at.switch_page("pages/frontier.py").run()
+    assert not at.exception
+    return at
+
+
+def _small_sweep(at: AppTest) -> AppTest:
+    at.slider(key="fr_n_24").set_value(3)
+    at.slider(key="fr_max_new").set_value(8)
+    at.slider(key="fr_chunk").set_value(2)
+    at.multiselect(key="fr_rules").set_value(["cactus", "interp"])
+    at.run()
+    at.text_input(key="fr_grid_cactus").set_value("0, 0.5")
+    at.text_input(key="fr_grid_interp").set_value("0.5")
+    return at.run()
+
+
+def test_sweep_runs_renders_and_survives_a_reload(env):
+    at = _small_sweep(_frontier())
+    assert not at.exception
+    assert any("Run sweep" in i.value for i in at.info)
+    at.button(key="fr_run").click().run()
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 5  # tokens/call, speedup, tokens/s, limit, modelled
+    table = at.dataframe[0].value
+    assert list(table["setting"]) == ["verifier-only", "cactus δ=0", "cactus δ=0.5", "interp α=0.5"]
+    assert table["tokens/call"].iloc[0] == 1.0
+    assert (table["efficiency"].iloc[1:] <= 1.0 + 1e-6).all()
+
+    # A new session (a browser reload) with the same form finds everything in the cache.
+    again = _small_sweep(_frontier())
+    assert not again.exception
+    assert len(again.get("plotly_chart")) == 5
+    assert not any("Run sweep" in i.value for i in again.info)
+
+
+def test_clicked_setting_shows_outputs_and_the_tuner_confirms(env):
+    at = _small_sweep(_frontier())
+    at.button(key="fr_run").click().run()
+    assert not at.exception
+    # what the chart's on_select stores when a point is clicked
+    at.session_state["fr_selected"] = "cactus:delta=0.5"
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="fr_pick_cactus:delta=0.5").value == "cactus:delta=0.5"
+    assert any("verifier-only" in m.value for m in at.markdown)
+    assert len(at.text) >= 2
+
+    at.number_input(key="fr_budget").set_value(0.01)
+    at.button(key="fr_tune").click().run()
+    assert not at.exception, at.exception
+    assert at.success and "met the budget" in at.success[0].value
+    assert any("--rule cactus --delta" in c.value for c in at.code)
+    assert at.metric[0].label == "delta"
+
+
+def test_bad_grid_gives_an_inline_error(env):
+    at = _frontier()
+    at.text_input(key="fr_grid_cactus").set_value("0, lots").run()
+    assert not at.exception
+    assert any("'lots' is not a number" in e.value for e in at.error)
+    assert "fr_run" not in [b.key for b in at.button]  # the page stops before its buttons

@@ -1,0 +1,1 @@
+"""Scripts that build the embedded draft model (data generation, training, measurement)."""

@@ -1,0 +1,39 @@
+"""Write a draft in the embedded format: config.json + its own layers in bf16 safetensors.
+
+The embedding (and the tied head) is the verifier's, so it is left out of the file; the loader
+(cactus_core.models) takes it from the verifier. A folder written here is a transformers
+LlamaForCausalLM folder apart from that one missing tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+SKIP = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def save_draft(draft, folder: Path, info: dict, tokenizer_sha256: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    sd = {
+        k: v.detach().to(torch.bfloat16).contiguous()
+        for k, v in draft.state_dict().items()
+        if k not in SKIP
+    }
+    tmp = folder / "model.safetensors.tmp"
+    save_file(sd, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, folder / "model.safetensors")
+    cfg = draft.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.pop("_name_or_path", None)
+    cfg["dtype"] = "bfloat16"
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    cfg["cactus_tokenizer_sha256"] = tokenizer_sha256
+    cfg["cactus_embeddings"] = "verifier (frozen, tied; not stored)"
+    cfg["cactus_training"] = {k: v for k, v in info.items() if k != "log"}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    (folder / "train_log.json").write_text(json.dumps(info, indent=1))

@@ -1,0 +1,253 @@
+"""Train the embedded draft by distillation from the verifier's top-K logits.
+
+The draft is a LlamaForCausalLM with the verifier's widths, a few layers initialised from chosen
+verifier layers, and the verifier's embedding matrix (frozen, tied to the head, not saved).
+The loss is measured where the app samples, at temperature T after the verifier's top-p:
+q = the verifier's nucleus distribution (from its saved top-K logits), p = the draft at T,
+    loss = KL(q || p) + (1 - sum_x min(p_x, q_x))
+the second term being one minus the expected lossless acceptance itself.
+
+    python -m training.train_draft --data /work/data/distill --out /work/data/ckpt \\
+        --layers 0,1,2,29 --minutes 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training.common import load_verifier_and_tokenizer  # noqa: E402
+from cactus_core.models import tokenizer_fingerprint  # noqa: E402
+from training.export import save_draft  # noqa: E402
+
+
+def load_records(data: Path) -> list[dict]:
+    records = []
+    for shard in sorted(data.glob("shard_*.pt")):
+        records.extend(torch.load(shard))
+    return [r for r in records if len(r["answer_ids"]) >= 2]
+
+
+def make_draft(verifier: LlamaForCausalLM, layers: list[int]) -> LlamaForCausalLM:
+    cfg = LlamaConfig.from_dict(verifier.config.to_dict())
+    cfg.num_hidden_layers = len(layers)
+    cfg.quantization_config = None
+    cfg.layer_types = None
+    draft = LlamaForCausalLM(cfg)
+    sd = verifier.state_dict()
+    own = {}
+    for new, old in enumerate(layers):
+        prefix = f"model.layers.{old}."
+        for k, v in sd.items():
+            if k.startswith(prefix):
+                own[f"model.layers.{new}." + k[len(prefix) :]] = v.clone()
+    own["model.norm.weight"] = sd["model.norm.weight"].clone()
+    missing, unexpected = draft.load_state_dict(own, strict=False)
+    assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}
+    emb = verifier.get_input_embeddings().weight
+    draft.get_input_embeddings().weight = emb
+    draft.get_output_embeddings().weight = emb
+    emb.requires_grad_(False)
+    return draft
+
+
+def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """q over the top-K ids: softmax at T of the saved logits, then the top-p nucleus.
+
+    vals [N, K] sorted descending. Mass beyond the top K is dropped (tiny at T = 0.7).
+    """
+    q = torch.softmax(vals.float() / temperature, dim=-1)
+    keep = q.cumsum(-1) - q < top_p
+    q = q * keep
+    return q / q.sum(-1, keepdim=True)
+
+
+def batch_tensors(recs: list[dict], pad_id: int):
+    """Right-padded inputs and, for every answer token, its predicting position and targets."""
+    seqs = [r["prompt_ids"] + r["answer_ids"] for r in recs]
+    t = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), t), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), t), dtype=torch.long)
+    rows, cols, vals, idx = [], [], [], []
+    for b, (r, s) in enumerate(zip(recs, seqs, strict=True)):
+        ids[b, : len(s)] = torch.tensor(s)
+        mask[b, : len(s)] = 1
+        n_p, n_a = len(r["prompt_ids"]), len(r["answer_ids"])
+        rows.append(torch.full((n_a,), b))
+        cols.append(torch.arange(n_p - 1, n_p - 1 + n_a))
+        vals.append(r["top_values"])
+        idx.append(r["top_indices"].long())
+    return ids, mask, torch.cat(rows), torch.cat(cols), torch.cat(vals), torch.cat(idx)
+
+
+def draft_logits(draft, ids, mask, rows, cols):
+    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, H]
+    return draft.lm_head(hidden[rows, cols])  # [N, V]
+
+
+def losses(logits, vals, idx, temperature, top_p):
+    q = target_probs(vals, temperature, top_p)  # [N, K]
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, idx)  # [N, K]
+    kl = (q * (torch.log(q.clamp_min(1e-12)) - logp)).sum(-1)
+    acc = torch.minimum(logp.exp(), q).sum(-1)
+    return kl.mean(), acc.mean()
+
+
+@torch.no_grad()
+def evaluate(draft, recs, pad_id, temperature, top_p, batch=8):
+    """Mean KL(q||p) and mean sum min(p, q) with p untruncated, and with p's own top-p too."""
+    draft.eval()
+    kls, accs, accs_tp, n = 0.0, 0.0, 0.0, 0
+    for i in range(0, len(recs), batch):
+        ids, mask, rows, cols, vals, idx = batch_tensors(recs[i : i + batch], pad_id)
+        logits = draft_logits(draft, ids, mask, rows, cols)
+        kl, acc = losses(logits, vals, idx, temperature, top_p)
+        # p after its own nucleus, approximated inside its top 256 (a full sort is too slow).
+        p = torch.softmax(logits.float() / temperature, dim=-1)
+        pv, pi = p.topk(256, dim=-1)
+        keep = pv.cumsum(-1) - pv < top_p
+        pv = pv * keep
+        pv = pv / pv.sum(-1, keepdim=True)
+        p_t = torch.zeros_like(p).scatter_(-1, pi, pv)
+        q = target_probs(vals, temperature, top_p)
+        acc_tp = torch.minimum(p_t.gather(-1, idx), q).sum(-1)
+        m = rows.numel()
+        kls += kl.item() * m
+        accs += acc.item() * m
+        accs_tp += acc_tp.sum().item()
+        n += m
+    draft.train()
+    return kls / n, accs / n, accs_tp / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))
+    ap.add_argument("--out", type=Path, default=Path("/work/data/ckpt"))
+    ap.add_argument("--layers", default="0,1,2,29", help="verifier layers that initialise the draft")
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget (LR schedule)")
+    ap.add_argument("--steps", type=int, default=0, help="step budget instead of minutes")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--holdout", type=int, default=48, help="records kept out for evaluation")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export", type=Path, default=None, help="also export the best to this dir")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    verifier, tok = load_verifier_and_tokenizer()
+    layers = [int(x) for x in args.layers.split(",")]
+    draft = make_draft(verifier, layers)
+    del verifier
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    args.tok_sha = tokenizer_fingerprint(tok)
+
+    records = load_records(args.data)
+    # The holdout is fixed by prompt text so reruns on more data keep evaluating the same rows.
+    records.sort(key=lambda r: r["prompt"])
+    held = [r for i, r in enumerate(records) if i % max(1, len(records) // args.holdout) == 0]
+    held = held[: args.holdout]
+    held_ids = {id(r) for r in held}
+    train = [r for r in records if id(r) not in held_ids]
+    n_tok = sum(len(r["answer_ids"]) for r in train)
+    print(f"train {len(train)} answers / {n_tok} tokens, holdout {len(held)}", flush=True)
+
+    params = [p for p in draft.parameters() if p.requires_grad]
+    print(f"trainable parameters: {sum(p.numel() for p in params) / 1e6:.2f}M", flush=True)
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
+
+    def lr_at(step: int, frac: float) -> float:
+        warm = min(1.0, (step + 1) / args.warmup)
+        return args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    kl0, acc0, acc0_tp = evaluate(draft, held, pad_id, args.temperature, args.top_p)
+    print(f"step 0: eval kl {kl0:.3f} acc {acc0:.4f} acc(top-p p) {acc0_tp:.4f}", flush=True)
+    best = acc0_tp
+    log = [{"step": 0, "kl": kl0, "acc": acc0, "acc_top_p": acc0_tp, "minutes": 0.0}]
+    t0, step, epoch = time.time(), 0, 0
+    draft.train()
+    done = False
+    while not done:
+        # Similar lengths in a batch waste less padding; batches are shuffled across the epoch.
+        order = sorted(train, key=lambda r: len(r["prompt_ids"]) + len(r["answer_ids"]) + rng.random() * 40)
+        batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
+        rng.shuffle(batches)
+        for recs in batches:
+            elapsed = (time.time() - t0) / 60
+            frac = step / args.steps if args.steps else elapsed / args.minutes
+            if frac >= 1.0:
+                done = True
+                break
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, frac)
+            ids, mask, rows, cols, vals, idx = batch_tensors(recs, pad_id)
+            logits = draft_logits(draft, ids, mask, rows, cols)
+            kl, acc = losses(logits, vals, idx, args.temperature, args.top_p)
+            loss = kl + (1 - acc)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            if step % 10 == 0:
+                print(
+                    f"step {step} ep {epoch} {elapsed:.1f}min lr {opt.param_groups[0]['lr']:.2e} "
+                    f"kl {kl.item():.3f} acc {acc.item():.3f}",
+                    flush=True,
+                )
+            if step % args.eval_every == 0:
+                best = _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok)
+        epoch += 1
+    _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok, final=True)
+
+
+def _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok, final=False):
+    kl, acc, acc_tp = evaluate(draft, held, pad_id, args.temperature, args.top_p)
+    minutes = (time.time() - t0) / 60
+    log.append({"step": step, "epoch": epoch, "kl": kl, "acc": acc, "acc_top_p": acc_tp, "minutes": minutes})
+    print(f"step {step}: eval kl {kl:.3f} acc {acc:.4f} acc(top-p p) {acc_tp:.4f}", flush=True)
+    info = {
+        "init_layers": layers,
+        "steps": step,
+        "epochs": epoch,
+        "train_tokens": n_tok,
+        "train_minutes": minutes,
+        "lr": args.lr,
+        "batch": args.batch,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "eval": log[-1],
+        "log": log,
+    }
+    (args.out / "train_log.json").write_text(json.dumps(info, indent=1))
+    save_draft(draft, args.out / "last", info, args.tok_sha)
+    if acc_tp > best or final and not (args.out / "best").exists():
+        best = max(best, acc_tp)
+        save_draft(draft, args.out / "best", info, args.tok_sha)
+        if args.export is not None:
+            save_draft(draft, args.export, info, args.tok_sha)
+        print(f"  saved best (acc(top-p p) {acc_tp:.4f})", flush=True)
+    return best
+
+
+if __name__ == "__main__":
+    main()
