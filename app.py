@@ -12,7 +12,7 @@ import os
 import streamlit as st
 
 from cactus_core.app_state import RULE_DESCRIPTIONS, AppSettings
-from pages._common import SETTINGS_ERROR_KEY, SETTINGS_KEY, warm_label
+from pages._common import GOTO_PARAM, SETTINGS_ERROR_KEY, SETTINGS_KEY, warm_label
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 
@@ -104,7 +104,7 @@ def sidebar() -> None:
 
 
 def overview() -> None:
-    st.title("🌵 Cactus Lab")
+    st.title("Cactus Lab")
     st.markdown(
         "Speculative sampling lets a small **draft** model propose k tokens that a large "
         "**verifier** checks in one forward pass. Lossless speculative sampling accepts a "
@@ -180,5 +180,12 @@ PAGES: list[tuple[st.Page, str]] = [
 ]
 
 page = st.navigation([p for p, _ in PAGES])
+goto = st.query_params.get(GOTO_PARAM)
+if goto is not None:
+    # A page sent us here first (see pages/_common.py); open it now that navigation is set.
+    del st.query_params[GOTO_PARAM]
+    target = next((p for p, _ in PAGES if p.url_path == goto), None)
+    if target is not None and target is not page:
+        st.switch_page(target)
 sidebar()
 page.run()

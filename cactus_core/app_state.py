@@ -559,7 +559,7 @@ def chip_label(t: TokenView) -> str:
     }[t.fate]
     body = f"~~{text}~~" if t.fate in ("rejected", "dropped") else text
     mark = "⟲ " if t.flipped else ""
-    return f"{mark}:{colour}-background[{body}]"
+    return f"{mark}:{colour}-background[:{colour}[{body}]]"
 
 
 def display_indices(position: Position, top: int = 12) -> list[int]:

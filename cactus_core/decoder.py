@@ -316,7 +316,8 @@ class SpeculativeDecoder:
             raise ValueError("no prompts given")
         ctx = self.pair.context_length
         rows: list[_Row] = []
-        encoded: dict[str, list[int]] = {}  # a statistical test may repeat one prompt 1000s of times
+        # A statistical test repeats one prompt thousands of times: encode it once.
+        encoded: dict[str, list[int]] = {}
         for i, prompt in enumerate(prompts):
             if not isinstance(prompt, str) or not prompt.strip():
                 raise ValueError(f"prompt {i} is empty")
@@ -429,7 +430,10 @@ class SpeculativeDecoder:
         """One speculative round for every row: the rounds and KL(pi ‖ q) at the k positions."""
         dev = self.device
         t0 = time.perf_counter()
-        coins = torch.stack([torch.rand(2 * k + 1, generator=r.generator, device=dev) for r in rows])
+        # [B, 2k+1]: k draft coins, k accept coins, one sample coin, drawn whatever happens.
+        coins = torch.stack(
+            [torch.rand(2 * k + 1, generator=r.generator, device=dev) for r in rows]
+        )
         # Draft: k forwards. The first one also encodes what the draft has not seen yet.
         width = max(len(r.pending) for r in rows)
         ids = torch.tensor([[0] * (width - len(r.pending)) + r.pending for r in rows], device=dev)
@@ -476,9 +480,7 @@ class SpeculativeDecoder:
         t2 = time.perf_counter()
         kl_pi = self._emitted_kl(p_all, q_all[:, :k])
         positions = (
-            self._positions(p_all, q_all, n_all, kl_pi)
-            if self.record_trace
-            else [[] for _ in rows]
+            self._positions(p_all, q_all, n_all, kl_pi) if self.record_trace else [[] for _ in rows]
         )
         t3 = time.perf_counter()
         clock["draft"] += t1 - t0
@@ -538,7 +540,7 @@ class SpeculativeDecoder:
         positions: list[list[PositionTrace]] = [[] for _ in rows]
         if self.record_trace:
             top_q = self._top(q, self.trace_top_n)
-            positions = [[PositionTrace(q_ids=top_q[b][0][0], q_probs=top_q[b][0][1])] for b in range(len(rows))]
+            positions = [[PositionTrace(q_ids=t[0][0], q_probs=t[0][1])] for t in top_q]
         t2 = time.perf_counter()
         clock["verify"] += t1 - t0
         clock["record"] += t2 - t1

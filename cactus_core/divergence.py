@@ -33,10 +33,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def entropy(a: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in nats over the last dim (0·log 0 = 0): [..., V] -> [...]."""
-    a = a.to(work_dtype(a))
-    return -torch.where(a > 0, a * torch.log(a), torch.zeros((), dtype=a.dtype, device=a.device)).sum(
-        -1
-    )
+    return torch.special.entr(a.to(work_dtype(a))).sum(-1)
 
 
 def expected_acceptance(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -227,22 +227,25 @@ def coin_figure(accept_prob: float, coin: float, *, title: str = "") -> go.Figur
         orientation="h",
         marker_color=colour,
         name="a(n)",
-        text=[f"a(n) = {accept_prob:.3f}"],
-        textposition="inside",
         hovertemplate="a(n) = %{x:.4f}<extra></extra>",
     )
-    fig.add_vline(x=coin, line_width=3, line_color="#222")
-    fig.add_annotation(
-        x=coin, y=1, yref="paper", text=f"u = {coin:.3f}", showarrow=False, yshift=10
+    fig.add_scatter(
+        x=[coin],
+        y=["a(n)"],
+        mode="markers",
+        marker={"symbol": "line-ns", "size": 40, "line": {"width": 3, "color": "#222"}},
+        name="coin u",
+        hovertemplate="u = %{x:.4f}<extra></extra>",
     )
+    verdict = "accepted: u < a(n)" if accepted else "rejected: u ≥ a(n)"
     fig.update_layout(
         _LAYOUT,
-        title=title or ("accepted: u < a(n)" if accepted else "rejected: u ≥ a(n)"),
-        height=170,
+        title=title or f"{verdict}   (a(n) = {accept_prob:.3f}, u = {coin:.3f})",
+        height=150,
         showlegend=False,
-        margin={"l": 50, "r": 20, "t": 50, "b": 30},
+        margin={"l": 50, "r": 20, "t": 40, "b": 30},
     )
-    fig.update_xaxes(range=[0, 1])
+    fig.update_xaxes(range=[0, 1.0001])
     return fig
 
 

@@ -151,7 +151,7 @@ class SequenceCache:
     def _mask(self, new_valid: torch.Tensor) -> torch.Tensor:
         # [B, 1, w, S + w] additive mask: 0 where attending, dtype-min elsewhere. A float mask
         # keeps rows that see nothing (a hole's own query) finite, where a boolean one gives NaN.
-        b, w = new_valid.shape
+        w = new_valid.shape[1]
         s = self.valid.shape[1]
         keys = torch.cat([self.valid, new_valid], dim=1)  # [B, S + w]
         col = torch.arange(s + w, device=self.device)
@@ -177,7 +177,7 @@ class SequenceCache:
                     drop -= 1
                 j -= 1
             self.lengths[row] = want
-        last = max((max((j for j, ok in enumerate(r) if ok), default=-1) for r in self.valid_host))
+        last = max(max((j for j, ok in enumerate(r) if ok), default=-1) for r in self.valid_host)
         crop = self.width - (last + 1)
         if crop > 0:
             self.cache.crop(-crop)

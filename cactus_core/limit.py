@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from cactus_core.divergence import kl
-from cactus_core.validation import check_number, check_pair
+from cactus_core.validation import blockwise, check_number, check_pair
 
-_BISECT_STEPS = 64
+# log A spans at most ~700 nats and B lies in [0, 1]: 48 halvings leave ~1e-12 of either.
+_BISECT_STEPS = 48
 # e^(1/lam) overflows float64 past 709; beyond ~e^700 pi* is p on the finite ratios anyway.
 _MAX_LOG_RATIO = 700.0
 
@@ -129,6 +130,15 @@ def optimal_params(
     check_pair(p, q, validate)
     if not isinstance(budget, torch.Tensor):
         budget = check_number("optimal", "budget", budget, 0.0, 1e9)
+    if isinstance(budget, torch.Tensor) and budget.dim() > 0:
+        budget = budget.expand(p.shape[:-1]).unsqueeze(-1).expand(p.shape).to(p.dtype)
+        return blockwise(lambda pb, qb, bb: _optimal_rows(pb, qb, bb[..., 0]), p, q, budget)
+    return blockwise(lambda pb, qb: _optimal_rows(pb, qb, budget), p, q)
+
+
+def _optimal_rows(
+    p: torch.Tensor, q: torch.Tensor, budget: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     budget_t = torch.as_tensor(budget, dtype=torch.float64, device=p.device)
     if budget_t.dim() > 0:
         budget_t = budget_t.unsqueeze(-1)

@@ -122,6 +122,7 @@ def load_pair(
     cache = resolve_cache_dir(cache_dir)
 
     v_model, v_tok, v_name = _load_verifier(verifier, cache, dt, trust_remote_code)
+    v_model = v_model.to(dev).eval()
     if draft is None:
         if verifier is not None and tokenizer_fingerprint(v_tok) != _embedded_draft_fingerprint():
             raise ModelLoadError(
@@ -132,12 +133,8 @@ def load_pair(
     else:
         d_model, d_tok, d_name = _load_any(draft, cache, dt, trust_remote_code)
         check_tokenizers_agree(v_tok, d_tok, v_name, d_name)
+        d_model = d_model.to(dev).eval()
     _check_logit_sizes(v_model, d_model, v_name, d_name)
-
-    v_model = v_model.to(dev).eval()
-    d_model = d_model.to(dev).eval()
-    if draft is None:
-        _share_embeddings(v_model, d_model)
     return ModelPair(v_model, d_model, v_tok, v_name, d_name, dev, dt)
 
 
@@ -414,7 +411,9 @@ def embedded_draft_name() -> str:
 
 
 def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
-    """The draft's own layers from the assets, with the verifier's embedding matrix."""
+    """The draft's own layers from the assets; its embedding and its first
+    `cactus_shared_verifier_layers` layers are the verifier's own modules (frozen in training,
+    so sharing them is exact and saves their memory)."""
     from transformers.utils import logging as hf_logging
 
     meta = _draft_meta()
@@ -425,13 +424,15 @@ def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
             f"from its verifier, got {tuple(v_embed.shape)}"
         )
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the embedding is absent from the file on purpose
+    hf_logging.set_verbosity_error()  # the shared tensors are absent from the file on purpose
     try:
         draft = LlamaForCausalLM.from_pretrained(str(DRAFT_DIR), dtype=dtype)
     finally:
         hf_logging.set_verbosity(verbosity)
+    for i in range(meta.get("cactus_shared_verifier_layers", 0)):
+        draft.model.layers[i] = verifier.model.layers[i]
     _share_embeddings(verifier, draft)
-    return draft.eval(), embedded_draft_name()
+    return draft.to(verifier.device).eval(), embedded_draft_name()
 
 
 def _share_embeddings(verifier: PreTrainedModel, draft: PreTrainedModel) -> None:

@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
 from cactus_core.frontier import (
     Estimate,
     LimitCurve,
@@ -737,8 +735,9 @@ def _score(
         sums = limit_sums(p, q)
         a = judge.accept_probs_all(p, q, validate=False)
         exp_sum = float((p.double() * a.double()).sum())
-        if judge.name != "sps":
-            scored_kl = math.fsum(kl(emitted_distribution(judge, p, q), q).tolist())
+        # The decoder's KL sum runs over exactly these positions (drafted, decided, token
+        # kept; the bonus position emits q and adds 0), so it is their KL, already exact.
+        scored_kl = st.kl_sum
     rec = PromptRecord(
         index=index,
         text=out.text,

@@ -129,7 +129,10 @@ class Trace:
         pos_names = {f.name for f in fields(PositionTrace)}
         rounds = []
         for r in data["rounds"]:
-            positions = [PositionTrace(**{k: v for k, v in p.items() if k in pos_names}) for p in r["positions"]]
+            positions = [
+                PositionTrace(**{k: v for k, v in p.items() if k in pos_names})
+                for p in r["positions"]
+            ]
             rounds.append(RoundTrace(**{**r, "positions": positions}))
         token_text = {int(k): v for k, v in data.get("token_text", {}).items()}
         return cls(meta=data["meta"], rounds=rounds, token_text=token_text)
@@ -295,4 +298,3 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
             )
         )
     return Replay(rule=rule.name, rule_params=dict(rule.params), rounds=out)
-

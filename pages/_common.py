@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import streamlit as st
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs 
 
 SETTINGS_KEY = "settings"
 SETTINGS_ERROR_KEY = "settings_error"
+GOTO_PARAM = "goto"  # query parameter: the page to open after a detour through app.py
 LAST_RUN_KEY = "decode_run"  # the last DecodeRun of this session (Decode and Playground)
 
 # Labels of pairs this process has loaded, so the sidebar can say what is warm without
@@ -23,8 +25,24 @@ _WARM: dict[tuple[str | None, str | None, str], str] = {}
 
 
 def settings() -> AppSettings:
-    """The sidebar's current settings (the defaults before the sidebar first ran)."""
-    return st.session_state.get(SETTINGS_KEY) or AppSettings()
+    """The sidebar's current settings. Every page calls this (or require_entry_point) first."""
+    require_entry_point()
+    return st.session_state[SETTINGS_KEY]
+
+
+def require_entry_point() -> None:
+    """Rerun through app.py, then come back to this page.
+
+    app.py always runs before a page and stores the settings, except in Streamlit's legacy
+    `pages/` mode: a fresh server uses it for a deep link (say /decode) until st.navigation has
+    run once, and then runs the page file alone, without the sidebar. Going through app.py
+    once switches the server to st.navigation for good; app.py then opens the page named in
+    `goto`.
+    """
+    if SETTINGS_KEY in st.session_state:
+        return
+    path = urlparse(st.context.url or "").path.rstrip("/").rsplit("/", 1)[-1]
+    st.switch_page("app.py", query_params={GOTO_PARAM: path} if path else None)
 
 
 def warm_label(s: AppSettings) -> str | None:

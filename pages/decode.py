@@ -29,6 +29,7 @@ from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
 INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
 DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 
+s = settings()
 st.title("Decode")
 st.caption(
     "Speculative decoding, round by round: the draft proposes k tokens, the verifier checks "
@@ -36,7 +37,6 @@ st.caption(
     "and seed are in the sidebar."
 )
 
-s = settings()
 left, right = st.columns([3, 2])
 with left:
     prompt = st.text_area("Prompt", DEFAULT_PROMPT, height=110, key="dec_prompt")
@@ -283,10 +283,11 @@ with col_inspect:
             st.caption(note)
         if view.accept_prob is not None and view.coin is not None:
             st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
-            k1, k2, k3 = st.columns(3)
-            k1.metric("p_n / q_n", f"{view.p_n:.3f} / {view.q_n:.3f}")
-            k2.metric("KL(h ‖ q)", f"{view.kl_h_q:.4f}", help="nats, this position's h")
-            k3.metric(
+            k1, k2, k3, k4 = st.columns(4)
+            k1.metric("p_n (draft)", f"{view.p_n:.3f}")
+            k2.metric("q_n (verifier)", f"{view.q_n:.3f}")
+            k3.metric("KL(h ‖ q)", f"{view.kl_h_q:.4f}", help="nats, this position's h")
+            k4.metric(
                 "KL(pi ‖ q)",
                 f"{view.kl_pi_q:.4f}",
                 help="nats: the emitted distribution at this position, exact",

@@ -18,8 +18,9 @@ from cactus_core.app_state import (
     truncation_warning,
     with_drafted,
 )
-from pages._common import LAST_RUN_KEY
+from pages._common import LAST_RUN_KEY, require_entry_point
 
+require_entry_point()
 st.title("Playground")
 st.caption(
     "One position of a speculative round, computed exactly: pick p (draft) and q (verifier), "

@@ -148,9 +148,9 @@ def test_settings_validation():
 def test_chip_label_escapes_markdown_and_marks_fate():
     t = S.TokenView("*a_b [x]", "rejected", 0, 0)
     label = S.chip_label(t)
-    assert label.startswith(":red-background[~~")
+    assert label.startswith(":red-background[:red[~~")
     assert "\\*a\\_b" in label and "\\[x\\]" in label
-    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == ":green-background[␣]"
+    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == ":green-background[:green[␣]]"
 
 
 def test_transcript_html_escapes_and_strikes_rejected():

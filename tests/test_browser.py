@@ -134,12 +134,15 @@ class Session:
         self.idle()
 
     def idle(self) -> None:
-        """Wait until the script run finishes (the app's 'running' indicator goes away)."""
-        self.page.wait_for_timeout(300)
+        """Wait until the script run that the last action started has finished."""
+        self.page.wait_for_timeout(500)
+        self.page.locator(
+            '[data-testid="stApp"][data-test-script-state="notRunning"]'
+        ).wait_for(timeout=TIMEOUT_MS)
+        # elements still loading show a skeleton (hidden tabs keep theirs)
         self.page.wait_for_function(
-            "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-            " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText"
-            ".includes('Running')",
+            "() => ![...document.querySelectorAll('[data-testid=\"stSkeleton\"]')]"
+            ".some(e => e.offsetParent !== null)",
             timeout=TIMEOUT_MS,
         )
 
@@ -163,7 +166,7 @@ class Session:
 
     def shorten(self, presses: int = 6) -> None:
         """Max new tokens 64 -> 16 (8 per step), to keep the test short."""
-        thumb = self.page.locator('[data-testid="stMain"] [role="slider"][aria-valuemax="256"]')
+        thumb = self.page.get_by_role("slider", name="Max new tokens")
         thumb.focus()
         for _ in range(presses):
             thumb.press("ArrowLeft")
@@ -190,14 +193,14 @@ def test_every_page_in_a_real_browser(server, browser):
     s = Session(browser, server)
     try:
         s.open()
-        s.page.get_by_text("Cactus Lab").first.wait_for()
+        s.page.get_by_role("heading", name="Cactus Lab").wait_for()
         s.check()
         s.shot("overview")
 
         s.open("playground")
         s.page.get_by_text("Taylor closed form against the exact root").wait_for()
         before = s.metric("cactus δ=0.21")
-        thumb = s.page.locator('[data-testid="stMain"] [role="slider"]').first
+        thumb = s.page.get_by_role("slider", name="delta (nats): the Cactus divergence budget")
         thumb.focus()
         for _ in range(29):
             thumb.press("ArrowRight")  # delta 0.21 -> 0.50
@@ -213,9 +216,10 @@ def test_every_page_in_a_real_browser(server, browser):
         s.generate(run_id=1)
         assert s.page.locator(".cactus-transcript span").count() > 0
         s.page.get_by_text("Round 1 ·").first.click()
-        s.page.locator('[data-testid="stExpander"] button').filter(has_text="").first
-        chip = s.page.locator('[data-testid="stExpanderDetails"]').first.locator("button").first
-        chip.click()
+        details = s.page.locator('[data-testid="stExpanderDetails"]').filter(
+            has=s.page.locator('[data-testid="stButtonGroup"]')
+        )
+        details.first.locator('[data-testid="stButtonGroup"] button').first.click()
         s.page.get_by_text("Round 1, slot").first.wait_for()
         s.idle()
         s.check()

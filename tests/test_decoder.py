@@ -248,7 +248,9 @@ def test_stats_count_calls(tiny_pair):
 def test_streaming_callback_and_iterator(tiny_pair):
     dec = SpeculativeDecoder(tiny_pair, "cactus", k=4)
     seen = []
-    out = dec.generate(PROMPTS[0], max_new_tokens=25, seed=9, on_round=lambda r, row: seen.append(r))
+    out = dec.generate(
+        PROMPTS[0], max_new_tokens=25, seed=9, on_round=lambda r, row: seen.append(r)
+    )
     assert [t for r in seen for t in r.emitted_ids] == out.token_ids
     stream = dec.rounds(PROMPTS[0], max_new_tokens=25, seed=9)
     streamed = [t for r in stream for t in r.emitted_ids]

@@ -76,7 +76,8 @@ def test_rule_summary_rejects_ragged_input():
 def test_coin_figure_colour_follows_the_decision(a, u, fate):
     fig = figures.coin_figure(a, u)
     assert fig.data[0].marker.color == figures.FATE_COLOURS[fate]
-    assert fig.layout.shapes[0].x0 == u
+    assert list(fig.data[1].x) == [u]
+    assert f"u = {u:.3f}" in fig.layout.title.text
 
 
 def test_coin_figure_rejects_probabilities_outside_unit_interval():

@@ -26,6 +26,16 @@ assert set(RULES) == set(RULE_NAMES)
 N_DRAWS = 100_000
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # The CI box has 2 shared cores: OpenMP barriers under contention cost far more than a
+    # second thread gains on these mid-sized tensors (measured 5-9x slower with 2 threads).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def dirichlet(v: int, shape: tuple[int, ...], gen: torch.Generator, conc: float = 1.0):
     g = torch._standard_gamma(torch.full((*shape, v), conc, dtype=torch.float64), generator=gen)
     return g / g.sum(-1, keepdim=True)
@@ -54,6 +64,8 @@ def chi_square_pvalue(tokens: torch.Tensor, pi: torch.Tensor) -> float:
     keep = exp > 0
     obs, exp = obs[keep], exp[keep]
     exp = exp * obs.sum() / exp.sum()  # pi sums to 1 up to rounding
+    if obs.numel() < 2:  # one possible outcome: nothing to test beyond the support check
+        return 1.0
     return float(stats.chisquare(obs.numpy(), exp.numpy()).pvalue)
 
 

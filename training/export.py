@@ -19,13 +19,16 @@ SKIP = ("model.embed_tokens.weight", "lm_head.weight")
 
 def save_draft(draft, folder: Path, info: dict, tokenizer_sha256: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    shared = getattr(draft.config, "cactus_shared_verifier_layers", 0)
+    skip = SKIP + tuple(f"model.layers.{i}." for i in range(shared))
     sd = {
         k: v.detach().to(torch.bfloat16).contiguous()
         for k, v in draft.state_dict().items()
-        if k not in SKIP
+        if not k.startswith(skip)
     }
     tmp = folder / "model.safetensors.tmp"
     save_file(sd, str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)  # save_file creates it private; the repo copy must be readable
     os.replace(tmp, folder / "model.safetensors")
     cfg = draft.config.to_dict()
     cfg.pop("quantization_config", None)
@@ -34,6 +37,7 @@ def save_draft(draft, folder: Path, info: dict, tokenizer_sha256: str) -> None:
     cfg["architectures"] = ["LlamaForCausalLM"]
     cfg["cactus_tokenizer_sha256"] = tokenizer_sha256
     cfg["cactus_embeddings"] = "verifier (frozen, tied; not stored)"
+    cfg["cactus_shared_verifier_layers"] = shared
     cfg["cactus_training"] = {k: v for k, v in info.items() if k != "log"}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (folder / "train_log.json").write_text(json.dumps(info, indent=1))

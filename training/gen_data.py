@@ -68,6 +68,7 @@ def main() -> None:
     # that wastes less time than one multi-thread process whose threads wait on each other.
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--reverse", action="store_true", help="take batches from the end")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +80,8 @@ def main() -> None:
         prompts = prompts[: args.limit]
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     t0, n_tokens = time.time(), 0
-    for start in range(0, len(prompts), args.batch):
+    starts = list(range(0, len(prompts), args.batch))
+    for start in reversed(starts) if args.reverse else starts:
         shard = args.out / f"shard_{start // args.batch:04d}.pt"
         if (start // args.batch) % args.workers != args.worker or shard.exists():
             continue

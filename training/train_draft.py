@@ -1,14 +1,17 @@
 """Train the embedded draft by distillation from the verifier's top-K logits.
 
-The draft is a LlamaForCausalLM with the verifier's widths, a few layers initialised from chosen
-verifier layers, and the verifier's embedding matrix (frozen, tied to the head, not saved).
+The draft is a LlamaForCausalLM with the verifier's widths. Its first `--shared` layers ARE the
+verifier's first layers (frozen, not saved: the loader takes them from the verifier, like the
+embedding matrix, which is also frozen and tied to the head); the layers above them are
+initialised from chosen verifier layers and trained. Because the shared layers are frozen,
+their output is computed once for the whole data set and training runs only the layers above.
 The loss is measured where the app samples, at temperature T after the verifier's top-p:
 q = the verifier's nucleus distribution (from its saved top-K logits), p = the draft at T,
     loss = KL(q || p) + (1 - sum_x min(p_x, q_x))
 the second term being one minus the expected lossless acceptance itself.
 
     python -m training.train_draft --data /work/data/distill --out /work/data/ckpt \\
-        --layers 0,1,2,29 --minutes 60
+        --layers 0,1,2,3,29 --shared 3 --minutes 60
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def load_records(data: Path) -> list[dict]:
     return [r for r in records if len(r["answer_ids"]) >= 2]
 
 
-def make_draft(verifier: LlamaForCausalLM, layers: list[int]) -> LlamaForCausalLM:
+def make_draft(verifier: LlamaForCausalLM, layers: list[int], shared: int = 0) -> LlamaForCausalLM:
     cfg = LlamaConfig.from_dict(verifier.config.to_dict())
     cfg.num_hidden_layers = len(layers)
     cfg.quantization_config = None
@@ -59,7 +62,30 @@ def make_draft(verifier: LlamaForCausalLM, layers: list[int]) -> LlamaForCausalL
     draft.get_input_embeddings().weight = emb
     draft.get_output_embeddings().weight = emb
     emb.requires_grad_(False)
+    if layers[:shared] != list(range(shared)):
+        raise ValueError(f"the {shared} shared layers must be the verifier's first: {layers}")
+    for i in range(shared):
+        draft.model.layers[i] = verifier.model.layers[i]
+        draft.model.layers[i].requires_grad_(False)
+    draft.config.cactus_shared_verifier_layers = shared
     return draft
+
+
+@torch.no_grad()
+def shared_features(draft, records: list[dict], shared: int, pad_id: int, batch: int = 8) -> None:
+    """Store under r["h"] the hidden state after the shared layers, [T, H] float16."""
+    m = draft.model
+    order = sorted(records, key=lambda r: len(r["prompt_ids"]) + len(r["answer_ids"]))
+    for i in range(0, len(order), batch):
+        recs = order[i : i + batch]
+        ids, mask, *_ = batch_tensors(recs, pad_id)
+        h = m.embed_tokens(ids)
+        pos = torch.arange(ids.shape[1])[None]
+        pe = m.rotary_emb(h, position_ids=pos)
+        for layer in m.layers[:shared]:
+            h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
+        for b, r in enumerate(recs):
+            r["h"] = h[b, : len(r["prompt_ids"]) + len(r["answer_ids"])].half()
 
 
 def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -94,6 +120,21 @@ def batch_tensors(recs: list[dict], pad_id: int):
 def draft_logits(draft, ids, mask, rows, cols):
     hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, H]
     return draft.lm_head(hidden[rows, cols])  # [N, V]
+
+
+def draft_logits_from_features(draft, recs, shared, rows, cols):
+    """The trained layers only, on the cached shared-layer output (right padding, causal)."""
+    m = draft.model
+    t = max(r["h"].shape[0] for r in recs)
+    h = torch.zeros(len(recs), t, m.config.hidden_size)
+    for b, r in enumerate(recs):
+        h[b, : r["h"].shape[0]] = r["h"].float()
+    pos = torch.arange(t)[None]
+    pe = m.rotary_emb(h, position_ids=pos)
+    for layer in m.layers[shared:]:
+        h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
+    h = m.norm(h)
+    return draft.lm_head(h[rows, cols])  # [N, V]
 
 
 def losses(logits, vals, idx, temperature, top_p):
@@ -136,6 +177,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))
     ap.add_argument("--out", type=Path, default=Path("/work/data/ckpt"))
     ap.add_argument("--layers", default="0,1,2,29", help="verifier layers that initialise the draft")
+    ap.add_argument("--shared", type=int, default=0, help="first N layers shared, frozen")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget (LR schedule)")
@@ -156,7 +198,7 @@ def main() -> None:
 
     verifier, tok = load_verifier_and_tokenizer()
     layers = [int(x) for x in args.layers.split(",")]
-    draft = make_draft(verifier, layers)
+    draft = make_draft(verifier, layers, args.shared)
     del verifier
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     args.tok_sha = tokenizer_fingerprint(tok)
@@ -170,6 +212,10 @@ def main() -> None:
     train = [r for r in records if id(r) not in held_ids]
     n_tok = sum(len(r["answer_ids"]) for r in train)
     print(f"train {len(train)} answers / {n_tok} tokens, holdout {len(held)}", flush=True)
+    if args.shared:
+        t_f = time.time()
+        shared_features(draft, train, args.shared, pad_id)
+        print(f"shared-layer features cached in {time.time() - t_f:.0f}s", flush=True)
 
     params = [p for p in draft.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params) / 1e6:.2f}M", flush=True)
@@ -200,7 +246,10 @@ def main() -> None:
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, frac)
             ids, mask, rows, cols, vals, idx = batch_tensors(recs, pad_id)
-            logits = draft_logits(draft, ids, mask, rows, cols)
+            if args.shared:
+                logits = draft_logits_from_features(draft, recs, args.shared, rows, cols)
+            else:
+                logits = draft_logits(draft, ids, mask, rows, cols)
             kl, acc = losses(logits, vals, idx, args.temperature, args.top_p)
             loss = kl + (1 - acc)
             opt.zero_grad(set_to_none=True)

@@ -1,0 +1,158 @@
+"""App targets, measured: `.venv/bin/python benchmarks/bench_app.py [--skip-browser]`.
+
+1. Playground: the library call the delta fragment makes after a slider move
+   (app_state.compare_rules over every rule + app_state.taylor_gap) at V = 49,152. Rules that
+   do not depend on delta come from the per-(position, rule) cache, as in the app.
+2. Cold start: `streamlit run app.py` until the health endpoint answers, until the Overview is
+   drawn, and until the Decode page has the embedded pair loaded (the GGUF conversion cache
+   must exist; the first load ever builds it).
+3. Decode: Generate clicked until the first token is on screen (warm models), and until the
+   run is done.
+4. Resident memory of the app process with the embedded pair loaded, after generating.
+
+Parts 2–4 drive Chromium (/usr/bin/chromium) through Playwright.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+V = 49_152
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def bench_playground(repeats: int = 7) -> dict[str, float]:
+    import torch
+
+    from cactus_core.app_state import Position, compare_rules, playground_rules, taylor_gap
+
+    g = torch.Generator().manual_seed(0)
+    # A peaked verifier and a draft that roughly tracks it, like real next-token rows.
+    q = torch.softmax(torch.randn(V, generator=g) * 3.0, -1)
+    p = torch.softmax(torch.log(q) + torch.randn(V, generator=g), -1)
+    pos = Position(tuple(str(i) for i in range(V)), p, q, drafted=int(p.argmax()))
+    t0 = time.perf_counter()
+    compare_rules(pos, playground_rules(0.21))
+    taylor_gap(pos, 0.21)
+    first = time.perf_counter() - t0
+    moves = []
+    for i in range(repeats):
+        delta = 0.22 + 0.05 * i  # a new delta each time: cactus and cactus-exact recompute
+        t0 = time.perf_counter()
+        compare_rules(pos, playground_rules(delta))
+        taylor_gap(pos, delta)
+        moves.append(time.perf_counter() - t0)
+    per_rule = {}
+    for rule in playground_rules(1.7):
+        t0 = time.perf_counter()
+        compare_rules(pos, [rule])
+        per_rule[rule.label] = time.perf_counter() - t0
+    return {"first_position_s": first, "slider_move_s": statistics.median(moves)} | {
+        f"rule {k}": v for k, v in per_rule.items()
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def bench_browser() -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACTUS_LAB_")}
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    out: dict[str, float] = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
+        + ["--server.address", "127.0.0.1", "--server.headless", "true"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.perf_counter() - start > 120:
+                    raise RuntimeError("streamlit did not start") from None
+                time.sleep(0.05)
+        out["health_s"] = time.perf_counter() - start
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(300_000)
+            page.goto(url)
+            page.get_by_role("heading", name="Cactus Lab").wait_for()
+            page.get_by_text("Models load on the Decode page.").wait_for()
+            out["overview_drawn_s"] = time.perf_counter() - start
+            page.get_by_role("link", name="Decode").first.click()
+            page.locator("button", has_text="Generate").first.wait_for()
+            page.get_by_text("Press Generate to decode the prompt.").wait_for()
+            out["decode_ready_with_models_s"] = time.perf_counter() - start
+            out["rss_models_loaded_mb"] = _rss_mb(proc.pid)
+            for attempt in (1, 2):
+                t0 = time.perf_counter()
+                page.locator("button", has_text="Generate").first.click()
+                page.locator(".cactus-transcript span").first.wait_for()
+                out[f"first_token_on_screen_s_run{attempt}"] = time.perf_counter() - t0
+                page.get_by_text(f"Run {attempt}:").wait_for()
+                out[f"generate_done_s_run{attempt}"] = time.perf_counter() - t0
+            out["rss_after_generate_mb"] = _rss_mb(proc.pid)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-browser", action="store_true", help="playground timing only")
+    args = parser.parse_args()
+    import torch
+
+    print(f"torch threads: {torch.get_num_threads()}, CPUs: {os.cpu_count()}")
+    for key, value in bench_playground().items():
+        print(f"playground {key}: {value * 1000:.1f} ms")
+    if not args.skip_browser:
+        for key, value in bench_browser().items():
+            unit = "MB" if key.endswith("_mb") else "s"
+            print(f"app {key}: {value:.2f} {unit}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""The decoder benchmark behind `python -m cactus_core bench` (docs/benchmarks.md).
+
+Every row decodes the same prompts with the same seeds (prompt i uses seed + i in every row,
+so the rows meet the same coins), one prompt at a time (batch 1). The loop runs prompts outside
+and rows inside, so a burst of load on a shared machine hits every row alike; speedups are the
+median over prompts of the per-prompt ratio against verifier-only sampling, measured in the
+same run.
+
+Rows: verifier-only sampling, our decoder under each rule, and transformers' own assisted
+generation (`generate(assistant_model=...)`, do_sample=True, a constant k assistant tokens,
+confidence threshold 0) on the same pair.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cactus_core.decoder import SpeculativeDecoder
+from cactus_core.rules import Rule, make_rule
+
+if TYPE_CHECKING:
+    from cactus_core.models import ModelPair
+
+VERIFIER_ONLY = "verifier-only"
+HF_ASSISTED = "transformers assisted"
+
+
+@dataclass
+class BenchRow:
+    label: str
+    rule: Rule | None = None  # None: verifier-only or transformers assisted
+    kind: str = "speculative"  # "speculative", "verifier-only" or "hf-assisted"
+    record_trace: bool = False
+
+
+def default_rows(with_hf: bool = True, with_trace_row: bool = False) -> list[BenchRow]:
+    rows = [BenchRow(VERIFIER_ONLY, kind="verifier-only"), BenchRow("sps", make_rule("sps"))]
+    for delta in (0.25, 0.5, 1.0, 2.0):
+        rule = make_rule("cactus", delta=delta)
+        rows.append(BenchRow(rule.label, rule))
+    for rule in (make_rule("tas"), make_rule("topk", k_top=5), make_rule("interp", alpha=0.5)):
+        rows.append(BenchRow(rule.label, rule))
+    if with_trace_row:
+        rule = make_rule("cactus", delta=1.0)
+        rows.append(BenchRow(f"{rule.label} + full trace", rule, record_trace=True))
+    if with_hf:
+        rows.append(BenchRow(HF_ASSISTED, kind="hf-assisted"))
+    return rows
+
+
+@dataclass
+class RowResult:
+    label: str
+    new_tokens: list[int] = field(default_factory=list)  # per prompt
+    wall_s: list[float] = field(default_factory=list)
+    verifier_calls: int = 0
+    decided: int = 0
+    accepted: int = 0
+    rejected_q_zero: int = 0
+    kl_sum: float = 0.0
+    record_s: float = 0.0
+
+    def summary(self, base: RowResult | None, k: int, c: float) -> dict[str, Any]:
+        tokens = sum(self.new_tokens)
+        wall = sum(self.wall_s)
+        tpc = tokens / self.verifier_calls if self.verifier_calls else None
+        ratios = []
+        if base is not None:
+            for t, w, bt, bw in zip(
+                self.new_tokens, self.wall_s, base.new_tokens, base.wall_s, strict=True
+            ):
+                if w > 0 and bw > 0 and bt > 0:
+                    ratios.append((t / w) / (bt / bw))
+        rejected = self.decided - self.accepted
+        speculative = self.label != VERIFIER_ONLY
+        return {
+            "row": self.label,
+            "new_tokens": tokens,
+            "wall_s": wall,
+            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "speedup_median": statistics.median(ratios) if ratios else None,
+            "tokens_per_call": tpc,
+            "acceptance_rate": self.accepted / self.decided if self.decided else None,
+            "mean_emitted_kl": self.kl_sum / tokens if tokens else 0.0,
+            "rejected_q_zero_share": self.rejected_q_zero / rejected if rejected else None,
+            "modelled_speedup": (tpc / (1 + k * c) if speculative else 1.0) if tpc else None,
+            "record_share": self.record_s / wall if wall > 0 else 0.0,
+        }
+
+
+def hf_assisted_generate(
+    pair: ModelPair,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    k: int,
+    seed: int,
+) -> tuple[list[int], int]:
+    """transformers' assisted generation on the pair: (new token ids, verifier forwards)."""
+    calls = [0]
+    hook = pair.verifier.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    config = pair.draft.generation_config
+    saved = {
+        name: getattr(config, name, None)
+        for name in (
+            "num_assistant_tokens",
+            "num_assistant_tokens_schedule",
+            "assistant_confidence_threshold",
+        )
+    }
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
+    try:
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt_ids], device=pair.device)
+        out = pair.verifier.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=pair.draft,
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id,
+        )
+    finally:
+        hook.remove()
+        for name, value in saved.items():
+            setattr(config, name, value)
+    return out[0, len(prompt_ids) :].tolist(), calls[0]
+
+
+def run_bench(
+    pair: ModelPair,
+    prompts: list[str],
+    max_new_tokens: int = 128,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    k: int = 4,
+    seed: int = 0,
+    rows: list[BenchRow] | None = None,
+    c: float = 0.05,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One table: a summary dict per row (see RowResult.summary)."""
+    rows = rows if rows is not None else default_rows()
+    results = {row.label: RowResult(row.label) for row in rows}
+    decoders = {
+        row.label: SpeculativeDecoder(
+            pair,
+            row.rule or "sps",
+            k=k,
+            temperature=temperature,
+            top_p=top_p,
+            record_trace=row.record_trace,
+        )
+        for row in rows
+        if row.kind != "hf-assisted"
+    }
+    for i, prompt in enumerate(prompts):
+        for row in rows:
+            res = results[row.label]
+            if row.kind == "hf-assisted":
+                ids = pair.encode_prompt(prompt)
+                start = time.perf_counter()
+                new, calls = hf_assisted_generate(
+                    pair, ids, max_new_tokens, temperature, top_p, k, seed + i
+                )
+                res.wall_s.append(time.perf_counter() - start)
+                res.new_tokens.append(len(new))
+                res.verifier_calls += calls
+            else:
+                dec = decoders[row.label]
+                run = dec.generate_autoregressive if row.kind == "verifier-only" else dec.generate
+                out = run(prompt, max_new_tokens=max_new_tokens, seed=seed + i)
+                st = out.stats
+                res.wall_s.append(st.wall_s)
+                res.new_tokens.append(st.new_tokens)
+                res.verifier_calls += st.verifier_calls
+                res.decided += st.decided_tokens
+                res.accepted += st.accepted_tokens
+                res.rejected_q_zero += st.rejected_q_zero
+                res.kl_sum += st.kl_sum
+                res.record_s += st.record_s
+            if progress is not None:
+                rate = res.new_tokens[-1] / res.wall_s[-1] if res.wall_s[-1] > 0 else 0.0
+                progress(
+                    f"[top-p {top_p:g}] prompt {i + 1}/{len(prompts)} {row.label}: "
+                    f"{res.new_tokens[-1]} tokens, {rate:.2f} tokens/s"
+                )
+    base = results.get(VERIFIER_ONLY)
+    return [results[row.label].summary(base, k, c) for row in rows]
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def markdown_table(summaries: list[dict[str, Any]], c: float) -> str:
+    head = (
+        "| row | tokens/s | speedup (measured) | tokens per call | acceptance | mean emitted KL "
+        f"| q_n = 0 among rejected | modelled speedup (c = {c:g}) |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for s in summaries:
+        kl_text = _fmt(s["mean_emitted_kl"], ".4f")
+        if s["row"] == HF_ASSISTED:
+            kl_text = "0 (lossless, not measured)"
+        lines.append(
+            f"| {s['row']} | {s['tokens_per_s']:.2f} | {_fmt(s['speedup_median'], '.2f')}× "
+            f"| {_fmt(s['tokens_per_call'], '.2f')} | {_fmt(s['acceptance_rate'], '.3f')} "
+            f"| {kl_text} | {_fmt(s['rejected_q_zero_share'], '.1%')} "
+            f"| {_fmt(s['modelled_speedup'], '.2f')} |"
+        )
+    return head + "\n".join(lines)

@@ -1,0 +1,268 @@
+"""Command line: `python -m cactus_core <command>`.
+
+    generate   decode one prompt (speculatively, or verifier-only) and print text and stats
+    bench      the decoder benchmark of docs/benchmarks.md
+
+One `_add_<command>` function per subcommand builds its parser and sets its handler, so a new
+subcommand is one more function and one line in `build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cactus_core.rules import RULE_NAMES, Rule, make_rule, rule_params
+
+# Rule parameters as flags: --delta, --budget, --epsilon, --alpha, --k-top.
+RULE_FLAGS = {
+    "delta": "--delta",
+    "budget": "--budget",
+    "epsilon": "--epsilon",
+    "alpha": "--alpha",
+    "k_top": "--k-top",
+}
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- shared arguments ---------------------------------------------------------------------------
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--verifier", help="local folder, .gguf file or hub id (default: embedded)")
+    g.add_argument("--draft", help="local folder, .gguf file or hub id (default: embedded)")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    g.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default per device)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser, top_p_default: float = 1.0) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--k", type=int, default=4, help="draft length, 1..16 (default 4)")
+    g.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
+    g.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
+    g.add_argument("--top-p", type=float, default=top_p_default, help="1 = off (default 1)")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-chat-template", action="store_true", help="encode the prompt as raw text")
+
+
+def add_rule_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("acceptance rule")
+    g.add_argument("--rule", default="sps", choices=RULE_NAMES, help="default sps")
+    for name, flag in RULE_FLAGS.items():
+        g.add_argument(
+            flag,
+            dest=name,
+            type=int if name == "k_top" else float,
+            default=None,
+            help=f"the rule's {name} (rules that take it: "
+            f"{', '.join(r for r in RULE_NAMES if name in rule_params(r))})",
+        )
+
+
+def rule_from_args(args: argparse.Namespace) -> Rule:
+    """The rule named by --rule with the parameter flags given; a flag the rule does not take
+    is an error naming the ones it does."""
+    allowed = rule_params(args.rule)
+    params: dict[str, Any] = {}
+    for name, flag in RULE_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name not in allowed:
+            takes = ", ".join(RULE_FLAGS[n] for n in allowed) or "no parameters"
+            raise ValueError(f"rule {args.rule!r} does not take {flag}; it takes {takes}")
+        params[name] = value
+    return make_rule(args.rule, **params)
+
+
+def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
+    from cactus_core.models import load_pair
+
+    return load_pair(verifier=args.verifier, draft=args.draft, device=args.device, dtype=args.dtype)
+
+
+# -- generate -----------------------------------------------------------------------------------
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="decode one prompt and print text and stats")
+    p.add_argument("prompt", help="the user message")
+    add_rule_args(p)
+    add_sampling_args(p)
+    add_model_args(p)
+    p.add_argument("--autoregressive", action="store_true", help="verifier-only sampling")
+    p.add_argument("--trace", metavar="PATH", help="write the trace as JSON ('-' for stdout)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (text, ids, stats)")
+    p.add_argument("--quiet", action="store_true", help="no streaming of tokens to stderr")
+    p.set_defaults(handler=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from cactus_core.decoder import SpeculativeDecoder
+
+    rule = rule_from_args(args)
+    pair = load_pair_from_args(args)
+    dec = SpeculativeDecoder(
+        pair,
+        rule,
+        k=args.k,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        record_trace=args.trace is not None,
+    )
+
+    def stream(rnd, _row) -> None:
+        # Progress: the text as it is decided, on stderr so stdout stays clean for --json.
+        sys.stderr.write("".join(rnd.emitted_text))
+        sys.stderr.flush()
+
+    run = dec.generate_autoregressive if args.autoregressive else dec.generate
+    out = run(
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        chat_template=not args.no_chat_template,
+        on_round=None if args.quiet else stream,
+    )
+    if not args.quiet:
+        sys.stderr.write("\n")
+    stats = out.stats.to_dict()
+    if args.json:
+        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "stats": stats}))
+    else:
+        print(out.text)
+        print()
+        mode = "verifier-only" if args.autoregressive else f"{rule.label}, k={args.k}"
+        acc = stats["acceptance_rate"]
+        print(
+            f"{mode} | {stats['new_tokens']} tokens in {stats['wall_s']:.2f} s "
+            f"({stats['tokens_per_s']:.2f} tokens/s) | tokens per call "
+            f"{stats['tokens_per_call']:.2f} | acceptance {'–' if acc is None else f'{acc:.3f}'} "
+            f"| mean emitted KL {stats['mean_emitted_kl']:.4f} nats | "
+            f"stop: {stats['stop_reason']}"
+        )
+    if args.trace is not None:
+        text = out.trace.to_json(None if args.trace == "-" else args.trace)
+        if args.trace == "-":
+            print(text)
+    return 0
+
+
+# -- bench --------------------------------------------------------------------------------------
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="tokens/s, tokens per call, acceptance and KL per rule")
+    add_model_args(p)
+    p.add_argument("--prompts", type=int, default=None, help="use the first N built-in prompts")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument(
+        "--top-p",
+        type=float,
+        nargs="+",
+        default=[1.0, 0.95],
+        help="one table per value (default: 1.0 0.95)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--c",
+        type=float,
+        default=0.05,
+        help="draft/verifier step cost for the modelled speedup (default 0.05)",
+    )
+    p.add_argument("--rows", nargs="+", default=None, help="only the rows with these labels")
+    p.add_argument("--no-hf", action="store_true", help="leave out transformers' assisted row")
+    p.add_argument(
+        "--trace-row",
+        action="store_true",
+        help="add cactus δ=1 with full trace recording (measures its cost)",
+    )
+    p.add_argument("--out", metavar="PATH", help="also write the results as JSON")
+    p.set_defaults(handler=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from cactus_core.bench import default_rows, markdown_table, run_bench
+    from cactus_core.prompts import builtin_prompts
+
+    prompts = builtin_prompts()
+    if args.prompts is not None:
+        if not 1 <= args.prompts <= len(prompts):
+            raise ValueError(f"--prompts must be in [1, {len(prompts)}], got {args.prompts}")
+        prompts = prompts[: args.prompts]
+    rows = default_rows(with_hf=not args.no_hf, with_trace_row=args.trace_row)
+    if args.rows:
+        unknown = sorted(set(args.rows) - {r.label for r in rows})
+        if unknown:
+            raise ValueError(
+                f"unknown rows {unknown}; rows are: {', '.join(r.label for r in rows)}"
+            )
+        rows = [r for r in rows if r.label in args.rows]
+    pair = load_pair_from_args(args)
+    command = "python -m cactus_core " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    report: dict[str, Any] = {
+        "command": command.strip(),
+        "pair": pair.identity,
+        "device": str(pair.device),
+        "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "k": args.k,
+        "c": args.c,
+        "tables": {},
+    }
+    for top_p in args.top_p:
+        summaries = run_bench(
+            pair,
+            prompts,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=top_p,
+            k=args.k,
+            seed=args.seed,
+            rows=rows,
+            c=args.c,
+            progress=_progress,
+        )
+        report["tables"][str(top_p)] = summaries
+        print(f"\n### top-p {top_p:g}\n")
+        print(markdown_table(summaries, args.c))
+        sys.stdout.flush()
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cactus_core",
+        description="Speculative sampling with constrained acceptance (Cactus Lab).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_generate(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    return 0

@@ -1,0 +1,154 @@
+"""The Frontier page in a real Chromium: run a small sweep on the tiny pair, see the charts,
+click a point and read that setting's output next to verifier-only.
+
+Runs `streamlit run app.py` on a free port with the tiny pair saved to folders (the sidebar's
+custom-pair path picks them up from the environment) and drives Debian's chromium through
+Playwright.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair, tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser-frontier")
+    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+        model.save_pretrained(root / name)
+        tiny_pair.tokenizer.save_pretrained(root / name)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "CACTUS_LAB_VERIFIER": str(root / "verifier"),
+        "CACTUS_LAB_DRAFT": str(root / "draft"),
+        "CACTUS_CACHE_DIR": str(root / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    log = open(root / "streamlit.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(
+                        "streamlit did not start:\n" + (root / "streamlit.log").read_text()
+                    ) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.fail("Debian's chromium is needed for the browser tests (make chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def _fill(page, label: str, value: str) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(400)
+
+
+def _slider_to_start(page, label: str, right: int = 0) -> None:
+    thumb = page.get_by_role("slider", name=label)
+    thumb.focus()
+    thumb.press("Home")
+    for _ in range(right):
+        thumb.press("ArrowRight")
+    page.wait_for_timeout(400)
+
+
+def test_frontier_sweep_click_a_point_and_read_outputs(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    try:
+        _sweep_click_and_read(page, server)
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "frontier-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+def _sweep_click_and_read(page, url: str) -> None:
+    page.goto(f"{url}/frontier")
+    page.get_by_role("heading", name="Frontier").wait_for()
+    _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
+    _slider_to_start(page, "Max new tokens")  # 8 tokens
+    _fill(page, "cactus: values of delta", "0, 1")
+    _fill(page, "tas: values of epsilon", "0.05")
+    _fill(page, "interp: values of alpha", "0.5")
+    page.get_by_text("4 settings + verifier-only × 2 prompts").wait_for()
+    page.get_by_role("button", name="Run sweep").click()
+
+    plot = page.locator(".js-plotly-plot").first
+    plot.wait_for(state="visible", timeout=240_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    # the cactus series is the second trace (after verifier-only); click its δ=1 point
+    points = plot.locator(".scatterlayer .trace").nth(1).locator(".points path")
+    assert points.count() == 2
+    points.nth(1).click(force=True)
+    outputs = page.locator("[data-testid='stSelectbox']").filter(has_text="Setting")
+    outputs.get_by_text("cactus δ=1").wait_for()
+    assert page.get_by_text("verifier-only (same prompt, same seed)").count() == 1
+    assert page.locator("[data-testid='stException']").count() == 0

@@ -1,0 +1,104 @@
+"""`python -m cactus_core generate|bench` on the tiny pair (the model loader is swapped out)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cactus_core import cli
+from cactus_core.bench import HF_ASSISTED, VERIFIER_ONLY, default_rows, run_bench
+from cactus_core.trace import Trace
+
+
+@pytest.fixture
+def use_tiny(monkeypatch, tiny_pair):
+    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: tiny_pair)
+    return tiny_pair
+
+
+def test_generate_prints_text_and_stats(use_tiny, capsys, tmp_path):
+    path = tmp_path / "t.json"
+    argv = ["generate", "Hi there", "--rule", "cactus", "--delta", "0.5", "--k", "3"]
+    assert cli.main([*argv, "--max-new-tokens", "12", "--trace", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "cactus δ=0.5, k=3" in out and "tokens per call" in out
+    assert err.strip()  # the streamed text
+    trace = Trace.from_json(path)
+    assert trace.meta["rule_params"] == {"delta": 0.5}
+    assert trace.rounds and trace.rounds[0].positions
+
+
+def test_generate_json_output(use_tiny, capsys):
+    assert cli.main(["generate", "Hi", "--json", "--quiet", "--max-new-tokens", "5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["token_ids"]) <= 5
+    assert {"tokens_per_call", "acceptance_rate", "mean_emitted_kl"} <= set(data["stats"])
+
+
+def test_generate_autoregressive_and_greedy(use_tiny, capsys):
+    argv = ["generate", "Hi", "--json", "--quiet", "--max-new-tokens", "8", "--temperature", "0"]
+    cli.main([*argv, "--autoregressive"])
+    plain = json.loads(capsys.readouterr().out)
+    cli.main([*argv, "--rule", "tas"])
+    spec = json.loads(capsys.readouterr().out)
+    assert plain["token_ids"] == spec["token_ids"]
+    assert plain["stats"]["tokens_per_call"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "Hi", "--rule", "sps", "--delta", "1"], "does not take --delta"),
+        (["generate", "Hi", "--rule", "cactus", "--delta", "-1"], "delta"),
+        (["generate", "Hi", "--k", "0"], "k must be"),
+        (["generate", "Hi", "--top-p", "0"], "top_p"),
+        (["generate", "", "--quiet"], "empty"),
+        (["bench", "--prompts", "0"], "--prompts"),
+        (["bench", "--rows", "nope"], "unknown rows"),
+    ],
+)
+def test_bad_arguments_exit_with_a_clear_message(use_tiny, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_rows_and_table(use_tiny, capsys, tmp_path):
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--prompts", "2", "--max-new-tokens", "6", "--top-p", "1.0", "0.9"]
+    assert cli.main([*argv, "--rows", VERIFIER_ONLY, "sps", "cactus δ=1", HF_ASSISTED,
+                     "--out", str(out)]) == 0  # fmt: skip
+    text = capsys.readouterr()
+    assert "### top-p 0.9" in text.out and "| sps |" in text.out
+    assert "prompt 2/2" in text.err  # progress
+    report = json.loads(out.read_text())
+    rows = report["tables"]["1.0"]
+    assert [r["row"] for r in rows] == [VERIFIER_ONLY, "sps", "cactus δ=1", HF_ASSISTED]
+    assert rows[0]["tokens_per_call"] == 1.0 and rows[0]["modelled_speedup"] == 1.0
+    assert rows[2]["mean_emitted_kl"] >= 0 and rows[1]["mean_emitted_kl"] == 0.0
+
+
+def test_default_rows_cover_the_benchmark():
+    labels = [r.label for r in default_rows(with_trace_row=True)]
+    assert labels[:2] == [VERIFIER_ONLY, "sps"]
+    assert {"cactus δ=0.25", "cactus δ=0.5", "cactus δ=1", "cactus δ=2"} <= set(labels)
+    assert {"tas ε=0.09 α=0.3", "topk k=5", "interp α=0.5", HF_ASSISTED} <= set(labels)
+    assert len(labels) == 11  # 10 rows + the traced cactus row
+
+
+def test_run_bench_speedup_is_relative_to_verifier_only(tiny_pair):
+    rows = [r for r in default_rows(with_hf=False) if r.label in (VERIFIER_ONLY, "sps")]
+    res = run_bench(tiny_pair, ["Hi", "Yo"], max_new_tokens=5, rows=rows)
+    assert res[0]["speedup_median"] == pytest.approx(1.0)
+    assert res[1]["speedup_median"] > 0
+
+
+def test_module_entry_point_help():
+    done = subprocess.run(
+        [sys.executable, "-m", "cactus_core", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "generate" in done.stdout and "bench" in done.stdout
