@@ -41,16 +41,16 @@ CHROMIUM_ARGS = [
 ]
 
 
-def bench_playground(repeats: int = 7) -> dict[str, float]:
+def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     import torch
 
     from cactus_core.app_state import Position, compare_rules, playground_rules, taylor_gap
 
     g = torch.Generator().manual_seed(0)
     # A peaked verifier and a draft that roughly tracks it, like real next-token rows.
-    q = torch.softmax(torch.randn(V, generator=g) * 3.0, -1)
-    p = torch.softmax(torch.log(q) + torch.randn(V, generator=g), -1)
-    pos = Position(tuple(str(i) for i in range(V)), p, q, drafted=int(p.argmax()))
+    q = torch.softmax(torch.randn(vocab, generator=g) * 3.0, -1)
+    p = torch.softmax(torch.log(q) + torch.randn(vocab, generator=g), -1)
+    pos = Position(tuple(str(i) for i in range(vocab)), p, q, drafted=int(p.argmax()))
     t0 = time.perf_counter()
     compare_rules(pos, playground_rules(0.21))
     taylor_gap(pos, 0.21)
@@ -88,14 +88,18 @@ def _rss_mb(pid: int) -> float:
 def bench_browser() -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
+    # the embedded pair (no CACTUS_LAB_* override); OMP_NUM_THREADS comes from main()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACTUS_LAB_")}
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     out: dict[str, float] = {}
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
-        + ["--server.address", "127.0.0.1", "--server.headless", "true"],
+        [
+            *(sys.executable, "-m", "streamlit", "run", "app.py"),
+            *("--server.port", str(port), "--server.address", "127.0.0.1"),
+            *("--server.headless", "true"),
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -142,12 +146,22 @@ def bench_browser() -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-browser", action="store_true", help="playground timing only")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads here and in the app (1 keeps a shared 2-core machine stable)",
+    )
     args = parser.parse_args()
     import torch
 
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     print(f"torch threads: {torch.get_num_threads()}, CPUs: {os.cpu_count()}")
-    for key, value in bench_playground().items():
-        print(f"playground {key}: {value * 1000:.1f} ms")
+    # 257: the largest position the app builds from a trace (top-128 of p and q + the rest)
+    for vocab in (V, 257):
+        for key, value in bench_playground(vocab).items():
+            print(f"playground V={vocab} {key}: {value * 1000:.1f} ms")
     if not args.skip_browser:
         for key, value in bench_browser().items():
             unit = "MB" if key.endswith("_mb") else "s"

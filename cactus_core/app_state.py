@@ -106,9 +106,7 @@ RULE_PARAMS: dict[str, tuple[ParamSpec, ...]] = {
             "k_top", "k_top", 1, 100, 5, 1, "Accept drafts among q's top k_top.", integer=True
         ),
     ),
-    "interp": (
-        ParamSpec("alpha", "alpha", 0.0, 1.0, 0.5, 0.01, "h = alpha·p + (1 − alpha)·q."),
-    ),
+    "interp": (ParamSpec("alpha", "alpha", 0.0, 1.0, 0.5, 0.01, "h = alpha·p + (1 − alpha)·q."),),
     "optimal": (_BUDGET,),
 }
 
@@ -128,9 +126,7 @@ def default_params(name: str) -> dict[str, float]:
     """The widgets' starting values for a rule."""
     if name not in RULE_PARAMS:
         raise ValueError(f"unknown rule {name!r}; allowed: {', '.join(RULE_PARAMS)}")
-    return {
-        s.name: (int(s.default) if s.integer else float(s.default)) for s in RULE_PARAMS[name]
-    }
+    return {s.name: (int(s.default) if s.integer else float(s.default)) for s in RULE_PARAMS[name]}
 
 
 def build_rule(name: str, params: dict[str, float] | None = None) -> Rule:
@@ -506,24 +502,26 @@ def _visible(text: str, fate: str) -> str:
 def legend_html() -> str:
     """The fate legend, styled like the transcript."""
     items = [
-        f'<span style="{FATE_STYLE[f]}padding:1px 4px;border-radius:3px;">{FATE_LABELS[f]}'
-        "</span>"
+        f'<span style="{FATE_STYLE[f]}padding:1px 4px;border-radius:3px;">{FATE_LABELS[f]}</span>'
         for f in _LEGEND_FATES
     ]
     items.append(
         '<span style="outline:2px dashed #6a1b9a;padding:1px 4px;border-radius:3px;">'
         "fate flips under replay</span>"
     )
-    return '<div style="display:flex;flex-wrap:wrap;gap:8px;font-size:0.9em;">' + "".join(
-        items
-    ) + "</div>"
+    return (
+        '<div style="display:flex;flex-wrap:wrap;gap:8px;font-size:0.9em;">'
+        + "".join(items)
+        + "</div>"
+    )
 
 
 def transcript_html(prompt_text: str, tokens: Sequence[TokenView]) -> str:
     """The decoded text with every token coloured by fate (a block of HTML, no scripts)."""
     parts = [
-        '<div class="cactus-transcript" style="white-space:pre-wrap;line-height:1.9;font-family:ui-monospace,'
-        'SFMono-Regular,Menlo,monospace;font-size:0.92em;padding:10px 12px;'
+        '<div class="cactus-transcript" style="white-space:pre-wrap;line-height:1.9;'
+        "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:0.92em;"
+        "padding:10px 12px;"
         'border:1px solid #dfe5da;border-radius:8px;background:#ffffff;">'
     ]
     if prompt_text:
@@ -558,8 +556,16 @@ def chip_label(t: TokenView) -> str:
         "dropped": "gray",
     }[t.fate]
     body = f"~~{text}~~" if t.fate in ("rejected", "dropped") else text
+    symbol = {
+        "accepted": "✓",
+        "rejected": "✗",
+        "recovered": "↺",
+        "bonus": "★",
+        "sampled": "•",
+        "dropped": "–",
+    }[t.fate]
     mark = "⟲ " if t.flipped else ""
-    return f"{mark}:{colour}-background[:{colour}[{body}]]"
+    return f"{mark}{symbol} :{colour}-background[:{colour}[{body}]]"
 
 
 def display_indices(position: Position, top: int = 12) -> list[int]:
@@ -643,7 +649,9 @@ def flipped_slots(replay) -> dict[int, set[int]]:
     return {r.index: set(r.flipped) for r in replay.rounds if r.flipped}
 
 
-def round_tokens(rnd, flips: set[int] | None = None, include_dropped: bool = True) -> list[TokenView]:
+def round_tokens(
+    rnd, flips: set[int] | None = None, include_dropped: bool = True
+) -> list[TokenView]:
     """The tokens of one round in reading order: accepted drafts, the rejected draft, the
     dropped drafts after it (if asked), then the recovered or bonus token."""
     flips = flips or set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -39,6 +40,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", help="local folder, .gguf file or hub id (default: embedded)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     g.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default per device)")
+    g.add_argument(
+        "--threads", type=int, default=None, help="CPU threads for torch (default: torch's)"
+    )
 
 
 def add_sampling_args(p: argparse.ArgumentParser, top_p_default: float = 1.0) -> None:
@@ -83,7 +87,14 @@ def rule_from_args(args: argparse.Namespace) -> Rule:
 
 
 def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
+    import torch
+
     from cactus_core.models import load_pair
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
 
     return load_pair(verifier=args.verifier, draft=args.draft, device=args.device, dtype=args.dtype)
 
@@ -209,11 +220,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
         rows = [r for r in rows if r.label in args.rows]
     pair = load_pair_from_args(args)
-    command = "python -m cactus_core " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    command = "python -m cactus_core " + shlex.join(args.argv)
     report: dict[str, Any] = {
-        "command": command.strip(),
+        "command": command,
         "pair": pair.identity,
         "device": str(pair.device),
+        "threads": _threads(),
         "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
@@ -244,6 +256,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# -- sweep --------------------------------------------------------------------------------------
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    from cactus_core.sweep import add_sweep_arguments
+
+    p = sub.add_parser("sweep", help="rules x parameter grids on a prompt set (cached, resumable)")
+    add_sweep_arguments(p)
+    add_model_args(p)
+    p.set_defaults(handler=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from cactus_core.sweep import sweep_command
+
+    return sweep_command(args, load_pair_from_args(args), sys.stdout, sys.stderr)
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -255,12 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_generate(sub)
     _add_bench(sub)
+    _add_sweep(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return args.handler(args)
     except ValueError as exc:

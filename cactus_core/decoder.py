@@ -63,10 +63,11 @@ class GenerationStats:
     accepted_tokens: int = 0
     rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
     kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
+    kl_measured: bool = True
     stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
     batch_size: int = 1
     batch_new_tokens: int = 0
-    wall_s: float = 0.0  # prefill + decoding
+    wall_s: float = 0.0  # prefill + decoding (time spent in on_round is left out)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -87,8 +88,11 @@ class GenerationStats:
         return self.decided_tokens - self.accepted_tokens
 
     @property
-    def mean_emitted_kl(self) -> float:
-        """Mean KL(pi ‖ q) per emitted token (bonus and verifier-only tokens count 0)."""
+    def mean_emitted_kl(self) -> float | None:
+        """Mean KL(pi ‖ q) per emitted token (bonus and verifier-only tokens count 0); None
+        when the decoder ran with measure_kl=False."""
+        if not self.kl_measured:
+            return None
         return self.kl_sum / self.new_tokens if self.new_tokens else 0.0
 
     @property
@@ -132,7 +136,11 @@ def summarize(outputs: list[GenerationOutput]) -> dict[str, Any]:
         "draft_calls": sum(s.draft_calls for s in stats),
         "tokens_per_call": tokens / calls if calls else 0.0,
         "acceptance_rate": sum(s.accepted_tokens for s in stats) / decided if decided else None,
-        "mean_emitted_kl": sum(s.kl_sum for s in stats) / tokens if tokens else 0.0,
+        "mean_emitted_kl": (
+            (sum(s.kl_sum for s in stats) / tokens if tokens else 0.0)
+            if all(s.kl_measured for s in stats)
+            else None
+        ),
         "rejected_q_zero_share": (
             sum(s.rejected_q_zero for s in stats) / rejected if rejected else None
         ),
@@ -195,8 +203,9 @@ class SpeculativeDecoder:
     """Speculative decoding of `pair.verifier` with `pair.draft` under an acceptance rule.
 
     record_trace=False keeps only the cheap per-round fields (drafts, fates, coins, emitted
-    tokens) and skips the top-N / replay rows; the emitted KL in the stats is computed either
-    way (it is exact, from the full p and q).
+    tokens) and skips the top-N / replay rows. measure_kl=False (with record_trace=False) also
+    skips the exact emitted KL, the costliest bookkeeping (an O(V log V) pass per position);
+    `stats.record_s` times all of it, so its cost can be read off any run.
     """
 
     def __init__(
@@ -210,6 +219,7 @@ class SpeculativeDecoder:
         trace_top_n: int = 20,
         record_trace: bool = True,
         replay_top_m: int = 128,
+        measure_kl: bool = True,
     ) -> None:
         self.pair = pair
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
@@ -228,6 +238,7 @@ class SpeculativeDecoder:
         self.trace_top_n = _check_int("trace_top_n", trace_top_n, 1)
         self.replay_top_m = _check_int("replay_top_m", replay_top_m, 1)
         self.record_trace = bool(record_trace)
+        self.measure_kl = bool(measure_kl) or self.record_trace
         self.device = torch.device(pair.device)
         self.vocab = min(_vocab_size(pair.verifier), _vocab_size(pair.draft))
         if len(pair.tokenizer) > self.vocab:
@@ -383,6 +394,7 @@ class SpeculativeDecoder:
         prefill_s = time.perf_counter() - start
         active = list(rows)
         clock = {"draft": 0.0, "verify": 0.0, "record": 0.0}
+        paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
         while active:
             room = min(ctx - len(r.tokens) for r in active)
             k = min(self.k, room - 1) if speculative else 0
@@ -393,7 +405,9 @@ class SpeculativeDecoder:
             keep = []
             for i, (row, (rnd, kl_pi)) in enumerate(zip(active, events, strict=True)):
                 stop = self._commit(row, rnd, kl_pi, max_new_tokens, ctx)
+                handed = time.perf_counter()
                 yield row.index, rnd
+                paused += time.perf_counter() - handed
                 if stop:
                     row.stats.stop_reason = stop
                 else:
@@ -408,11 +422,13 @@ class SpeculativeDecoder:
                 verifier.keep([len(r.tokens) - 1 for r in active])
                 if draft is not None:
                     draft.keep([len(r.tokens) - len(r.pending) for r in active])
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - start - paused
         total = sum(len(r.generated) for r in rows)
         for r in rows:
             s = r.stats
             s.batch_size, s.batch_new_tokens = len(rows), total
+            exact_zero = not speculative or self.temperature == 0 or self.judge.name == "sps"
+            s.kl_measured = self.measure_kl or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
             s.draft_s, s.verify_s, s.record_s = clock["draft"], clock["verify"], clock["record"]
             r.trace.meta["batch"] = {"id": batch_id, "size": len(rows), "row": r.index}
@@ -478,7 +494,10 @@ class SpeculativeDecoder:
             1,
         ).tolist()  # one host sync for everything the bookkeeping needs
         t2 = time.perf_counter()
-        kl_pi = self._emitted_kl(p_all, q_all[:, :k])
+        # The trace wants KL(pi ‖ q) at every drafted position; the stats only where a token
+        # was emitted from pi (positions 0..min(m, k-1)), which saves work on rejections.
+        decided = None if self.record_trace else [min(int(h[0]) + 1, k) for h in host]
+        kl_pi = self._emitted_kl(p_all, q_all[:, :k], decided)
         positions = (
             self._positions(p_all, q_all, n_all, kl_pi) if self.record_trace else [[] for _ in rows]
         )
@@ -610,12 +629,24 @@ class SpeculativeDecoder:
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
 
-    def _emitted_kl(self, p: torch.Tensor, q: torch.Tensor) -> list[list[float]]:
-        """KL(pi ‖ q) [B, k] at the drafted positions, exact from the full rows."""
-        if self.temperature == 0 or self.judge.name == "sps":
-            return [[0.0] * p.shape[1] for _ in range(p.shape[0])]
-        pi = emitted_distribution(self.judge, p, q)
-        return kl(pi, q).tolist()
+    def _emitted_kl(
+        self, p: torch.Tensor, q: torch.Tensor, decided: list[int] | None
+    ) -> list[list[float]]:
+        """KL(pi ‖ q) per row at the drafted positions [B, k] (only the first decided[b] of
+        row b when given), exact from the full rows; zeros when pi = q or not measured."""
+        b, k = p.shape[:2]
+        if self.temperature == 0 or self.judge.name == "sps" or not self.measure_kl:
+            return [[0.0] * k for _ in range(b)]
+        if decided is None:
+            return kl(emitted_distribution(self.judge, p, q), q).tolist()
+        rows = torch.tensor([i for i in range(b) for _ in range(decided[i])], device=p.device)
+        cols = torch.tensor([j for i in range(b) for j in range(decided[i])], device=p.device)
+        flat = kl(emitted_distribution(self.judge, p[rows, cols], q[rows, cols]), q[rows, cols])
+        values, out = flat.tolist(), []
+        for i in range(b):
+            out.append(values[: decided[i]] + [0.0] * (k - decided[i]))
+            values = values[decided[i] :]
+        return out
 
     def _positions(
         self, p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, kl_pi: list[list[float]]

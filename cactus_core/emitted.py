@@ -34,50 +34,70 @@ _TINY = 1e-300
 
 
 class CactusPrecomputed:
-    """The sort by rho = p/q and its prefix sums; reusable across deltas (cactus-budget)."""
+    """The sort by rho = p/q with prefix sums, reusable across deltas (cactus-budget)."""
 
     def __init__(self, p: torch.Tensor, q: torch.Tensor) -> None:
         inf = torch.tensor(math.inf, dtype=p.dtype, device=p.device)
-        self.p = p
-        self.q = q
-        self.rho = torch.where(q > 0, p / q, inf)
-        self.rho_s, order = self.rho.sort(-1)
-        self.qc = excl_cumsum(q.gather(-1, order))
-        self.pc = excl_cumsum(p.gather(-1, order))
+        rho = torch.where(q > 0, p / q, inf)
+        self.rho_s, self.rho_order = rho.sort(-1)  # [..., V]
+        self.q_r = q.gather(-1, self.rho_order)  # q and p in rho order
+        self.p_r = p.gather(-1, self.rho_order)
+        self.qc = excl_cumsum(self.q_r)  # [..., V+1]
+        self.pc = excl_cumsum(self.p_r)
+
+
+def pi_in_rho_order(
+    pre: CactusPrecomputed,
+    c_s: torch.Tensor,
+    p_c: torch.Tensor,
+    h_c: torch.Tensor,
+    h_r: torch.Tensor,
+) -> torch.Tensor:
+    """pi in rho order [..., V], from c sorted ascending (c_s) with p and h in that same
+    order (p_c, h_c) and h in rho order (h_r). Both searches take sorted queries, which keeps
+    the binary searches cache-friendly."""
+    zero = torch.zeros((), dtype=c_s.dtype, device=c_s.device)
+    rejectable = (p_c - h_c).clamp_min(0.0)  # p(n)(1 − a(n))
+    i = torch.searchsorted(pre.rho_s, c_s)  # #{j: rho_j < c_n}
+    z = c_s * take(pre.qc, i) - take(pre.pc, i)  # Z_n
+    w = torch.where(rejectable > 0, rejectable / z.clamp_min(_TINY), zero)
+    wc = excl_cumsum(w * c_s)
+    ws = excl_cumsum(w)
+    j = torch.searchsorted(c_s, pre.rho_s, right=True)  # n with c_n > rho_x sit at j and after
+    sum_wc = wc[..., -1:] - take(wc, j)
+    sum_w = ws[..., -1:] - take(ws, j)
+    residual_mass = (pre.q_r * sum_wc - pre.p_r * sum_w).clamp_min(0.0)
+    return torch.minimum(pre.p_r, h_r) + residual_mass
+
+
+def cactus_c(q: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """c_n = (1 − h_n)/(1 − q_n), 0 where q_n = 1 (then h_n = 1 and n is always accepted)."""
+    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+    return torch.where(q < 1, (1 - h) / (1 - q), zero).clamp(0.0, 1.0)
 
 
 def cactus_family_emitted(
     p: torch.Tensor,
     q: torch.Tensor,
     h: torch.Tensor,
-    pre: CactusPrecomputed | None = None,
     c_order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """pi [..., V] for a Cactus-family rule.
 
     p, q [..., V] (float64 recommended); h [..., V] holds h_n for every possible draft n.
-    c_order, if given, is an argsort of c = (1 − h)/(1 − q) known in advance (for the closed
-    form c falls as q grows, so it is q's descending order): it saves a sort per call.
+    c_order, if given, is an argsort of c known in advance (for the closed form c falls as q
+    grows, so q's descending order); otherwise c is sorted here.
     """
-    if pre is None:
-        pre = CactusPrecomputed(p, q)
-    zero = torch.zeros((), dtype=p.dtype, device=p.device)
-    c = torch.where(q < 1, (1 - h) / (1 - q), zero).clamp(0.0, 1.0)  # [..., V]
-    rejectable = (p - h).clamp_min(0.0)  # p(n)(1 − a(n))
-    i = torch.searchsorted(pre.rho_s, c)  # #{j: rho_j < c_n}
-    z = c * take(pre.qc, i) - take(pre.pc, i)  # Z_n
-    w = torch.where(rejectable > 0, rejectable / z.clamp_min(_TINY), zero)
+    pre = CactusPrecomputed(p, q)
+    c = cactus_c(q, h)
     if c_order is None:
         c_s, c_order = c.sort(-1)
-    else:
+    else:  # rounding can break the order among near-equal c; cummax restores it
         c_s = torch.cummax(c.gather(-1, c_order), -1).values
-    wc = excl_cumsum((w * c).gather(-1, c_order))
-    ws = excl_cumsum(w.gather(-1, c_order))
-    j = torch.searchsorted(c_s, pre.rho, right=True)  # n with c_n > rho_x sit at j and after
-    sum_wc = wc[..., -1:] - take(wc, j)
-    sum_w = ws[..., -1:] - take(ws, j)
-    residual_mass = (q * sum_wc - p * sum_w).clamp_min(0.0)
-    return torch.minimum(p, h) + residual_mass
+    pi_r = pi_in_rho_order(
+        pre, c_s, p.gather(-1, c_order), h.gather(-1, c_order), h.gather(-1, pre.rho_order)
+    )
+    return torch.empty_like(pi_r).scatter_(-1, pre.rho_order, pi_r)
 
 
 def emitted_distribution(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,8 @@ RULE_PALETTE: tuple[str, ...] = (
 _LAYOUT = {
     "template": "plotly_white",
     "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
-    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    # title on the left, legend on the right of the same band above the plot
+    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
     "font": {"size": 13},
     "height": 360,
 }

@@ -44,7 +44,6 @@ class SequenceCache:
         self.valid_host: list[list[bool]] = []
         self.lengths: list[int] = []
         self.holes = False
-        self.calls = 0
 
     @property
     def batch_size(self) -> int:
@@ -74,7 +73,6 @@ class SequenceCache:
         new_valid_host = [[True] * len(p) + [False] * (width - len(p)) for p in prefixes]
         new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
         self._forward(ids, new_valid, new_valid_host, 0)
-        self.calls -= 1  # the prefill is not a decoding call
 
     @torch.inference_mode()
     def step(
@@ -128,7 +126,6 @@ class SequenceCache:
                 use_cache=True,
                 logits_to_keep=max(num_logits, 1),
             ).logits[:, w - num_logits :]
-        self.calls += 1
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         for row, new in enumerate(new_valid_host):
             self.valid_host[row].extend(new)

@@ -108,7 +108,9 @@ def xlogx(x: torch.Tensor) -> torch.Tensor:
 def clip_target(
     p: torch.Tensor, q: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor
 ) -> torch.Tensor:
-    """pi* = clip(p, lower·q, upper·q); upper = inf means pi* = p. lower, upper [...] or [..., 1]."""
+    """pi* = clip(p, lower·q, upper·q); upper = inf means pi* = p.
+
+    lower, upper: [...] or [..., 1]."""
     if lower.dim() < p.dim():
         lower = lower.unsqueeze(-1)
         upper = upper.unsqueeze(-1)

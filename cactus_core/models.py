@@ -218,7 +218,11 @@ def _load_any(spec, cache: Path, dtype: torch.dtype, trust_remote_code: bool):
 
 def _looks_like_path(text: str) -> bool:
     # Hub ids are "name" or "org/name"; anything else with separators is meant as a path.
-    return text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
+    return (
+        text.startswith((".", "/", "~"))
+        or text.count("/") > 1
+        or (os.sep != "/" and os.sep in text)
+    )
 
 
 def _remote_kwargs(trust_remote_code: bool) -> dict:
@@ -243,7 +247,7 @@ def hub_snapshot(repo_id: str) -> Path:
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
     try:
         return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
-    except Exception:  # noqa: BLE001 - any miss in the local cache means "not available offline"
+    except Exception:
         pass
     hint = (
         f"model {repo_id!r} is not in the local Hugging Face cache and the hub cannot be "
@@ -253,14 +257,14 @@ def hub_snapshot(repo_id: str) -> Path:
         raise ModelLoadError(hint + " (HF_HUB_OFFLINE is set)")
     try:
         info = HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
-    except Exception as e:  # noqa: BLE001 - DNS, timeout, 404 and auth all end the same way
+    except Exception as e:
         raise ModelLoadError(f"{hint}: {type(e).__name__}: {e}") from e
     files = [s.rfilename for s in info.siblings or []]
     if not any(f.endswith(".safetensors") for f in files):
         patterns.append("*.bin")
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelLoadError(f"{hint}: download failed: {type(e).__name__}: {e}") from e
 
 
@@ -325,7 +329,9 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
     )
-    # The GGUF quantizer entry would make transformers treat the safetensors as GGUF again.
+    # The weights are plain float32 now; without this transformers refuses to save a "GGUF
+    # quantized" model, and would treat the saved folder as GGUF again on load.
+    model.hf_quantizer = None
     model.config.quantization_config = None
     if hasattr(model.config, "_pre_quantization_dtype"):
         del model.config._pre_quantization_dtype

@@ -793,12 +793,12 @@ class TuneResult:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
 
     def cli_flags(self) -> str:
-        """The flags that reproduce this setting with `python -m cactus_core decode`."""
+        """The flags that reproduce this setting with `python -m cactus_core generate`."""
         s = self.sampling
         flags = [f"--rule {self.rule}", f"--{self.param.replace('_', '-')} {self.value:.6g}"]
         if s:
             flags += [
-                f"-k {s['k']}",
+                f"--k {s['k']}",
                 f"--temperature {s['temperature']:g}",
                 f"--top-k {s['top_k']}",
                 f"--top-p {s['top_p']:g}",
@@ -937,7 +937,7 @@ def add_sweep_arguments(parser: Any) -> None:
     )
     parser.add_argument("--n-prompts", type=int, default=20, help="use the first N (default 20)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("-k", type=int, default=4, help="draft length")
+    parser.add_argument("--k", type=int, default=4, help="draft length (default 4)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)

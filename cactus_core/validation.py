@@ -86,7 +86,7 @@ def raise_if_any(checks: list[tuple[str, torch.Tensor]]) -> None:
     """One host sync for every flag; raise ValueError naming the first failed check."""
     if not checks:
         return
-    flags = torch.stack([flag.reshape(()).to("cpu", non_blocking=True) for _, flag in checks])
+    flags = torch.stack([flag.reshape(()) for _, flag in checks])
     for (message, _), bad in zip(checks, flags.tolist(), strict=True):
         if bad:
             raise ValueError(message)
@@ -139,7 +139,9 @@ def check_number(
     integer: bool = False,
 ) -> float | int:
     """A scalar rule parameter in [low, high]; the error names the allowed range."""
-    allowed = f"an integer in [{low:g}, {high:g}]" if integer else f"a number in [{low:g}, {high:g}]"
+    allowed = (
+        f"an integer in [{low:g}, {high:g}]" if integer else f"a number in [{low:g}, {high:g}]"
+    )
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"rule {rule!r}: {name} must be {allowed}, got {value!r}")
     if integer and float(value) != int(value):

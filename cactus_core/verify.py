@@ -131,7 +131,7 @@ def verify(
     _check_inputs(
         rule, draft_probs, draft_token_ids, target_probs, uniforms, sample_uniforms, validate
     )
-    b, k, v = draft_probs.shape
+    b, k, _ = draft_probs.shape
     device = draft_probs.device
     dtype = torch.promote_types(work_dtype(draft_probs), work_dtype(target_probs))
     if uniforms is None or sample_uniforms is None:

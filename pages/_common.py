@@ -78,7 +78,9 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
             box.update(label="Could not load the model pair", state="error", expanded=True)
             st.error(f"Could not load {s.pair_label}: {err}")
             return None
-        _WARM[s.pair_key] = f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
+        _WARM[s.pair_key] = (
+            f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
+        )
         box.update(
             label=f"Loaded {_WARM[s.pair_key]} in {time.perf_counter() - start:.1f} s",
             state="complete",
@@ -118,6 +120,8 @@ def rule_picker(key_prefix: str, label: str = "Rule", default: str = "cactus") -
         format_func=lambda n: f"{n} — {RULE_DESCRIPTIONS[n]}",
         key=f"{key_prefix}_rule",
     )
-    params = {spec.name: _param_widget(spec, f"{key_prefix}_{name}_{spec.name}") for spec in
-              RULE_PARAMS[name]}
+    params = {
+        spec.name: _param_widget(spec, f"{key_prefix}_{name}_{spec.name}")
+        for spec in RULE_PARAMS[name]
+    }
     return name, params

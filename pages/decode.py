@@ -68,7 +68,9 @@ transcript = st.empty()
 def show_counters(tokens_per_call, acceptance, tokens_per_s, emitted_kl, calls) -> None:
     with counters.container():
         c = st.columns(5)
-        c[0].metric("tokens per call", f"{tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"])
+        c[0].metric(
+            "tokens per call", f"{tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"]
+        )
         c[1].metric(
             "acceptance rate",
             "–" if acceptance is None else f"{acceptance:.1%}",
@@ -93,7 +95,11 @@ def run_generation() -> None:
         rounds.append(rnd)
         live = live_stats(rounds, time.perf_counter() - start)
         show_counters(
-            live.tokens_per_call, live.acceptance_rate, live.tokens_per_s, live.emitted_kl, len(rounds)
+            live.tokens_per_call,
+            live.acceptance_rate,
+            live.tokens_per_s,
+            live.emitted_kl,
+            len(rounds),
         )
         transcript.html(transcript_html("", transcript_tokens(rounds)))
     run_id = st.session_state.get("dec_run_counter", 0) + 1
@@ -137,10 +143,9 @@ def run_comparison() -> SpeedComparison:
     )
 
 
-if generate or compare:
-    if not prompt.strip():
-        st.error("Enter a prompt first.")
-        st.stop()
+if (generate or compare) and not prompt.strip():
+    st.error("Enter a prompt first.")
+    st.stop()
 try:
     if generate:
         run_generation()
@@ -167,8 +172,9 @@ show_counters(
 transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
 meta = run.trace.meta
 st.caption(
-    f"Run {run.run_id}: {meta['rule_label']} · k = {meta['k']} · T = {meta['temperature']:g} · top-k "
-    f"{meta['top_k']} · top-p {meta['top_p']:g} · seed {meta['seed']} · "
+    f"Run {run.run_id}: {meta['rule_label']} · k = {meta['k']} · "
+    f"T = {meta['temperature']:g} · top-k {meta['top_k']} · top-p {meta['top_p']:g} · "
+    f"seed {meta['seed']} · "
     f"{stats.new_tokens} tokens in {stats.rounds} rounds, stopped by {stats.stop_reason} · "
     f"{meta['verifier']} verifying {meta['draft']}"
 )
@@ -203,9 +209,10 @@ with st.expander("Speed: measured and modelled", expanded=bool(compare)):
     else:
         m2.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
         (st.warning if cmp.speedup < 1 else st.success)(cmp.verdict())
+        with_measured_c = modelled_speedup(cmp.tokens_per_call, cmp.k, cmp.c_measured)
         st.caption(
             f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier "
-            f"forward). The model with it: {modelled_speedup(cmp.tokens_per_call, cmp.k, cmp.c_measured):.2f}×."
+            f"forward). The model with it: {with_measured_c:.2f}×."
         )
     with st.popover("Metric definitions"):
         for name, text in METRIC_HELP.items():

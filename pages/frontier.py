@@ -194,13 +194,18 @@ st.caption(
 )
 
 
-def chart(fig, key: str) -> None:
-    event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key=key)
-    points = event.selection.points if event and event.selection else []
+def _remember_click(key: str) -> None:
+    # Runs before the rerun, so every chart and the Outputs picker see the new selection.
+    state = st.session_state.get(key)
+    points = state.selection.points if state is not None and state.selection else []
     for point in points:
         data = point.get("customdata")
         if data:
             st.session_state[SELECTED_KEY] = data[0]
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, on_select=lambda: _remember_click(key), selection_mode="points", key=key)
 
 
 tabs = st.tabs(
@@ -338,7 +343,7 @@ if tuned is not None and tuned[0] == sweep_key:
         ),
         key="fr_tune_chart",
     )
-    st.markdown("CLI flags (`python -m cactus_core decode`):")
+    st.markdown("CLI flags (`python -m cactus_core generate`):")
     st.code(res.cli_flags(), language="bash")
     st.download_button(
         "Tuned setting as JSON", res.to_json(), "tuned.json", "application/json", key="fr_dl_tune"

@@ -96,8 +96,10 @@ with right:
             "Drafted token n",
             range(len(base.labels)),
             index=base.drafted,
-            format_func=lambda i: f"{figures.display_token(base.labels[i])}  (p = "
-            f"{float(base.p[i]):.3f}, q = {float(base.q[i]):.3f})",
+            format_func=lambda i: (
+                f"{figures.display_token(base.labels[i])}  (p = "
+                f"{float(base.p[i]):.3f}, q = {float(base.q[i]):.3f})"
+            ),
             # one key per source, so another preset starts at its own drafted token
             key=f"pg_drafted_{base_key}",
         )
@@ -123,7 +125,9 @@ def analysis(position: Position) -> None:
         help="0 is lossless speculative sampling. Used by cactus and cactus-exact.",
     )
     with c2.popover("Other rules' parameters", width="stretch"):
-        budget = st.slider("budget (cactus-budget, optimal)", 0.0, 1.0, 0.05, 0.005, key="pg_budget")
+        budget = st.slider(
+            "budget (cactus-budget, optimal)", 0.0, 1.0, 0.05, 0.005, key="pg_budget"
+        )
         interp_alpha = st.slider("alpha (interp)", 0.0, 1.0, 0.5, 0.01, key="pg_interp_alpha")
         tas_eps = st.slider("epsilon (tas)", 0.0, 1.0, 0.09, 0.01, key="pg_tas_eps")
         tas_alpha = st.slider("alpha (tas)", 0.0, 1.0, 0.3, 0.01, key="pg_tas_alpha")
@@ -139,7 +143,7 @@ def analysis(position: Position) -> None:
     )
     rows = compare_rules(position, rules)
     by_name = {r.name: r for r in rows}
-    sps, cactus, exact = by_name["sps"], by_name["cactus"], by_name["cactus-exact"]
+    sps, cactus = by_name["sps"], by_name["cactus"]
 
     m = st.columns(4)
     m[0].metric("sps: expected acceptance", f"{sps.expected_acceptance:.1%}")
@@ -176,12 +180,15 @@ def analysis(position: Position) -> None:
     shown = display_indices(position)
     labels = [position.labels[i] for i in shown]
     hi = shown.index(position.drafted)
-    focus_name = st.segmented_control(
-        "Rule in focus",
-        [r.name for r in rows],
-        default="cactus",
-        key="pg_focus",
-    ) or "cactus"
+    focus_name = (
+        st.segmented_control(
+            "Rule in focus",
+            [r.name for r in rows],
+            default="cactus",
+            key="pg_focus",
+        )
+        or "cactus"
+    )
     focus = by_name[focus_name]
     t1, t2, t3, t4 = st.tabs(
         ["h, residual and pi", "a(n) for every n", "pi for every rule", "Every rule"]

@@ -148,9 +148,9 @@ def test_settings_validation():
 def test_chip_label_escapes_markdown_and_marks_fate():
     t = S.TokenView("*a_b [x]", "rejected", 0, 0)
     label = S.chip_label(t)
-    assert label.startswith(":red-background[:red[~~")
+    assert label.startswith("✗ :red-background[:red[~~")
     assert "\\*a\\_b" in label and "\\[x\\]" in label
-    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == ":green-background[:green[␣]]"
+    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == "✓ :green-background[:green[␣]]"
 
 
 def test_transcript_html_escapes_and_strikes_rejected():
@@ -173,7 +173,9 @@ def test_transcript_tokens_emit_exactly_the_output(decoded):
     assert "".join(emitted) == "".join(t for r in decoded.trace.rounds for t in r.emitted_text)
     rejected = sum(1 for v in views if v.fate == "rejected")
     assert rejected == sum(
-        1 for r in decoded.trace.rounds if r.num_accepted < r.k and len(r.emitted_ids) > r.num_accepted
+        1
+        for r in decoded.trace.rounds
+        if r.num_accepted < r.k and len(r.emitted_ids) > r.num_accepted
     )
 
 

@@ -62,7 +62,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
 
 @pytest.fixture(scope="module")
 def server(tiny_pair, tmp_path_factory) -> Iterator[str]:
-    env = dict(os.environ)
+    # One torch thread: the CI machine has two cores, and OpenMP spinning under load stalls.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     if os.environ.get("CACTUS_BROWSER_PAIR") != "embedded":
         root = tmp_path_factory.mktemp("browser_pair")
         for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
@@ -136,9 +137,9 @@ class Session:
     def idle(self) -> None:
         """Wait until the script run that the last action started has finished."""
         self.page.wait_for_timeout(500)
-        self.page.locator(
-            '[data-testid="stApp"][data-test-script-state="notRunning"]'
-        ).wait_for(timeout=TIMEOUT_MS)
+        self.page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(
+            timeout=TIMEOUT_MS
+        )
         # elements still loading show a skeleton (hidden tabs keep theirs)
         self.page.wait_for_function(
             "() => ![...document.querySelectorAll('[data-testid=\"stSkeleton\"]')]"
@@ -147,12 +148,19 @@ class Session:
         )
 
     def check(self) -> None:
-        assert self.page.locator(EXCEPTION).count() == 0, self.page.locator(EXCEPTION).first.inner_text()
+        assert self.page.locator(EXCEPTION).count() == 0, self.page.locator(
+            EXCEPTION
+        ).first.inner_text()
         assert not self.errors, self.errors
 
-    def shot(self, name: str) -> None:
+    def shot(self, name: str, height: int = 2400) -> None:
+        # The app scrolls inside its own container, so a full-page shot needs a tall window.
         ARTIFACTS.mkdir(exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        size = self.page.viewport_size
+        self.page.set_viewport_size({"width": size["width"], "height": height})
+        self.page.wait_for_timeout(800)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+        self.page.set_viewport_size(size)
 
     def metric(self, label_start: str) -> str:
         card = self.page.locator('[data-testid="stMetric"]').filter(has_text=label_start).first

@@ -131,6 +131,8 @@ def test_frontier_sweep_click_a_point_and_read_outputs(server, browser):
 
 
 def _sweep_click_and_read(page, url: str) -> None:
+    from playwright.sync_api import expect
+
     page.goto(f"{url}/frontier")
     page.get_by_role("heading", name="Frontier").wait_for()
     _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
@@ -148,7 +150,7 @@ def _sweep_click_and_read(page, url: str) -> None:
     points = plot.locator(".scatterlayer .trace").nth(1).locator(".points path")
     assert points.count() == 2
     points.nth(1).click(force=True)
-    outputs = page.locator("[data-testid='stSelectbox']").filter(has_text="Setting")
-    outputs.get_by_text("cactus δ=1").wait_for()
+    picker = page.get_by_role("combobox", name="Setting (or click a point)")
+    expect(picker).to_have_value("cactus δ=1", timeout=60_000)
     assert page.get_by_text("verifier-only (same prompt, same seed)").count() == 1
     assert page.locator("[data-testid='stException']").count() == 0

@@ -76,6 +76,7 @@ def test_bench_rows_and_table(use_tiny, capsys, tmp_path):
     assert "### top-p 0.9" in text.out and "| sps |" in text.out
     assert "prompt 2/2" in text.err  # progress
     report = json.loads(out.read_text())
+    assert report["command"].startswith("python -m cactus_core bench --prompts 2")
     rows = report["tables"]["1.0"]
     assert [r["row"] for r in rows] == [VERIFIER_ONLY, "sps", "cactus δ=1", HF_ASSISTED]
     assert rows[0]["tokens_per_call"] == 1.0 and rows[0]["modelled_speedup"] == 1.0

@@ -302,3 +302,17 @@ def test_cuda_greedy_and_sampling(tiny_pair_factory):
     b = sampler.generate(PROMPTS, max_new_tokens=24, seed=0)
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
     assert all(o.stats.new_tokens > 0 for o in a)
+
+
+def test_kl_only_where_emitted_matches_full_recording(tiny_pair):
+    rule = make_rule("cactus", delta=1.0)
+    full = SpeculativeDecoder(tiny_pair, rule, k=4, record_trace=True)
+    lean = SpeculativeDecoder(tiny_pair, rule, k=4, record_trace=False)
+    off = SpeculativeDecoder(tiny_pair, rule, k=4, record_trace=False, measure_kl=False)
+    a, b, c = (d.generate(PROMPTS, max_new_tokens=20, seed=2) for d in (full, lean, off))
+    for x, y, z in zip(a, b, c, strict=True):
+        assert x.token_ids == y.token_ids == z.token_ids
+        assert y.stats.kl_sum == pytest.approx(x.stats.kl_sum, rel=1e-5, abs=1e-7)
+        assert z.stats.mean_emitted_kl is None
+    assert summarize(c)["mean_emitted_kl"] is None
+    assert summarize(b)["mean_emitted_kl"] > 0

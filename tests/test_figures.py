@@ -14,7 +14,11 @@ from cactus_core import figures
 def test_distribution_bars_one_trace_per_series_in_fixed_colours():
     fig = figures.distribution_bars(
         ["decode", "generate", "output"],
-        {"p": [0.05, 0.8, 0.15], "q": torch.tensor([0.3, 0.35, 0.35]), "h": np.array([0.2, 0.6, 0.2])},
+        {
+            "p": [0.05, 0.8, 0.15],
+            "q": torch.tensor([0.3, 0.35, 0.35]),
+            "h": np.array([0.2, 0.6, 0.2]),
+        },
         title="t",
         highlight=1,
     )
@@ -88,7 +92,7 @@ def test_coin_figure_rejects_probabilities_outside_unit_interval():
 def test_taylor_gap_draws_the_diagonal_and_both_forms():
     d = [0.0, 0.5, 1.0]
     fig = figures.taylor_gap(d, [0.0, 0.6, 1.3], [0.0, 0.5, 1.0], current_delta=0.5)
-    assert [t.name for t in fig.data][0] == "KL = delta"
+    assert fig.data[0].name == "KL = delta"
     assert list(fig.data[0].y) == d
     assert list(fig.data[1].y) == pytest.approx([0.0, 0.6, 1.3])
 

@@ -22,7 +22,23 @@ from cactus_core import models as cm
 from cactus_core.models import ModelLoadError, ModelPair, load_pair
 from cactus_core.prompts import builtin_prompts
 
-WORDS = "the a cactus desert water sun tell me about how do they survive in hi".split()
+WORDS = [
+    "the",
+    "a",
+    "cactus",
+    "desert",
+    "water",
+    "sun",
+    "tell",
+    "me",
+    "about",
+    "how",
+    "do",
+    "they",
+    "survive",
+    "in",
+    "hi",
+]
 
 
 def _tiny_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
@@ -302,7 +318,7 @@ def test_draft_assets_fit_the_size_budget():
     from safetensors import safe_open
 
     with safe_open(str(cm.DRAFT_DIR / "model.safetensors"), "pt") as f:
-        assert "model.embed_tokens.weight" not in f.keys()
+        assert "model.embed_tokens.weight" not in f
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,9 +356,10 @@ def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
     text = pair.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
     assert "Tell me about cacti." in text
-    assert pair.encode_prompt("Tell me about cacti.", chat_template=False) == pair.tokenizer(
-        "Tell me about cacti."
-    )["input_ids"]
+    assert (
+        pair.encode_prompt("Tell me about cacti.", chat_template=False)
+        == pair.tokenizer("Tell me about cacti.")["input_ids"]
+    )
     with torch.no_grad():
         x = torch.tensor([ids])
         q, p = pair.verifier(x).logits[0, -1], pair.draft(x).logits[0, -1]

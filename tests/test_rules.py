@@ -32,7 +32,14 @@ def test_worked_example() -> None:
 
 def test_names_labels_and_params() -> None:
     assert RULE_NAMES == (
-        "sps", "cactus", "cactus-exact", "cactus-budget", "tas", "topk", "interp", "optimal"
+        "sps",
+        "cactus",
+        "cactus-exact",
+        "cactus-budget",
+        "tas",
+        "topk",
+        "interp",
+        "optimal",
     )
     assert make_rule("cactus", delta=0.5).label == "cactus δ=0.5"
     assert make_rule("cactus", delta=0.5).params == {"delta": 0.5}
@@ -150,13 +157,17 @@ def test_tas_and_topk_thresholds() -> None:
     assert r.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
     topk = make_rule("topk", k_top=2)
     assert topk.accept_probs_all(p, q).tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
-    torch.testing.assert_close(topk.residual(q, p, torch.tensor(4)), torch.tensor([0.5, 0.5, 0, 0, 0]))
+    torch.testing.assert_close(
+        topk.residual(q, p, torch.tensor(4)), torch.tensor([0.5, 0.5, 0, 0, 0])
+    )
     # h for threshold rules: the law of the emitted token given the draft
     assert topk.adjusted_target(q, p, torch.tensor(1)).tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
     # topk requires q_n > 0 even when the k-th largest q is 0
     q0 = torch.tensor([1.0, 0.0, 0.0])
     assert make_rule("topk", k_top=3).accept_probs_all(torch.full((3,), 1 / 3), q0).tolist() == [
-        1.0, 0.0, 0.0
+        1.0,
+        0.0,
+        0.0,
     ]
 
 

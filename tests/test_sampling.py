@@ -53,6 +53,8 @@ def test_sample_from_probs_inverse_cdf() -> None:
     u = torch.rand(200_000, generator=gen)
     ids = sample_from_probs(torch.tensor([0.1, 0.0, 0.6, 0.3]).expand(200_000, 4), u)
     freq = torch.bincount(ids, minlength=4).double() / 200_000
-    torch.testing.assert_close(freq, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=5e-3, rtol=0)
+    torch.testing.assert_close(
+        freq, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=5e-3, rtol=0
+    )
     # unnormalised weights work too
     assert sample_from_probs(torch.tensor([0.0, 2.0, 2.0]), torch.tensor(0.6)).item() == 2

@@ -207,7 +207,7 @@ def test_tuner_meets_the_budget_on_its_confirming_run(tiny_pair, swept, cache_di
     exported = json.loads(result.to_json())
     assert exported["rule"] == "cactus" and exported["delta"] == result.value
     assert f"--delta {result.value:.6g}" in result.cli_flags()
-    assert "-k 4" in result.cli_flags() and "--temperature 0.7" in result.cli_flags()
+    assert "--k 4" in result.cli_flags() and "--temperature 0.7" in result.cli_flags()
 
 
 def test_tuner_rejects_bad_input(tiny_pair, swept):

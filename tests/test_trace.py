@@ -40,7 +40,7 @@ def test_round_fields_are_consistent(traced, tiny_pair):
             if fate != "dropped":
                 assert (u < a) == (fate == "accepted"), (rnd.index, j)
         if not rnd.truncated:
-            assert rnd.emitted_ids == rnd.draft_ids[:m] + [rnd.next_id]
+            assert rnd.emitted_ids == [*rnd.draft_ids[:m], rnd.next_id]
             assert rnd.emitted_fates[-1] == ("bonus" if m == rnd.k else "recovered")
         for j, pos in enumerate(rnd.positions[: rnd.k]):
             assert pos.draft_id == rnd.draft_ids[j]

@@ -210,7 +210,9 @@ def test_edge_cases(name: str) -> None:
     res = verify(rule, one, torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 3, 1))
     assert res.output_token_ids.tolist() == [[0, 0, 0]] * 3
     # B = 0
-    res = verify(rule, torch.ones(0, 2, 4) / 4, torch.zeros(0, 2, dtype=torch.long), torch.ones(0, 3, 4) / 4)
+    res = verify(
+        rule, torch.ones(0, 2, 4) / 4, torch.zeros(0, 2, dtype=torch.long), torch.ones(0, 3, 4) / 4
+    )
     assert res.output_token_ids.shape == (0, 3) and res.num_accepted.shape == (0,)
     # k = 1
     p, ids, q = random_batch(8, 1, 10, seed=1)
@@ -251,8 +253,24 @@ def test_int32_ids_and_caller_coins() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda p, ids, q: (p.index_put((torch.tensor([0]),), torch.tensor(float("nan"))), ids, q), "NaN"),
-        (lambda p, ids, q: (p, ids, q.index_put((torch.tensor([1]), torch.tensor([0]), torch.tensor([0])), torch.tensor(-0.1))), "negative"),
+        (
+            lambda p, ids, q: (
+                p.index_put((torch.tensor([0]),), torch.tensor(float("nan"))),
+                ids,
+                q,
+            ),
+            "NaN",
+        ),
+        (
+            lambda p, ids, q: (
+                p,
+                ids,
+                q.index_put(
+                    (torch.tensor([1]), torch.tensor([0]), torch.tensor([0])), torch.tensor(-0.1)
+                ),
+            ),
+            "negative",
+        ),
         (lambda p, ids, q: (p * 1.01, ids, q), "sum to 1"),
         (lambda p, ids, q: (p, ids, q[:, :-1]), "shape"),
         (lambda p, ids, q: (p, ids[:, :-1], q), "shape"),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -20,7 +23,10 @@ def gguf_dir() -> Path:
 
 
 def load_verifier_and_tokenizer():
-    d = gguf_dir()
-    tok = AutoTokenizer.from_pretrained(str(d), gguf_file=GGUF_NAME)
-    model = AutoModelForCausalLM.from_pretrained(str(d), gguf_file=GGUF_NAME, dtype=torch.float32)
+    """The embedded verifier in float32, through the app's conversion cache (fast after once)."""
+    from cactus_core.models import convert_gguf_cached, embedded_gguf_path, resolve_cache_dir
+
+    folder = convert_gguf_cached(embedded_gguf_path(), resolve_cache_dir())
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     return model.eval(), tok

@@ -39,5 +39,10 @@ def save_draft(draft, folder: Path, info: dict, tokenizer_sha256: str) -> None:
     cfg["cactus_embeddings"] = "verifier (frozen, tied; not stored)"
     cfg["cactus_shared_verifier_layers"] = shared
     cfg["cactus_training"] = {k: v for k, v in info.items() if k != "log"}
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    (folder / "train_log.json").write_text(json.dumps(info, indent=1))
+    for name, text in (
+        ("config.json", json.dumps(cfg, indent=2, sort_keys=True)),
+        ("train_log.json", json.dumps(info, indent=1)),
+    ):
+        tmp = folder / (name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, folder / name)

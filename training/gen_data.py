@@ -21,15 +21,20 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.common import load_verifier_and_tokenizer  # noqa: E402
-from training.prompts import generate_prompts  # noqa: E402
+from training.common import load_verifier_and_tokenizer
+from training.prompts import generate_prompts
 
 
 class RecordAndSample(LogitsProcessor):
     """Records top-K raw logits, samples at (T, top-p), and returns a one-hot score row."""
 
     def __init__(self, top_k: int, temperature: float, top_p: float, generator: torch.Generator):
-        self.top_k, self.temperature, self.top_p, self.generator = top_k, temperature, top_p, generator
+        self.top_k, self.temperature, self.top_p, self.generator = (
+            top_k,
+            temperature,
+            top_p,
+            generator,
+        )
         self.values: list[torch.Tensor] = []  # each [B, K] float16
         self.indices: list[torch.Tensor] = []  # each [B, K] int32
         self.chosen: list[torch.Tensor] = []  # each [B]

@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core import models as cm  # noqa: E402
-from cactus_core.prompts import builtin_prompts  # noqa: E402
-from cactus_core.sampling import logits_to_probs  # noqa: E402
+from cactus_core import models as cm
+from cactus_core.prompts import builtin_prompts
+from cactus_core.sampling import logits_to_probs
 
 
 @torch.inference_mode()

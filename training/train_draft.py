@@ -25,14 +25,13 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.common import load_verifier_and_tokenizer  # noqa: E402
-from cactus_core.models import tokenizer_fingerprint  # noqa: E402
-from training.export import save_draft  # noqa: E402
+from cactus_core.models import tokenizer_fingerprint
+from training.common import load_verifier_and_tokenizer
+from training.export import save_draft
 
 
 def load_records(data: Path) -> list[dict]:
@@ -78,7 +77,7 @@ def shared_features(draft, records: list[dict], shared: int, pad_id: int, batch:
     order = sorted(records, key=lambda r: len(r["prompt_ids"]) + len(r["answer_ids"]))
     for i in range(0, len(order), batch):
         recs = order[i : i + batch]
-        ids, mask, *_ = batch_tensors(recs, pad_id)
+        ids, *_ = batch_tensors(recs, pad_id)
         h = m.embed_tokens(ids)
         pos = torch.arange(ids.shape[1])[None]
         pe = m.rotary_emb(h, position_ids=pos)
@@ -122,7 +121,7 @@ def draft_logits(draft, ids, mask, rows, cols):
     return draft.lm_head(hidden[rows, cols])  # [N, V]
 
 
-def draft_logits_from_features(draft, recs, shared, rows, cols):
+def draft_hidden_from_features(draft, recs, shared, rows, cols):
     """The trained layers only, on the cached shared-layer output (right padding, causal)."""
     m = draft.model
     t = max(r["h"].shape[0] for r in recs)
@@ -133,8 +132,21 @@ def draft_logits_from_features(draft, recs, shared, rows, cols):
     pe = m.rotary_emb(h, position_ids=pos)
     for layer in m.layers[shared:]:
         h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
-    h = m.norm(h)
-    return draft.lm_head(h[rows, cols])  # [N, V]
+    return m.norm(h)[rows, cols]  # [N, H]
+
+
+def subset_losses(hidden, weight, vals, idx, temperature, top_p, negatives, generator):
+    """losses() with p normalised over a candidate set instead of the whole vocabulary.
+
+    The candidates are every id in the batch's top-K targets plus `negatives` random ids, so
+    the head costs a few thousand rows instead of 49,152 (the head is most of the training
+    FLOPs). Ids outside the set are never pushed down here; the evaluation uses the full
+    softmax, which is what tells whether that mattered.
+    """
+    rand = torch.randint(0, weight.shape[0], (negatives,), generator=generator)
+    cand = torch.unique(torch.cat([idx.flatten(), rand]))  # [U] sorted
+    logits = hidden @ weight[cand].T  # [N, U]
+    return losses(logits, vals, torch.searchsorted(cand, idx), temperature, top_p)
 
 
 def losses(logits, vals, idx, temperature, top_p):
@@ -176,15 +188,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))
     ap.add_argument("--out", type=Path, default=Path("/work/data/ckpt"))
-    ap.add_argument("--layers", default="0,1,2,29", help="verifier layers that initialise the draft")
+    ap.add_argument("--layers", default="0,1,2,28,29", help="verifier layers to start from")
+    ap.add_argument("--init-from", type=Path, default=None, help="warm start: a saved draft")
     ap.add_argument("--shared", type=int, default=0, help="first N layers shared, frozen")
+    ap.add_argument("--negatives", type=int, default=2048, help="0: full softmax in training")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget (LR schedule)")
     ap.add_argument("--steps", type=int, default=0, help="step budget instead of minutes")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--holdout", type=int, default=48, help="records kept out for evaluation")
+    ap.add_argument("--eval-every", type=int, default=40)
+    ap.add_argument("--holdout", type=int, default=24, help="records kept out for evaluation")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--threads", type=int, default=2)
@@ -194,12 +208,22 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
+    neg_gen = torch.Generator().manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
 
     verifier, tok = load_verifier_and_tokenizer()
     layers = [int(x) for x in args.layers.split(",")]
     draft = make_draft(verifier, layers, args.shared)
     del verifier
+    if args.init_from is not None:
+        from safetensors.torch import load_file
+
+        own = {
+            k: v.float() for k, v in load_file(str(args.init_from / "model.safetensors")).items()
+        }
+        _missing, unexpected = draft.load_state_dict(own, strict=False)
+        assert not unexpected, unexpected
+        print(f"warm start from {args.init_from} ({len(own)} tensors)", flush=True)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     args.tok_sha = tokenizer_fingerprint(tok)
 
@@ -234,7 +258,9 @@ def main() -> None:
     done = False
     while not done:
         # Similar lengths in a batch waste less padding; batches are shuffled across the epoch.
-        order = sorted(train, key=lambda r: len(r["prompt_ids"]) + len(r["answer_ids"]) + rng.random() * 40)
+        order = sorted(
+            train, key=lambda r: len(r["prompt_ids"]) + len(r["answer_ids"]) + rng.random() * 40
+        )
         batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
         rng.shuffle(batches)
         for recs in batches:
@@ -247,10 +273,23 @@ def main() -> None:
                 g["lr"] = lr_at(step, frac)
             ids, mask, rows, cols, vals, idx = batch_tensors(recs, pad_id)
             if args.shared:
-                logits = draft_logits_from_features(draft, recs, args.shared, rows, cols)
+                hidden = draft_hidden_from_features(draft, recs, args.shared, rows, cols)
             else:
-                logits = draft_logits(draft, ids, mask, rows, cols)
-            kl, acc = losses(logits, vals, idx, args.temperature, args.top_p)
+                hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                hidden = hidden[rows, cols]
+            if args.negatives:
+                kl, acc = subset_losses(
+                    hidden,
+                    draft.lm_head.weight,
+                    vals,
+                    idx,
+                    args.temperature,
+                    args.top_p,
+                    args.negatives,
+                    neg_gen,
+                )
+            else:
+                kl, acc = losses(draft.lm_head(hidden), vals, idx, args.temperature, args.top_p)
             loss = kl + (1 - acc)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -264,15 +303,28 @@ def main() -> None:
                     flush=True,
                 )
             if step % args.eval_every == 0:
-                best = _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok)
+                best = _eval_and_save(
+                    draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok
+                )
         epoch += 1
     _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok, final=True)
 
 
-def _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok, final=False):
+def _eval_and_save(
+    draft, held, pad_id, args, step, epoch, t0, log, best, layers, n_tok, final=False
+):
     kl, acc, acc_tp = evaluate(draft, held, pad_id, args.temperature, args.top_p)
     minutes = (time.time() - t0) / 60
-    log.append({"step": step, "epoch": epoch, "kl": kl, "acc": acc, "acc_top_p": acc_tp, "minutes": minutes})
+    log.append(
+        {
+            "step": step,
+            "epoch": epoch,
+            "kl": kl,
+            "acc": acc,
+            "acc_top_p": acc_tp,
+            "minutes": minutes,
+        }
+    )
     print(f"step {step}: eval kl {kl:.3f} acc {acc:.4f} acc(top-p p) {acc_tp:.4f}", flush=True)
     info = {
         "init_layers": layers,
@@ -289,7 +341,7 @@ def _eval_and_save(draft, held, pad_id, args, step, epoch, t0, log, best, layers
     }
     (args.out / "train_log.json").write_text(json.dumps(info, indent=1))
     save_draft(draft, args.out / "last", info, args.tok_sha)
-    if acc_tp > best or final and not (args.out / "best").exists():
+    if acc_tp > best or (final and not (args.out / "best").exists()):
         best = max(best, acc_tp)
         save_draft(draft, args.out / "best", info, args.tok_sha)
         if args.export is not None:

@@ -1,0 +1,60 @@
+"""`python -m cactus_core sweep` on the tiny pair saved to folders: JSON and CSV output, the
+progress bar, the cache across invocations, the tuner flag and prompt-file errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from cactus_core.cli import main
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_pair, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-pair")
+    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+        model.save_pretrained(root / name)
+        tiny_pair.tokenizer.save_pretrained(root / name)
+    return ["--verifier", str(root / "verifier"), "--draft", str(root / "draft")]
+
+
+def _args(folders, cache, *extra):
+    return [
+        "sweep", *folders, "--rules", "cactus", "--grid", "cactus=0,1", "--n-prompts", "2",
+        "--max-new-tokens", "6", "--chunk-size", "2", "--cache-dir", str(cache), *extra,
+    ]  # fmt: skip
+
+
+def test_sweep_json_then_cached_csv(folders, tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    assert main(_args(folders, tmp_path / "c", "--output", str(out), "--tune-kl", "0.3")) == 0
+    err = capsys.readouterr().err
+    assert "[" in err and "3/3 chunks" in err and "3 chunks computed" in err
+    body = json.loads(out.read_text())
+    settings = ["verifier-only", "cactus:delta=0", "cactus:delta=1"]
+    assert [r["setting"] for r in body["rows"]] == settings
+    assert body["config"]["max_new_tokens"] == 6 and body["prompts"] == 2
+    assert body["tuned"]["cli_flags"].startswith("--rule cactus --delta ")
+    assert body["tuned"]["measured_emitted_kl"]["mean"] <= 0.3
+
+    assert main(_args(folders, tmp_path / "c", "--format", "csv")) == 0
+    captured = capsys.readouterr()
+    assert "0 chunks computed" in captured.err
+    rows = list(csv.DictReader(io.StringIO(captured.out)))
+    assert [r["setting"] for r in rows] == settings
+    assert float(rows[2]["tokens_per_call"]) >= 1.0
+
+
+def test_sweep_prompt_file_errors_name_the_line(folders, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": oops}\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(_args(folders, tmp_path / "c", "--prompts", str(bad)))
+    assert exc.value.code == 2
+    assert "line 2: not valid JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(_args(folders, tmp_path / "c", "--grid", "cactus=0,x"))
+    assert "'x' is not a number" in capsys.readouterr().err
