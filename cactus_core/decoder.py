@@ -442,7 +442,7 @@ class SpeculativeDecoder:
         draft: SequenceCache,
         k: int,
         clock: dict[str, float],
-    ) -> list[tuple[RoundTrace, list[float]]]:
+    ) -> list[tuple[RoundTrace, list[float | None]]]:
         """One speculative round for every row: the rounds and KL(pi ‖ q) at the k positions."""
         dev = self.device
         t0 = time.perf_counter()
@@ -494,9 +494,9 @@ class SpeculativeDecoder:
             1,
         ).tolist()  # one host sync for everything the bookkeeping needs
         t2 = time.perf_counter()
-        # The trace wants KL(pi ‖ q) at every drafted position; the stats only where a token
-        # was emitted from pi (positions 0..min(m, k-1)), which saves work on rejections.
-        decided = None if self.record_trace else [min(int(h[0]) + 1, k) for h in host]
+        # KL(pi ‖ q) only where a decision was made (positions 0..min(m, k-1)): drafts dropped
+        # after a rejection were never verified, and skipping them saves an O(V log V) pass each.
+        decided = [min(int(h[0]) + 1, k) for h in host]
         kl_pi = self._emitted_kl(p_all, q_all[:, :k], decided)
         positions = (
             self._positions(p_all, q_all, n_all, kl_pi) if self.record_trace else [[] for _ in rows]
@@ -587,7 +587,12 @@ class SpeculativeDecoder:
         return out
 
     def _commit(
-        self, row: _Row, rnd: RoundTrace, kl_pi: list[float], max_new_tokens: int, ctx: int
+        self,
+        row: _Row,
+        rnd: RoundTrace,
+        kl_pi: list[float | None],
+        max_new_tokens: int,
+        ctx: int,
     ) -> str | None:
         """Append the round's tokens to the row (cut at EOS / the budget / the context) and
         return why the row stops, if it does."""
@@ -630,26 +635,24 @@ class SpeculativeDecoder:
         return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
 
     def _emitted_kl(
-        self, p: torch.Tensor, q: torch.Tensor, decided: list[int] | None
-    ) -> list[list[float]]:
-        """KL(pi ‖ q) per row at the drafted positions [B, k] (only the first decided[b] of
-        row b when given), exact from the full rows; zeros when pi = q or not measured."""
+        self, p: torch.Tensor, q: torch.Tensor, decided: list[int]
+    ) -> list[list[float | None]]:
+        """KL(pi ‖ q) at the first decided[b] drafted positions of row b, exact from the full
+        rows, None after them; 0 where pi = q (T = 0, sps) or when not measured."""
         b, k = p.shape[:2]
         if self.temperature == 0 or self.judge.name == "sps" or not self.measure_kl:
-            return [[0.0] * k for _ in range(b)]
-        if decided is None:
-            return kl(emitted_distribution(self.judge, p, q), q).tolist()
+            return [[0.0] * d + [None] * (k - d) for d in decided]
         rows = torch.tensor([i for i in range(b) for _ in range(decided[i])], device=p.device)
         cols = torch.tensor([j for i in range(b) for j in range(decided[i])], device=p.device)
-        flat = kl(emitted_distribution(self.judge, p[rows, cols], q[rows, cols]), q[rows, cols])
-        values, out = flat.tolist(), []
-        for i in range(b):
-            out.append(values[: decided[i]] + [0.0] * (k - decided[i]))
-            values = values[decided[i] :]
+        p_d, q_d = p[rows, cols], q[rows, cols]  # [N, V], N = sum(decided)
+        values, out = kl(emitted_distribution(self.judge, p_d, q_d), q_d).tolist(), []
+        for d in decided:
+            out.append(values[:d] + [None] * (k - d))
+            values = values[d:]
         return out
 
     def _positions(
-        self, p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, kl_pi: list[list[float]]
+        self, p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, kl_pi: list[list[float | None]]
     ) -> list[list[PositionTrace]]:
         """Top-N of p, q, h, the divergences and the replay rows, per row and position."""
         k = p.shape[1]

@@ -19,11 +19,12 @@ The other rules have direct formulas (`Rule._emitted`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
-from cactus_core.limit import excl_cumsum, take
+from cactus_core.limit import excl_cumsum, sort_nonneg, take
 from cactus_core.validation import check_pair
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class CactusPrecomputed:
     def __init__(self, p: torch.Tensor, q: torch.Tensor) -> None:
         inf = torch.tensor(math.inf, dtype=p.dtype, device=p.device)
         rho = torch.where(q > 0, p / q, inf)
-        self.rho_s, self.rho_order = rho.sort(-1)  # [..., V]
+        self.rho_s, self.rho_order = sort_nonneg(rho)  # [..., V]
         self.q_r = q.gather(-1, self.rho_order)  # q and p in rho order
         self.p_r = p.gather(-1, self.rho_order)
         self.qc = excl_cumsum(self.q_r)  # [..., V+1]
@@ -91,13 +92,33 @@ def cactus_family_emitted(
     pre = CactusPrecomputed(p, q)
     c = cactus_c(q, h)
     if c_order is None:
-        c_s, c_order = c.sort(-1)
+        c_s, c_order = sort_nonneg(c)
     else:  # rounding can break the order among near-equal c; cummax restores it
         c_s = torch.cummax(c.gather(-1, c_order), -1).values
     pi_r = pi_in_rho_order(
         pre, c_s, p.gather(-1, c_order), h.gather(-1, c_order), h.gather(-1, pre.rho_order)
     )
     return torch.empty_like(pi_r).scatter_(-1, pre.rho_order, pi_r)
+
+
+def cactus_monotone_emitted(
+    p: torch.Tensor, q: torch.Tensor, hfun: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """pi [..., V] for a Cactus-family rule whose h_n = hfun(q_n) elementwise and whose
+    c_n = (1 − h_n)/(1 − q_n) falls as q_n grows (the closed form and the exact root both).
+
+    Sorting q descending then sorts c too, and hfun runs on q already in that order, so h
+    needs no gather on the c side (and hfun runs once per token, which matters for the
+    exact root's Newton solve).
+    """
+    pre = CactusPrecomputed(p, q)
+    q_c, c_order = sort_nonneg(q, descending=True)  # [..., V]
+    h_c = hfun(q_c)
+    c_s = torch.cummax(cactus_c(q_c, h_c), -1).values  # rounding can dent the order
+    # h in rho order: back to vocabulary order, then into rho order
+    h = torch.empty_like(h_c).scatter_(-1, c_order, h_c)
+    pi_r = pi_in_rho_order(pre, c_s, p.gather(-1, c_order), h_c, h.gather(-1, pre.rho_order))
+    return h.scatter_(-1, pre.rho_order, pi_r)  # h's buffer is free again
 
 
 def emitted_distribution(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -85,21 +85,40 @@ def _binary_kl(g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return up + down
 
 
+_NEWTON_STEPS = 8
+
+
 def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
     """The root gamma in [q, 1] of KL(gamma ‖ q) = delta (binary KL), elementwise.
 
-    Bisection in float64 keeps the lower end, so KL(gamma ‖ q) ≤ delta always; the result is
-    rounded towards q when cast back so the bound survives the cast.
+    f(g) = KL(g ‖ q) − delta is increasing and convex on [q, 1], with f(q) = −delta. Newton
+    from the closed form, kept inside a bracket [lo, hi] (bisecting when a step leaves it),
+    converges from the right after one step. The answer is the zero of the chord through
+    (lo, f(lo)) and (hi, f(hi)): the chord lies above a convex f, so f ≤ 0 there, i.e.
+    KL(gamma ‖ q) ≤ delta, and it is within rounding of the root once hi has converged. A
+    final check falls back to lo (f(lo) ≤ 0 by construction) against rounding. The result
+    is rounded towards q when cast back so the bound survives the cast.
     """
     q64 = q.double().clamp(0.0, 1.0)
-    lo = q64.clone()
-    hi = torch.ones_like(q64)
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        ok = _binary_kl(mid, q64) <= delta
-        lo = torch.where(ok, mid, lo)
-        hi = torch.where(ok, hi, mid)
-    gamma = torch.where(-torch.log(q64) <= delta, torch.ones_like(q64), lo)
+    neg_log_q = -torch.log(q64)
+    inner = (q64 > 0) & (neg_log_q > delta)  # root strictly inside (q, 1)
+    qi = torch.where(inner, q64, 0.5)  # harmless values elsewhere
+    lo, f_lo = qi.clone(), torch.full_like(qi, -delta)
+    hi, f_hi = torch.ones_like(qi), torch.where(inner, neg_log_q, math.log(2)) - delta
+    x = cactus_h(qi, delta)
+    x = torch.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
+    log_q, log_1q = torch.log(qi), torch.log1p(-qi)
+    for _ in range(_NEWTON_STEPS):
+        log_x, log_1x = torch.log(x), torch.log1p(-x)
+        fx = x * (log_x - log_q) + (1 - x) * (log_1x - log_1q) - delta
+        right = fx > 0
+        hi, f_hi = torch.where(right, x, hi), torch.where(right, fx, f_hi)
+        lo, f_lo = torch.where(right, lo, x), torch.where(right, f_lo, fx)
+        step = x - fx / ((log_x - log_q) - (log_1x - log_1q))  # f'(x) > 0 for x > q
+        x = torch.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
+    gamma = lo + (hi - lo) * (-f_lo / (f_hi - f_lo)).nan_to_num(0.0).clamp(0.0, 1.0)
+    gamma = torch.where(_binary_kl(gamma, qi) <= delta, gamma, lo)
+    gamma = torch.where(inner, gamma, torch.where(q64 > 0, 1.0, 0.0))
     out = gamma.to(work_dtype(q))
     too_big = out.double() > gamma
     return torch.where(too_big, torch.nextafter(out, torch.zeros_like(out)), out)

@@ -59,7 +59,9 @@ class PositionTrace:
     q_n: float | None = None
     h_n: float | None = None
     kl_h_q: float | None = None  # KL(h ‖ q), nats
-    kl_pi_q: float | None = None  # KL(pi ‖ q), nats: pi is the exact emitted distribution
+    # KL(pi ‖ q), nats, pi the exact emitted distribution; None where no decision was made
+    # (drafts dropped after a rejection were never verified).
+    kl_pi_q: float | None = None
     # Replay rows: top-M of p and q (the drafted id always included); the rest is the tail.
     replay_p_ids: list[int] = field(default_factory=list)
     replay_p_probs: list[float] = field(default_factory=list)

@@ -379,6 +379,9 @@ def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
     assert pair.draft.get_input_embeddings().weight.data_ptr() == v_emb.data_ptr()
     assert pair.draft.get_output_embeddings().weight.data_ptr() == v_emb.data_ptr()
     assert pair.draft.config.vocab_size == pair.verifier.config.vocab_size
+    # The draft's lowest layers are the verifier's own (frozen in training, not stored).
+    for i in range(cfg.get("cactus_shared_verifier_layers", 0)):
+        assert pair.draft.model.layers[i] is pair.verifier.model.layers[i]
 
 
 @pytest.mark.slow
