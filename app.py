@@ -16,7 +16,6 @@ from pages._common import GOTO_PARAM, SETTINGS_ERROR_KEY, SETTINGS_KEY, warm_lab
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 
-NAV_READY_KEY = "nav_ready"
 EMBEDDED = "Embedded pair (offline)"
 CUSTOM = "Hub id or local folder"
 
@@ -181,12 +180,6 @@ PAGES: list[tuple[st.Page, str]] = [
 ]
 
 page = st.navigation([p for p, _ in PAGES])
-if not st.session_state.get(NAV_READY_KEY):
-    # A fresh server runs its first script in Streamlit's legacy `pages/` mode (this folder is
-    # called pages/), where st.navigation only takes over from the next run: that first page
-    # would be drawn half (widgets left as skeletons). One rerun per session draws it whole.
-    st.session_state[NAV_READY_KEY] = True
-    st.rerun()
 goto = st.query_params.get(GOTO_PARAM)
 if goto is not None:
     # A page sent us here first (see pages/_common.py); open it now that navigation is set.

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from cactus_core.figures import RULE_PALETTE
 from cactus_core.frontier import LimitCurve, pareto_front
 from cactus_core.rules import RULE_NAMES
-from cactus_core.sweep import BASELINE, METRIC_LABELS
+from cactus_core.sweep import BASELINE, METRIC_LABELS, SweepResult
 
 Row = Mapping[str, Any]
 
@@ -293,6 +293,18 @@ def tuner_chart(
         yaxis_title=METRIC_LABELS["emitted_kl"],
     )
     return fig
+
+
+def report_figures(result: SweepResult) -> list[go.Figure]:
+    """The charts a report shows: tokens per call, speedup, and acceptance against the limit."""
+    rows = result.rows()
+    figs = [frontier_chart(rows, "tokens_per_call"), frontier_chart(rows, "speedup")]
+    curve = result.pooled_limit()
+    if curve is not None:
+        figs.append(acceptance_limit_chart(rows, curve))
+    for f in figs:
+        f.update_layout(width=1000, height=460)
+    return figs
 
 
 def figure_html(figs: Sequence[go.Figure], title: str = "Cactus Lab frontier") -> str:

@@ -88,16 +88,23 @@ def _binary_kl(g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 _NEWTON_STEPS = 8
 
 
+def _kl_and_slope(x: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Binary KL(x ‖ q) and its derivative in x, for q < x < 1 (or x = q)."""
+    up, down = torch.log(x / q), torch.log((1 - x) / (1 - q))
+    return x * up + (1 - x) * down, up - down
+
+
 def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
     """The root gamma in [q, 1] of KL(gamma ‖ q) = delta (binary KL), elementwise.
 
     f(g) = KL(g ‖ q) − delta is increasing and convex on [q, 1], with f(q) = −delta. Newton
-    from the closed form, kept inside a bracket [lo, hi] (bisecting when a step leaves it),
-    converges from the right after one step. The answer is the zero of the chord through
-    (lo, f(lo)) and (hi, f(hi)): the chord lies above a convex f, so f ≤ 0 there, i.e.
-    KL(gamma ‖ q) ≤ delta, and it is within rounding of the root once hi has converged. A
-    final check falls back to lo (f(lo) ≤ 0 by construction) against rounding. The result
-    is rounded towards q when cast back so the bound survives the cast.
+    on sqrt(KL) − sqrt(delta) (nearly linear near q, where KL is nearly quadratic; the
+    closed form is its first step from q), started from the closed form and kept inside a
+    bracket [lo, hi] by bisection. The answer is the zero of the chord through (lo, f(lo))
+    and (hi, f(hi)): the chord lies above a convex f, so f ≤ 0 there, i.e. KL ≤ delta, and
+    it is within rounding of the root once either end has converged. The same formula
+    decides the bracket and the final check, which falls back to lo (then q) on rounding.
+    The result is rounded towards q when cast back so the bound survives the cast.
     """
     q64 = q.double().clamp(0.0, 1.0)
     neg_log_q = -torch.log(q64)
@@ -107,17 +114,18 @@ def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
     hi, f_hi = torch.ones_like(qi), torch.where(inner, neg_log_q, math.log(2)) - delta
     x = cactus_h(qi, delta)
     x = torch.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
-    log_q, log_1q = torch.log(qi), torch.log1p(-qi)
+    sqrt_delta = math.sqrt(delta)
     for _ in range(_NEWTON_STEPS):
-        log_x, log_1x = torch.log(x), torch.log1p(-x)
-        fx = x * (log_x - log_q) + (1 - x) * (log_1x - log_1q) - delta
+        kl_x, slope = _kl_and_slope(x, qi)
+        fx = kl_x - delta
         right = fx > 0
         hi, f_hi = torch.where(right, x, hi), torch.where(right, fx, f_hi)
         lo, f_lo = torch.where(right, lo, x), torch.where(right, f_lo, fx)
-        step = x - fx / ((log_x - log_q) - (log_1x - log_1q))  # f'(x) > 0 for x > q
-        x = torch.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
+        root_kl = kl_x.clamp_min(1e-300).sqrt()
+        step = x - (root_kl - sqrt_delta) * (2 * root_kl) / slope
+        x = torch.where((step >= lo) & (step <= hi), step, 0.5 * (lo + hi))
     gamma = lo + (hi - lo) * (-f_lo / (f_hi - f_lo)).nan_to_num(0.0).clamp(0.0, 1.0)
-    gamma = torch.where(_binary_kl(gamma, qi) <= delta, gamma, lo)
+    gamma = torch.where(_kl_and_slope(gamma, qi)[0] <= delta, gamma, lo)
     gamma = torch.where(inner, gamma, torch.where(q64 > 0, 1.0, 0.0))
     out = gamma.to(work_dtype(q))
     too_big = out.double() > gamma

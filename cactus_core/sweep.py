@@ -35,6 +35,7 @@ from cactus_core.frontier import (
     Estimate,
     LimitCurve,
     LimitSums,
+    dominance_check,
     interpolate_param_for_budget,
     limit_sums,
     mean_ci,
@@ -522,6 +523,23 @@ class SweepResult:
                 total = total + sums
         return total.curve() if total.count else None
 
+    def compare(self, rule: str = "cactus", metric: str = "tokens_per_call") -> dict[str, list]:
+        """rule's step Pareto front against every point of each other rule, at the other
+        point's emitted KL (`frontier.dominance_check`); {} when rule was not swept."""
+
+        def points(name: str) -> tuple[list[float], list[float]]:
+            own = [s for s in self.settings if s.setting.rule == name]
+            return (
+                [s.estimate("emitted_kl").mean for s in own],
+                [s.estimate(metric).mean for s in own],
+            )
+
+        if not any(s.setting.rule == rule for s in self.settings):
+            return {}
+        a_x, a_y = points(rule)
+        others = dict.fromkeys(s.setting.rule for s in self.settings if s.setting.rule != rule)
+        return {o: dominance_check(a_x, a_y, *points(o)) for o in others}
+
     def to_json(self, indent: int | None = 2) -> str:
         curve = self.pooled_limit()
         body = {
@@ -529,6 +547,7 @@ class SweepResult:
             "config": {k: v for k, v in self.config.to_dict().items() if k != "prompts"},
             "prompts": len(self.config.prompts),
             "rows": [_json_row(r) for r in self.rows()],
+            "cactus_front_vs": {k: [_json_row(r) for r in v] for k, v in self.compare().items()},
             "limit_curve": None
             if curve is None
             else {
@@ -960,6 +979,12 @@ def add_sweep_arguments(parser: Any) -> None:
         help="also find the parameter of --tune-rule meeting this emitted KL per token",
     )
     parser.add_argument("--tune-rule", default="cactus", choices=TUNABLE)
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="PATH",
+        help="also write the frontier charts as one self-contained HTML page",
+    )
 
 
 def config_from_args(args: Any) -> SweepConfig:
@@ -1028,6 +1053,11 @@ def sweep_command(args: Any, pair: ModelPair, out: Any, err: Any) -> int:
     if args.tune_kl is not None:
         tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
         err.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+    if args.html:
+        from cactus_core.frontier_figures import figure_html, report_figures
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(figure_html(report_figures(result)))
     if args.format == "csv":
         text = result.to_csv()
     else:

@@ -243,3 +243,12 @@ def test_cache_key_covers_the_model_and_the_sampling(
     with count_forwards(tiny_pair) as calls:
         run_sweep(tiny_pair, replace(config, prompts=PROMPTS[:1], temperature=0.9), cache)
     assert calls["n"] > 0
+
+
+def test_compare_reads_cactus_front_at_each_other_point(swept):
+    table = swept.compare("cactus", "tokens_per_call")
+    assert set(table) == {"sps", "interp", "optimal", "tas"}
+    for rows in table.values():
+        for r in rows:
+            assert r["a_wins"] == (r["a"] > r["b"])
+    assert swept.compare("topk") == {}
