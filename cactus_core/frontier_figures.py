@@ -312,7 +312,11 @@ def figure_html(figs: Sequence[go.Figure], title: str = "Cactus Lab frontier") -
     if not figs:
         raise ValueError("no figures")
     parts = [
-        f.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        f.to_html(
+            full_html=False,
+            include_plotlyjs="inline" if i == 0 else False,
+            config={"displayModeBar": False},
+        )
         for i, f in enumerate(figs)
     ]
     return (

@@ -63,9 +63,12 @@ def sort_nonneg(x: torch.Tensor, descending: bool = False) -> tuple[torch.Tensor
     key = x.contiguous().view(int_t).clamp_min(0)  # -0.0 reads as a negative integer
     if descending:
         key = torch.sub(top, key)
-    rows = key.reshape(-1, v)
-    order = torch.stack([row.sort(stable=True).indices for row in rows]).reshape(x.shape)
-    return x.gather(-1, order), order
+    rows = [row.sort(stable=True) for row in key.reshape(-1, v)]
+    keys = torch.stack([row.values for row in rows]).reshape(x.shape)
+    order = torch.stack([row.indices for row in rows]).reshape(x.shape)
+    if descending:
+        keys = torch.sub(top, keys)
+    return keys.view(x.dtype), order  # the sorted keys are the sorted values' bits
 
 
 @dataclass

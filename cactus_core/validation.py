@@ -44,8 +44,8 @@ def check_shape(name: str, x: torch.Tensor, shape: Sequence[int]) -> None:
 def prob_checks(name: str, x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """Device-side flags for 'x holds probability rows over its last dim'.
 
-    Two passes over x: a row sum (which also catches NaN and inf, since they propagate
-    into the sum) and a global minimum.
+    A row sum (which also catches NaN and inf, since they propagate into the sum) and a
+    global minimum, taken block by block on the CPU (see `_row_sums_and_min`).
     """
     check_float(name, x)
     if x.dim() == 0:
@@ -54,17 +54,44 @@ def prob_checks(name: str, x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         raise ValueError(f"{name} has an empty vocabulary dimension")
     if x.numel() == 0:
         return []
-    s = x.sum(-1, dtype=work_dtype(x))
+    s, low = _row_sums_and_min(x)
     # bf16 cannot hold a row to 1e-3: its rounding alone moves a sum by up to 2^-9.
     tol = max(ROW_SUM_TOLERANCE, torch.finfo(x.dtype).eps)
     return [
         (f"{name} contains NaN or infinite values", ~torch.isfinite(s).all()),
-        (f"{name} has negative probabilities", x.amin() < 0),
+        (f"{name} has negative probabilities", low < 0),
         (
             f"{name} has rows that do not sum to 1 (tolerance {tol:g})",
             (s - 1).abs().amax() > tol,
         ),
     ]
+
+
+# Blocks of rows this big stay in the CPU's cache between the sum and the minimum.
+_CACHE_BLOCK = 3 << 19
+
+
+def _row_sums_and_min(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row sums [...] in the work dtype, global minimum) of x [..., V].
+
+    On the CPU both reductions run per block of rows that fits in cache, so x is read from
+    memory about once instead of twice (validation then costs ~1.5 read passes, not 2);
+    elsewhere (CUDA) two plain reductions.
+    """
+    v = x.shape[-1]
+    rows = max(1, _CACHE_BLOCK // (v * x.element_size()))
+    dtype = work_dtype(x)
+    total = x.numel() // v
+    if x.device.type != "cpu" or not x.is_contiguous() or total < 2 * rows:
+        return x.sum(-1, dtype=dtype), x.amin()
+    flat = x.view(total, v)
+    sums = torch.empty(total, dtype=dtype)
+    mins = []
+    for i in range(0, total, rows):
+        block = flat[i : i + rows]
+        torch.sum(block, -1, dtype=dtype, out=sums[i : i + rows])
+        mins.append(block.amin())
+    return sums.view(x.shape[:-1]), torch.stack(mins).amin()
 
 
 def id_checks(name: str, ids: torch.Tensor, vocab: int) -> list[tuple[str, torch.Tensor]]:

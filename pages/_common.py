@@ -117,9 +117,10 @@ def rule_picker(key_prefix: str, label: str = "Rule", default: str = "cactus") -
         label,
         names,
         index=names.index(default),
-        format_func=lambda n: f"{n} — {RULE_DESCRIPTIONS[n]}",
         key=f"{key_prefix}_rule",
+        help="\n".join(f"- **{n}**: {text}" for n, text in RULE_DESCRIPTIONS.items()),
     )
+    st.caption(RULE_DESCRIPTIONS[name])
     params = {
         spec.name: _param_widget(spec, f"{key_prefix}_{name}_{spec.name}")
         for spec in RULE_PARAMS[name]

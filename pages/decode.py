@@ -272,7 +272,11 @@ with col_rounds:
                         round_table(rnd),
                         hide_index=True,
                         column_config={
-                            c: st.column_config.NumberColumn(format="%.3f")
+                            "slot": st.column_config.NumberColumn(width="small"),
+                            "fate": st.column_config.TextColumn(width="small"),
+                        }
+                        | {
+                            c: st.column_config.NumberColumn(format="%.3f", width="small")
                             for c in ("p_n", "q_n", "h_n", "a(n)", "u")
                         },
                     )

@@ -318,7 +318,12 @@ def test_draft_assets_fit_the_size_budget():
     from safetensors import safe_open
 
     with safe_open(str(cm.DRAFT_DIR / "model.safetensors"), "pt") as f:
-        assert "model.embed_tokens.weight" not in f
+        keys = set(f.keys())
+    # Only the draft's own layers are stored: the embedding and the shared lowest layers are
+    # the verifier's and come from it at load time.
+    assert "model.embed_tokens.weight" not in keys and "lm_head.weight" not in keys
+    for i in range(cfg.get("cactus_shared_verifier_layers", 0)):
+        assert not [k for k in keys if k.startswith(f"model.layers.{i}.")]
 
 
 # ---------------------------------------------------------------------------------------------

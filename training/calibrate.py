@@ -1,0 +1,72 @@
+"""Sharpen a trained draft: scale its final norm so its logits grow by a factor s.
+
+Multiplying the logits by s is sampling the draft at temperature T / s. Distillation with a
+mass-covering KL leaves the draft broader than the verifier, and with top-p on both sides the
+drafts from its tail land where the verifier's nucleus gives q_n = 0 (always rejected). The
+factor with the best expected acceptance on the holdout answers is folded into the weights,
+so the result is still a plain LlamaForCausalLM.
+
+    python -m training.calibrate --ckpt /work/data/ckpt/best --data /work/data/distill \\
+        --export cactus_core/assets/draft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cactus_core.models import tokenizer_fingerprint  # noqa: E402
+from training.common import load_verifier_and_tokenizer  # noqa: E402
+from training.export import save_draft  # noqa: E402
+from training.train_draft import evaluate, load_records, make_draft  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))
+    ap.add_argument("--scales", default="1.0,1.25,1.5,1.75,2.0")
+    ap.add_argument("--holdout", type=int, default=24)
+    ap.add_argument("--export", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    cfg = json.loads((args.ckpt / "config.json").read_text())
+    info = json.loads((args.ckpt / "train_log.json").read_text())
+    verifier, tok = load_verifier_and_tokenizer()
+    shared = cfg.get("cactus_shared_verifier_layers", 0)
+    draft = make_draft(verifier, info["init_layers"], shared)
+    saved = {k: v.float() for k, v in load_file(str(args.ckpt / "model.safetensors")).items()}
+    _, unexpected = draft.load_state_dict(saved, strict=False)
+    assert not unexpected, unexpected
+    draft.eval()
+
+    # The same holdout rule as train_draft.py (every n-th answer by prompt text).
+    records = sorted(load_records(args.data), key=lambda r: r["prompt"])
+    held = [r for i, r in enumerate(records) if i % max(1, len(records) // args.holdout) == 0]
+    held = held[: args.holdout]
+    norm = draft.model.norm.weight.data.clone()
+    results = []
+    for s in [float(x) for x in args.scales.split(",")]:
+        draft.model.norm.weight.data = norm * s
+        kl, acc, acc_tp = evaluate(draft, held, tok.pad_token_id, 0.7, 0.95)
+        results.append({"scale": s, "kl": kl, "acc": acc, "acc_top_p": acc_tp})
+        print(json.dumps(results[-1]), flush=True)
+    best = max(results, key=lambda r: r["acc_top_p"])
+    print("best", json.dumps(best), flush=True)
+    if args.export is not None:
+        draft.model.norm.weight.data = norm * best["scale"]
+        info = {**info, "calibration": {"results": results, "chosen": best}}
+        save_draft(draft, args.export, info, tokenizer_fingerprint(tok))
+
+
+if __name__ == "__main__":
+    main()
