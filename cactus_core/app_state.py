@@ -519,9 +519,9 @@ def legend_html() -> str:
 def transcript_html(prompt_text: str, tokens: Sequence[TokenView]) -> str:
     """The decoded text with every token coloured by fate (a block of HTML, no scripts)."""
     parts = [
-        '<div class="cactus-transcript" style="white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.9;'
-        "font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:0.92em;"
-        "padding:10px 12px;"
+        '<div class="cactus-transcript" style="white-space:pre-wrap;overflow-wrap:anywhere;'
+        "line-height:1.9;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;"
+        "font-size:0.92em;padding:10px 12px;"
         'border:1px solid #dfe5da;border-radius:8px;background:#ffffff;">'
     ]
     if prompt_text:

@@ -702,9 +702,17 @@ def run_chunk(
     # The exact-KL bookkeeping (record_s) is the lab's instrumentation, not decoding work.
     wall = stats.wall_s - stats.record_s
     total = LimitSums.empty() if config.limit and not setting.is_baseline else None
+    scored_rule = None if setting.is_baseline else rule
+    kept = [decided_positions(o.trace) if scored_rule and config.limit else [] for o in outs]
+    seqs = [list(o.prompt_ids) + list(o.token_ids) for o in outs]
+    starts = [len(o.prompt_ids) - 1 for o in outs]  # logits at start + j predict token j
+    q_logits = _teacher_forced(pair.verifier, seqs, starts, pair.device)
+    p_logits = _teacher_forced(pair.draft, seqs, starts, pair.device) if any(kept) else None
     records = []
-    for i, out in zip(idx, outs, strict=True):
-        rec, sums = _score(pair, config, None if setting.is_baseline else rule, i, out)
+    for j, (i, out) in enumerate(zip(idx, outs, strict=True)):
+        rec, sums = _score(
+            config, scored_rule, i, out, kept[j], q_logits[j], p_logits[j] if p_logits else None
+        )
         records.append(rec)
         if total is not None and sums is not None:
             total = total + sums
@@ -726,29 +734,49 @@ def decided_positions(trace: Any) -> list[int]:
 
 
 @torch.inference_mode()
+def _teacher_forced(
+    model: Any, seqs: list[list[int]], starts: list[int], device: Any, batch: int = 4
+) -> list[torch.Tensor]:
+    """Per sequence, the logits [G + 1, V] that predict its G generated tokens and the next.
+
+    Sequences are right-padded in small batches: a causal model's logits at real positions
+    never see the padding after them.
+    """
+    out: list[torch.Tensor] = []
+    for b in range(0, len(seqs), batch):
+        group = seqs[b : b + batch]
+        width = max(len(s) for s in group)
+        ids = torch.tensor([s + [s[-1]] * (width - len(s)) for s in group], device=device)
+        logits = model(ids).logits.float()
+        for row, (seq, start) in enumerate(zip(group, starts[b : b + batch], strict=True)):
+            out.append(logits[row, start : len(seq)].cpu().clone())  # let the batch go
+    return out
+
+
 def _score(
-    pair: ModelPair, config: SweepConfig, rule: Rule | None, index: int, out: Any
+    config: SweepConfig,
+    rule: Rule | None,
+    index: int,
+    out: Any,
+    kept: list[int],
+    q_logits: torch.Tensor,
+    p_logits: torch.Tensor | None,
 ) -> tuple[PromptRecord, LimitSums | None]:
-    """Teacher-force the finished text through both models: the verifier's NLL, and p and q
-    at the decided positions for the limit, the expected acceptance and the KL there."""
+    """From the teacher-forced logits: the verifier's NLL of the text (T = 1, no truncation)
+    and, at the decided positions `kept`, p and q for the limit and the expected acceptance."""
     st = out.stats
-    gen = list(out.token_ids)
-    ids = torch.tensor([list(out.prompt_ids) + gen], device=pair.device)
-    start = len(out.prompt_ids) - 1  # logits at start + j predict generated token j
+    gen = torch.tensor(list(out.token_ids), dtype=torch.long)
     nll_sum = exp_sum = scored_kl = 0.0
     sums: LimitSums | None = None
-    kept = decided_positions(out.trace) if rule is not None and config.limit else []
-    if gen:
-        q_logits = pair.verifier(ids).logits[0, start : start + len(gen) + 1].float()
+    if len(gen):
         logq = torch.log_softmax(q_logits[: len(gen)], -1)
-        nll_sum = -float(logq.gather(-1, torch.tensor(gen, device=logq.device)[:, None]).sum())
-    if kept:
-        p_logits = pair.draft(ids).logits[0, start : start + len(gen) + 1].float()
-        rows = torch.tensor(kept, device=q_logits.device)
+        nll_sum = -float(logq.gather(-1, gen[:, None]).sum())
+    if kept and rule is not None and p_logits is not None:
+        rows = torch.tensor(kept)
         vocab = min(p_logits.shape[-1], q_logits.shape[-1])
         sampling = (config.temperature, config.top_k, config.top_p)
-        p = logits_to_probs(p_logits[rows, :vocab], *sampling).cpu()
-        q = logits_to_probs(q_logits[rows, :vocab], *sampling).cpu()
+        p = logits_to_probs(p_logits[rows, :vocab], *sampling)
+        q = logits_to_probs(q_logits[rows, :vocab], *sampling)
         # At T = 0 the decoder verifies every rule by exact match; so does the accounting.
         judge = make_rule("sps") if config.temperature == 0 else rule
         sums = limit_sums(p, q)
@@ -766,7 +794,7 @@ def _score(
         accepted=st.accepted_tokens,
         emitted_kl_sum=st.kl_sum,
         nll_sum=nll_sum,
-        scored=len(kept),
+        scored=len(kept) if sums is not None else 0,
         scored_kl_sum=scored_kl,
         expected_accept_sum=exp_sum,
     )

@@ -245,7 +245,7 @@ def _pick(round_index: int) -> None:
             st.session_state[f"dec_chips_{run.run_id}_{other}"] = None
 
 
-col_rounds, col_inspect = st.columns([1, 1], gap="large")
+col_rounds, col_inspect = st.columns([6, 5], gap="large")
 with col_rounds:
     st.subheader("Rounds")
     st.caption("Expand a round and click a token to inspect it.")

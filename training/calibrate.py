@@ -22,10 +22,10 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.models import tokenizer_fingerprint  # noqa: E402
-from training.common import load_verifier_and_tokenizer  # noqa: E402
-from training.export import save_draft  # noqa: E402
-from training.train_draft import evaluate, load_records, make_draft  # noqa: E402
+from cactus_core.models import tokenizer_fingerprint
+from training.common import load_verifier_and_tokenizer
+from training.export import save_draft
+from training.train_draft import evaluate, load_records, make_draft
 
 
 def main() -> None:
@@ -34,6 +34,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))
     ap.add_argument("--scales", default="1.0,1.25,1.5,1.75,2.0")
     ap.add_argument("--holdout", type=int, default=24)
+    ap.add_argument(
+        "--shards", default="", help="evaluate on these shard numbers (unseen in training)"
+    )
     ap.add_argument("--export", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -49,10 +52,18 @@ def main() -> None:
     assert not unexpected, unexpected
     draft.eval()
 
-    # The same holdout rule as train_draft.py (every n-th answer by prompt text).
-    records = sorted(load_records(args.data), key=lambda r: r["prompt"])
-    held = [r for i, r in enumerate(records) if i % max(1, len(records) // args.holdout) == 0]
-    held = held[: args.holdout]
+    if args.shards:
+        # Shards written after the training run had loaded its data: never trained on.
+        held = []
+        for n in args.shards.split(","):
+            held.extend(torch.load(args.data / f"shard_{int(n):04d}.pt"))
+        held = [r for r in held if len(r["answer_ids"]) >= 2][: args.holdout]
+    else:
+        # The same holdout rule as train_draft.py (every n-th answer by prompt text).
+        records = sorted(load_records(args.data), key=lambda r: r["prompt"])
+        step = max(1, len(records) // args.holdout)
+        held = [r for i, r in enumerate(records) if i % step == 0][: args.holdout]
+    print(f"{len(held)} answers, {sum(len(r['answer_ids']) for r in held)} tokens", flush=True)
     norm = draft.model.norm.weight.data.clone()
     results = []
     for s in [float(x) for x in args.scales.split(",")]:
@@ -64,7 +75,8 @@ def main() -> None:
     print("best", json.dumps(best), flush=True)
     if args.export is not None:
         draft.model.norm.weight.data = norm * best["scale"]
-        info = {**info, "calibration": {"results": results, "chosen": best}}
+        calibration = {"results": results, "chosen": best, "shards": args.shards}
+        info = {**info, "calibration": calibration}
         save_draft(draft, args.export, info, tokenizer_fingerprint(tok))
 
 
