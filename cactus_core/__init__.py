@@ -23,6 +23,9 @@ _EXPORTS = {
     "load_pair": "cactus_core.models",
     "ModelPair": "cactus_core.models",
     "SpeculativeDecoder": "cactus_core.decoder",
+    "GenerationOutput": "cactus_core.decoder",
+    "Trace": "cactus_core.trace",
+    "reverify": "cactus_core.trace",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -712,18 +712,16 @@ def live_stats(rounds, elapsed_s: float) -> LiveStats:
 
 
 def round_table(rnd) -> list[dict[str, object]]:
-    """One row per drafted slot of a round, for st.dataframe."""
+    """One row per drafted slot of a round, for st.dataframe (h_n is in the inspector)."""
     rows = []
     for j in range(rnd.k):
         pos = rnd.positions[j] if j < len(rnd.positions) else None
         rows.append(
             {
-                "slot": j + 1,
                 "drafted": _show(rnd.draft_text[j]),
                 "fate": rnd.draft_fates[j],
                 "p_n": None if pos is None else pos.p_n,
                 "q_n": None if pos is None else pos.q_n,
-                "h_n": None if pos is None else pos.h_n,
                 "a(n)": rnd.accept_probs[j],
                 "u": rnd.accept_coins[j],
             }

@@ -272,12 +272,8 @@ with col_rounds:
                         round_table(rnd),
                         hide_index=True,
                         column_config={
-                            "slot": st.column_config.NumberColumn(width="small"),
-                            "fate": st.column_config.TextColumn(width="small"),
-                        }
-                        | {
                             c: st.column_config.NumberColumn(format="%.3f", width="small")
-                            for c in ("p_n", "q_n", "h_n", "a(n)", "u")
+                            for c in ("p_n", "q_n", "a(n)", "u")
                         },
                     )
 
@@ -294,14 +290,17 @@ with col_inspect:
             st.caption(note)
         if view.accept_prob is not None and view.coin is not None:
             st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
-            k1, k2, k3, k4 = st.columns(4)
-            k1.metric("p_n (draft)", f"{view.p_n:.3f}")
-            k2.metric("q_n (verifier)", f"{view.q_n:.3f}")
-            k3.metric("KL(h ‖ q)", f"{view.kl_h_q:.4f}", help="nats, this position's h")
+            k1, k2 = st.columns(2)
+            k1.metric("p_n (draft) / q_n (verifier)", f"{view.p_n:.3f} / {view.q_n:.3f}")
+            k2.metric(
+                "h_n (rule's target)", f"{view.h_n:.3f}", help="what a(n) = min(1, h_n/p_n) uses"
+            )
+            k3, k4 = st.columns(2)
+            k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
             k4.metric(
-                "KL(pi ‖ q)",
+                "KL(pi ‖ q), nats",
                 f"{view.kl_pi_q:.4f}",
-                help="nats: the emitted distribution at this position, exact",
+                help="the emitted distribution at this position, exact",
             )
         if view.series:
             st.plotly_chart(
