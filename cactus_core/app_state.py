@@ -17,7 +17,6 @@ from functools import lru_cache
 import torch
 
 from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
 from cactus_core.rules import Rule, make_rule
 
 # ---------------------------------------------------------------------------------------------
@@ -327,8 +326,7 @@ def _rule_row(position: Position, rule: Rule) -> RuleRow:
     p, q = position.p, position.q
     n = torch.tensor(position.drafted)
     h = rule.adjusted_target(q, p, n)
-    accept_all = rule.accept_probs_all(p, q)
-    pi = emitted_distribution(rule, p, q)
+    accept_all, pi = rule.accept_probs_all_and_emitted(p, q)
     return RuleRow(
         name=rule.name,
         label=rule.label,

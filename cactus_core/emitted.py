@@ -102,18 +102,27 @@ def cactus_family_emitted(
 
 
 def cactus_monotone_emitted(
-    p: torch.Tensor, q: torch.Tensor, hfun: Callable[[torch.Tensor], torch.Tensor]
+    p: torch.Tensor,
+    q: torch.Tensor,
+    hfun: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    h_vocab: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """pi [..., V] for a Cactus-family rule whose h_n = hfun(q_n) elementwise and whose
     c_n = (1 − h_n)/(1 − q_n) falls as q_n grows (the closed form and the exact root both).
 
     Sorting q descending then sorts c too, and hfun runs on q already in that order, so h
     needs no gather on the c side (and hfun runs once per token, which matters for the
-    exact root's Newton solve).
+    exact root's Newton solve). A caller that already holds h for every token (h_vocab,
+    [..., V] in vocabulary order) passes it instead of hfun.
     """
     pre = CactusPrecomputed(p, q)
     q_c, c_order = sort_nonneg(q, descending=True)  # [..., V]
-    h_c = hfun(q_c)
+    if h_vocab is not None:
+        h_c = h_vocab.gather(-1, c_order)
+    elif hfun is not None:
+        h_c = hfun(q_c)
+    else:
+        raise ValueError("cactus_monotone_emitted needs hfun or h_vocab")
     c_s = torch.cummax(cactus_c(q_c, h_c), -1).values  # rounding can dent the order
     # h in rho order: back to vocabulary order, then into rho order
     h = torch.empty_like(h_c).scatter_(-1, c_order, h_c)

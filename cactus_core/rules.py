@@ -262,6 +262,22 @@ class Rule:
         q, p, _ = self._prepare(q, p, None, validate)
         return self._accept_all(p, q, self._stats(q, p))
 
+    def accept_probs_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor, validate: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a(n) for every n, pi), both [..., V]: what the Playground redraws on each move.
+
+        Equal to `accept_probs_all` and `emitted_distribution`; rules whose h costs a solve
+        (the exact root, the budget search) compute it once for both.
+        """
+        q, p, _ = self._prepare(q, p, None, validate)
+        return self._accept_all_and_emitted(p, q)
+
+    def _accept_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._accept_all(p, q, self._stats(q, p)), self._emitted(p, q)
+
 
 class SPS(Rule):
     """Lossless speculative sampling: h = q, so pi = q."""
@@ -320,6 +336,14 @@ class Cactus(Rule):
         # c = (1 − h)/(1 − q) falls as q grows, for the closed form and the exact root alike
         pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
         return pi.to(dtype)
+
+    def _accept_all_and_emitted(self, p, q):
+        dtype = work_dtype(q)
+        p64, q64 = p.double(), q.double()
+        delta = _unsq(self._delta(self._stats(q64, p64)))
+        h = self._hfun(q64, delta).double()  # [..., V] in vocabulary order, solved once
+        pi = cactus_monotone_emitted(p64, q64, h_vocab=h)
+        return _min1_ratio(h, p64).to(dtype), pi.to(dtype)
 
 
 class CactusExact(Cactus):

@@ -166,3 +166,14 @@ def test_divergences() -> None:
     opt = make_rule("optimal", budget=0.1)
     pi = emitted_distribution(opt, p, q)
     torch.testing.assert_close(expected_acceptance(opt, p, q), torch.minimum(p, pi).sum(-1))
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+def test_accept_all_and_emitted_match_the_separate_calls(name: str) -> None:
+    # the Playground's one-solve path must agree with a(n) and pi computed on their own
+    rule = make_rule(name, **PARAMS[name])
+    p, q = dirichlet(300, (3,), seed=11), dirichlet(300, (3,), seed=12)
+    p, q = p.float(), q.float()
+    accept_all, pi = rule.accept_probs_all_and_emitted(p, q)
+    torch.testing.assert_close(accept_all, rule.accept_probs_all(p, q), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(pi, emitted_distribution(rule, p, q), atol=1e-6, rtol=1e-5)
