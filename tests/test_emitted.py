@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from distributions import dirichlet
 
 from cactus_core.divergence import entropy, expected_acceptance, kl, total_variation
 from cactus_core.emitted import emitted_distribution, emitted_distribution_reference
@@ -29,12 +30,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def dirichlet(v: int, shape: tuple[int, ...], seed: int, conc: float = 0.5) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    g = torch._standard_gamma(torch.full((*shape, v), conc, dtype=torch.float64), generator=gen)
-    return g / g.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("name", RULE_NAMES)

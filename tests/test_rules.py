@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from distributions import dirichlet
 
 from cactus_core.divergence import kl
 from cactus_core.rules import RULE_NAMES, make_rule, rule_params
@@ -13,12 +14,6 @@ from cactus_core.rules import RULE_NAMES, make_rule, rule_params
 Q_EX = torch.tensor([0.30, 0.35, 0.35])  # decode, generate, output (the verifier)
 P_EX = torch.tensor([0.05, 0.80, 0.15])  # the draft
 N_EX = torch.tensor(1)  # "generate"
-
-
-def dirichlet(v: int, shape: tuple[int, ...], seed: int, conc: float = 0.5) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    g = torch._standard_gamma(torch.full((*shape, v), conc, dtype=torch.float64), generator=gen)
-    return g / g.sum(-1, keepdim=True)
 
 
 def test_worked_example() -> None:
