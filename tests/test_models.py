@@ -21,6 +21,8 @@ from transformers import (
 from cactus_core import models as cm
 from cactus_core.models import ModelLoadError, ModelPair, load_pair
 from cactus_core.prompts import builtin_prompts
+from cactus_core.sampling import logits_to_probs
+from cactus_core.subset_head import VocabSubsetHead
 
 WORDS = [
     "the",
@@ -382,7 +384,19 @@ def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
     # One embedding matrix: the draft's input table and head are the verifier's.
     v_emb = pair.verifier.get_input_embeddings().weight
     assert pair.draft.get_input_embeddings().weight.data_ptr() == v_emb.data_ptr()
-    assert pair.draft.get_output_embeddings().weight.data_ptr() == v_emb.data_ptr()
+    head = pair.draft.get_output_embeddings()
+    if cfg.get(cm.DRAFT_HEAD_IDS_KEY):
+        # A head over a token subset: the verifier's rows for those ids, nothing else.
+        assert isinstance(head, VocabSubsetHead)
+        assert torch.equal(head.weight, v_emb[head.token_ids])
+        with torch.no_grad():
+            p = pair.draft(torch.tensor([pair.encode_prompt("Hi")])).logits[0, -1]
+        outside = torch.ones(p.shape[0], dtype=torch.bool)
+        outside[head.token_ids] = False
+        assert (logits_to_probs(p, temperature=0.7)[outside] == 0).all()
+        assert pair.tokenizer.eos_token_id in head.token_ids.tolist()
+    else:
+        assert head.weight.data_ptr() == v_emb.data_ptr()
     assert pair.draft.config.vocab_size == pair.verifier.config.vocab_size
     # The draft's lowest layers are the verifier's own (frozen in training, not stored).
     for i in range(cfg.get("cactus_shared_verifier_layers", 0)):
