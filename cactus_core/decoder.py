@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 K_MAX = 16
 OnRound = Callable[[RoundTrace, int], None]
+# probe(row, round, p [d, V], q [d, V]) sees the full rows of the d positions decided in one
+# round of one sequence (instrumentation such as the sweep's limit; it must not keep the rows).
+Probe = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 
 
 @dataclass
@@ -63,6 +66,7 @@ class GenerationStats:
     accepted_tokens: int = 0
     rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
     kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
+    nll_sum: float = 0.0  # the verifier's NLL of the emitted tokens (T = 1, nats)
     kl_measured: bool = True
     stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
     batch_size: int = 1
@@ -205,7 +209,8 @@ class SpeculativeDecoder:
     record_trace=False keeps only the cheap per-round fields (drafts, fates, coins, emitted
     tokens) and skips the top-N / replay rows. measure_kl=False (with record_trace=False) also
     skips the exact emitted KL, the costliest bookkeeping (an O(V log V) pass per position);
-    `stats.record_s` times all of it, so its cost can be read off any run.
+    `stats.record_s` times all of it, so its cost can be read off any run. probe, if given, is
+    called with the full p and q rows of every decided position (see `Probe`).
     """
 
     def __init__(
@@ -220,8 +225,10 @@ class SpeculativeDecoder:
         record_trace: bool = True,
         replay_top_m: int = 128,
         measure_kl: bool = True,
+        probe: Probe | None = None,
     ) -> None:
         self.pair = pair
+        self.probe = probe
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
@@ -472,7 +479,8 @@ class SpeculativeDecoder:
         t1 = time.perf_counter()
         # Verify: one forward over [last token, d_1 .. d_k] gives q at k + 1 positions.
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)
-        q_all = self._probs(verifier.step(torch.cat([last, n_all], 1), None, k + 1))  # [B, k+1, V]
+        v_logits = verifier.step(torch.cat([last, n_all], 1), None, k + 1)  # [B, k+1, V]
+        q_all = self._probs(v_logits)
         res = verify(
             self.judge,
             p_all,
@@ -490,6 +498,7 @@ class SpeculativeDecoder:
                 res.accept_probs.to(torch.float64),
                 coins.to(torch.float64),
                 q_all[:, :k].gather(-1, n_all[..., None])[..., 0].to(torch.float64),
+                _logprobs(v_logits, res.output_token_ids.clamp_min(0)),
             ],
             1,
         ).tolist()  # one host sync for everything the bookkeeping needs
@@ -498,6 +507,9 @@ class SpeculativeDecoder:
         # after a rejection were never verified, and skipping them saves an O(V log V) pass each.
         decided = [min(int(h[0]) + 1, k) for h in host]
         kl_pi = self._emitted_kl(p_all, q_all[:, :k], decided)
+        if self.probe is not None:
+            for b, (row, d) in enumerate(zip(rows, decided, strict=True)):
+                self.probe(row.index, row.stats.rounds, p_all[b, :d], q_all[b, :d])
         positions = (
             self._positions(p_all, q_all, n_all, kl_pi) if self.record_trace else [[] for _ in rows]
         )
@@ -514,6 +526,7 @@ class SpeculativeDecoder:
             a = h[2 * k + 2 : 3 * k + 2]
             u = h[3 * k + 2 : 5 * k + 3]
             q_n = h[5 * k + 3 : 6 * k + 3]
+            logp = h[6 * k + 3 : 7 * k + 4]
             fates = ["accepted"] * m + (["rejected"] if m < k else []) + ["dropped"] * (k - m - 1)
             st = row.stats
             st.draft_calls += k
@@ -539,6 +552,7 @@ class SpeculativeDecoder:
                 draft_s=t1 - t0,
                 verify_s=t2 - t1,
                 positions=positions[b],
+                emitted_logprobs=logp[: m + 1],
             )
             out.append((rnd, kl_pi[b]))
         return out
@@ -552,9 +566,17 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         coins = torch.stack([torch.rand(1, generator=r.generator, device=dev) for r in rows])
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)
-        q = self._probs(verifier.step(last, None, 1))  # [B, 1, V]
+        v_logits = verifier.step(last, None, 1)  # [B, 1, V]
+        q = self._probs(v_logits)
         tok = sample_from_probs(q[:, 0], coins[:, 0])
-        host_tok, host_u = tok.tolist(), coins[:, 0].tolist()
+        host = torch.stack(
+            [
+                tok.to(torch.float64),
+                coins[:, 0].to(torch.float64),
+                _logprobs(v_logits, tok[:, None])[:, 0],
+            ],
+            1,
+        ).tolist()  # one host sync
         t1 = time.perf_counter()
         positions: list[list[PositionTrace]] = [[] for _ in rows]
         if self.record_trace:
@@ -574,14 +596,15 @@ class SpeculativeDecoder:
                 accept_probs=[],
                 accept_coins=[],
                 num_accepted=0,
-                next_id=host_tok[b],
-                sample_coin=host_u[b],
-                emitted_ids=[host_tok[b]],
+                next_id=int(host[b][0]),
+                sample_coin=host[b][1],
+                emitted_ids=[int(host[b][0])],
                 emitted_text=[],
                 emitted_fates=["sampled"],
                 draft_s=0.0,
                 verify_s=t1 - t0,
                 positions=positions[b],
+                emitted_logprobs=[host[b][2]],
             )
             out.append((rnd, [0.0]))
         return out
@@ -612,12 +635,14 @@ class SpeculativeDecoder:
         if len(emitted) < len(rnd.emitted_ids):
             rnd.truncated = True
             rnd.emitted_fates = rnd.emitted_fates[: len(emitted)]
+            rnd.emitted_logprobs = rnd.emitted_logprobs[: len(emitted)]
             rnd.emitted_ids = emitted
         rnd.emitted_text = [self._text(t) for t in emitted]
         st = row.stats
         st.rounds += 1
         st.verifier_calls += 1
         st.new_tokens += len(emitted)
+        st.nll_sum -= sum(rnd.emitted_logprobs)
         # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
         st.kl_sum += sum(kl_pi[: min(len(emitted), rnd.k)])
         row.tokens.extend(emitted)
@@ -720,6 +745,12 @@ class SpeculativeDecoder:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
+
+
+def _logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[ids] at T = 1: logits [B, J, V], ids [B, J] -> [B, J] float64."""
+    picked = logits.gather(-1, ids[..., None])[..., 0]
+    return (picked - torch.logsumexp(logits, -1)).to(torch.float64)
 
 
 def _ensure(ids: list[int], probs: list[float], token: int, prob: float) -> None:

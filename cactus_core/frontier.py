@@ -209,6 +209,17 @@ def limit_sums(p: torch.Tensor, q: torch.Tensor, rows_per_block: int = 64) -> Li
     return total
 
 
+def limit_sums_per_row(p: torch.Tensor, q: torch.Tensor) -> list[LimitSums]:
+    """limit_sums of each row alone (count 1 each), so a caller can pool any subset later."""
+    if p.shape != q.shape or p.dim() != 2:
+        raise ValueError(f"p and q must both be [N, V], got {tuple(p.shape)} and {tuple(q.shape)}")
+    if p.shape[0] == 0:
+        return []
+    acc, kl = _limit_block(p, q, torch.tensor(LIMIT_T_GRID, dtype=torch.float64))
+    rows = zip(acc.tolist(), kl.tolist(), strict=True)
+    return [LimitSums(tuple(a), tuple(b), 1) for a, b in rows]
+
+
 def _limit_block(
     p: torch.Tensor, q: torch.Tensor, t: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from cactus_core.limit import sort_nonneg
 from cactus_core.validation import check_float, check_number
 
 
@@ -42,15 +43,43 @@ def logits_to_probs(
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     if top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
-        # Mass strictly before each token; drop the token once that already reaches top_p.
-        before = sorted_p.cumsum(-1) - sorted_p
-        drop_sorted = before >= top_p
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+        probs = probs.masked_fill(_outside_nucleus(probs, top_p), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+# Most nuclei at chat temperatures hold a few dozen tokens, so a top-k this wide usually
+# contains the whole nucleus and spares sorting the vocabulary.
+_NUCLEUS_PROBE = 64
+
+
+def _outside_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Boolean [..., V]: the tokens top-p drops. Token j in descending order is dropped once the
+    mass strictly before it reaches top_p (the most likely token always stays)."""
+    vocab = probs.shape[-1]
+    flat = probs.reshape(-1, vocab)
+    if probs.device.type != "cpu" or vocab <= _NUCLEUS_PROBE:
+        # A GPU sorts fast, and picking out the wide rows would cost a host sync.
+        vals, order = flat.sort(-1, descending=True)
+        drop = torch.empty_like(flat, dtype=torch.bool)
+        return drop.scatter_(-1, order, _drop_sorted(vals, top_p)).reshape(probs.shape)
+    vals, order = flat.topk(_NUCLEUS_PROBE, dim=-1)  # [N, m], descending
+    # Rows whose top m reach top_p have their whole nucleus among them; the rest sort fully.
+    wide = (vals.sum(-1) < top_p).nonzero()[:, 0].tolist()
+    drop = torch.ones_like(flat, dtype=torch.bool)
+    drop.scatter_(-1, order, _drop_sorted(vals, top_p))
+    if wide:
+        rows = torch.tensor(wide, device=probs.device)
+        vals_w, order_w = sort_nonneg(flat[rows], descending=True)
+        drop[rows] = torch.zeros_like(drop[rows]).scatter_(-1, order_w, _drop_sorted(vals_w, top_p))
+    return drop.reshape(probs.shape)
+
+
+def _drop_sorted(sorted_p: torch.Tensor, top_p: float) -> torch.Tensor:
+    before = sorted_p.cumsum(-1) - sorted_p
+    drop = before >= top_p
+    drop[..., 0] = False
+    return drop
 
 
 def sample_from_probs(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -9,11 +9,11 @@ finished sweep calls no model and an interrupted one redoes only the missing chu
 
 Per setting it reports, each with a 95% interval over prompts (over chunks for the timings):
 tokens per verifier call, acceptance rate, tokens/s, speedup over verifier-only, emitted KL per
-token (exact, the mean of the traces' KL(pi ‖ q)), and the verifier's NLL of the text. After
-each chunk both models score the finished text once (teacher forcing): that gives the NLL and
-the full p and q rows at every decided position, from which the limit (`frontier.limit_sums`)
-and the rule's exact expected acceptance sum_n p(n)·a(n) are accumulated. Efficiency is that
-expected acceptance ÷ the limit at the same positions and the same mean KL.
+token (exact, the mean of the traces' KL(pi ‖ q)), and the verifier's NLL of the text (from
+the decoder's own verify forwards). While a chunk decodes, a probe sees the full p and q rows
+of every decided position, from which the limit (`frontier.limit_sums`) and the rule's exact
+expected acceptance sum_n p(n)·a(n) are accumulated, so nothing re-scores the text afterwards.
+Efficiency is that expected acceptance ÷ the limit at the same positions and the same mean KL.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ from cactus_core.frontier import (
     LimitSums,
     dominance_check,
     interpolate_param_for_budget,
-    limit_sums,
+    limit_sums_per_row,
     mean_ci,
 )
 from cactus_core.rules import RULE_NAMES, Rule, make_rule
-from cactus_core.sampling import logits_to_probs
 from cactus_core.sweep_cache import SweepCache
 
 if TYPE_CHECKING:
@@ -673,11 +672,14 @@ def run_sweep(
 def run_chunk(
     pair: ModelPair, config: SweepConfig, setting: Setting, idx: tuple[int, ...]
 ) -> ChunkRecord:
-    """Generate one setting on a few prompts (one batched call), then score the text."""
+    """Generate one setting on a few prompts (one batched call) and score its positions."""
     from cactus_core.decoder import SpeculativeDecoder
 
     prompts = [config.prompts[i] for i in idx]
     rule = make_rule("sps") if setting.is_baseline else setting.make_rule()
+    # At T = 0 the decoder verifies every rule by exact match; so does the accounting.
+    judge = make_rule("sps") if config.temperature == 0 else rule
+    probe = _PositionScores(judge) if config.limit and not setting.is_baseline else None
     # The sweep reads counts and emitted tokens only; the top-N rows a trace can keep are
     # for the Decode page's inspector.
     dec = SpeculativeDecoder(
@@ -688,6 +690,7 @@ def run_chunk(
         top_k=config.top_k,
         top_p=config.top_p,
         record_trace=False,
+        probe=probe,
     )
     run = dec.generate_autoregressive if setting.is_baseline else dec.generate
     # The decoder seeds row j with seed + j; chunks are contiguous, so prompt i always gets
@@ -699,106 +702,58 @@ def run_chunk(
         chat_template=config.chat_template,
     )
     stats = outs[0].stats
-    # The exact-KL bookkeeping (record_s) is the lab's instrumentation, not decoding work.
+    # The exact-KL bookkeeping and the probe (record_s) are the lab's instrumentation, not
+    # decoding work.
     wall = stats.wall_s - stats.record_s
-    total = LimitSums.empty() if config.limit and not setting.is_baseline else None
-    scored_rule = None if setting.is_baseline else rule
-    kept = [decided_positions(o.trace) if scored_rule and config.limit else [] for o in outs]
-    seqs = [list(o.prompt_ids) + list(o.token_ids) for o in outs]
-    starts = [len(o.prompt_ids) - 1 for o in outs]  # logits at start + j predict token j
-    q_logits = _teacher_forced(pair.verifier, seqs, starts, pair.device)
-    p_logits = _teacher_forced(pair.draft, seqs, starts, pair.device) if any(kept) else None
+    total = LimitSums.empty() if probe is not None else None
     records = []
-    for j, (i, out) in enumerate(zip(idx, outs, strict=True)):
-        rec, sums = _score(
-            config, scored_rule, i, out, kept[j], q_logits[j], p_logits[j] if p_logits else None
-        )
-        records.append(rec)
-        if total is not None and sums is not None:
+    for row, (i, out) in enumerate(zip(idx, outs, strict=True)):
+        st = out.stats
+        kept = probe.kept(row, out.trace) if probe is not None else []
+        sums = sum((s for s, _ in kept), LimitSums.empty())
+        if total is not None:
             total = total + sums
+        records.append(
+            PromptRecord(
+                index=i,
+                text=out.text,
+                tokens=st.new_tokens,
+                verifier_calls=st.verifier_calls,
+                decided=st.decided_tokens,
+                accepted=st.accepted_tokens,
+                emitted_kl_sum=st.kl_sum,
+                nll_sum=st.nll_sum,
+                scored=len(kept),
+                # The decoder's KL sum runs over exactly these positions (drafted, decided,
+                # token kept; the bonus position emits q and adds 0), so it is already exact.
+                scored_kl_sum=st.kl_sum if kept else 0.0,
+                expected_accept_sum=sum(e for _, e in kept),
+            )
+        )
     return ChunkRecord(setting, records, wall, total)
 
 
-def decided_positions(trace: Any) -> list[int]:
-    """Indices into the generated tokens of the drafted positions that got a decision and
-    whose token was kept (a round cut by EOS or max_new_tokens loses its tail)."""
-    out: list[int] = []
-    offset = 0
-    for rnd in trace.rounds:
-        emitted = len(rnd.emitted_ids)
-        if rnd.k > 0:
-            last = min(rnd.num_accepted, rnd.k - 1)  # the first rejection ends the round
-            out.extend(offset + j for j in range(min(last + 1, emitted)))
-        offset += emitted
-    return out
+class _PositionScores:
+    """Decoder probe: per decided position, its one-position limit sums and the rule's exact
+    expected acceptance sum_n p(n)·a(n), kept until the sequence's fate is known."""
 
+    def __init__(self, judge: Rule) -> None:
+        self.judge = judge
+        self.rounds: dict[tuple[int, int], list[tuple[LimitSums, float]]] = {}
 
-@torch.inference_mode()
-def _teacher_forced(
-    model: Any, seqs: list[list[int]], starts: list[int], device: Any, batch: int = 4
-) -> list[torch.Tensor]:
-    """Per sequence, the logits [G + 1, V] that predict its G generated tokens and the next.
+    def __call__(self, row: int, rnd: int, p: torch.Tensor, q: torch.Tensor) -> None:
+        a = self.judge.accept_probs_all(p, q, validate=False)
+        expected = (p.double() * a.double()).sum(-1).tolist()
+        self.rounds[(row, rnd)] = list(zip(limit_sums_per_row(p, q), expected, strict=True))
 
-    Sequences are right-padded in small batches: a causal model's logits at real positions
-    never see the padding after them.
-    """
-    out: list[torch.Tensor] = []
-    for b in range(0, len(seqs), batch):
-        group = seqs[b : b + batch]
-        width = max(len(s) for s in group)
-        ids = torch.tensor([s + [s[-1]] * (width - len(s)) for s in group], device=device)
-        logits = model(ids).logits.float()
-        for row, (seq, start) in enumerate(zip(group, starts[b : b + batch], strict=True)):
-            out.append(logits[row, start : len(seq)].cpu().clone())  # let the batch go
-    return out
-
-
-def _score(
-    config: SweepConfig,
-    rule: Rule | None,
-    index: int,
-    out: Any,
-    kept: list[int],
-    q_logits: torch.Tensor,
-    p_logits: torch.Tensor | None,
-) -> tuple[PromptRecord, LimitSums | None]:
-    """From the teacher-forced logits: the verifier's NLL of the text (T = 1, no truncation)
-    and, at the decided positions `kept`, p and q for the limit and the expected acceptance."""
-    st = out.stats
-    gen = torch.tensor(list(out.token_ids), dtype=torch.long)
-    nll_sum = exp_sum = scored_kl = 0.0
-    sums: LimitSums | None = None
-    if len(gen):
-        logq = torch.log_softmax(q_logits[: len(gen)], -1)
-        nll_sum = -float(logq.gather(-1, gen[:, None]).sum())
-    if kept and rule is not None and p_logits is not None:
-        rows = torch.tensor(kept)
-        vocab = min(p_logits.shape[-1], q_logits.shape[-1])
-        sampling = (config.temperature, config.top_k, config.top_p)
-        p = logits_to_probs(p_logits[rows, :vocab], *sampling)
-        q = logits_to_probs(q_logits[rows, :vocab], *sampling)
-        # At T = 0 the decoder verifies every rule by exact match; so does the accounting.
-        judge = make_rule("sps") if config.temperature == 0 else rule
-        sums = limit_sums(p, q)
-        a = judge.accept_probs_all(p, q, validate=False)
-        exp_sum = float((p.double() * a.double()).sum())
-        # The decoder's KL sum runs over exactly these positions (drafted, decided, token
-        # kept; the bonus position emits q and adds 0), so it is their KL, already exact.
-        scored_kl = st.kl_sum
-    rec = PromptRecord(
-        index=index,
-        text=out.text,
-        tokens=st.new_tokens,
-        verifier_calls=st.verifier_calls,
-        decided=st.decided_tokens,
-        accepted=st.accepted_tokens,
-        emitted_kl_sum=st.kl_sum,
-        nll_sum=nll_sum,
-        scored=len(kept) if sums is not None else 0,
-        scored_kl_sum=scored_kl,
-        expected_accept_sum=exp_sum,
-    )
-    return rec, sums
+    def kept(self, row: int, trace: Any) -> list[tuple[LimitSums, float]]:
+        """The scores of the row's decided positions whose token was kept (a round cut by EOS
+        or max_new_tokens loses its tail)."""
+        out: list[tuple[LimitSums, float]] = []
+        for rnd in trace.rounds:
+            if rnd.k > 0:
+                out.extend(self.rounds.get((row, rnd.index), [])[: len(rnd.emitted_ids)])
+        return out
 
 
 # ---------------------------------------------------------------------------- tuner

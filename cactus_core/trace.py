@@ -91,6 +91,9 @@ class RoundTrace:
     verify_s: float
     truncated: bool = False  # emitted tokens were cut by EOS, max_new_tokens or the context
     positions: list[PositionTrace] = field(default_factory=list)
+    # The verifier's log-probability of each emitted token at T = 1 (raw logits, no top-k or
+    # top-p): how the verifier itself judges the text, whatever rule emitted it.
+    emitted_logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass

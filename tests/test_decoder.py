@@ -11,6 +11,7 @@ from cactus_core.decoder import K_MAX, SpeculativeDecoder, summarize
 from cactus_core.emitted import emitted_distribution
 from cactus_core.kv_cache import SequenceCache
 from cactus_core.rules import RULE_NAMES, make_rule
+from cactus_core.sampling import logits_to_probs
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 
@@ -316,3 +317,41 @@ def test_kl_only_where_emitted_matches_full_recording(tiny_pair):
         assert z.stats.mean_emitted_kl is None
     assert summarize(c)["mean_emitted_kl"] is None
     assert summarize(b)["mean_emitted_kl"] > 0
+
+
+def test_nll_and_probe_rows_match_a_full_forward(tiny_pair):
+    """The verifier's NLL of the text and the probe's p, q rows come from the decoding
+    forwards; both equal what a fresh full forward over the finished text gives."""
+    seen: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def probe(row, rnd, p, q):
+        seen[(row, rnd)] = (p.clone(), q.clone())
+
+    sampling = {"temperature": 0.8, "top_p": 0.95}
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=3, record_trace=False, probe=probe, **sampling)
+    outs = dec.generate(PROMPTS[:2], max_new_tokens=24, seed=4)
+    plain = dec.generate_autoregressive(PROMPTS[0], max_new_tokens=12, seed=4)
+    checked = 0
+    for row, out in enumerate([*outs, plain]):
+        seq = torch.tensor([out.prompt_ids + out.token_ids])
+        start, n = len(out.prompt_ids) - 1, len(out.token_ids)
+        with torch.no_grad():
+            q_logits = tiny_pair.verifier(seq).logits[0, start : start + n]  # predict each token
+            p_logits = tiny_pair.draft(seq).logits[0, start : start + n]
+        logq = torch.log_softmax(q_logits.double(), -1)
+        nll = -float(logq.gather(-1, torch.tensor(out.token_ids)[:, None]).sum())
+        assert out.stats.nll_sum == pytest.approx(nll, rel=1e-4)
+        if out is plain:
+            break
+        offset = 0
+        for rnd in out.trace.rounds:
+            p, q = seen[(row, rnd.index)]
+            assert p.shape[0] == min(rnd.num_accepted + 1, rnd.k)
+            for j in range(min(p.shape[0], n - offset)):
+                want_p = logits_to_probs(p_logits[offset + j], **sampling)
+                want_q = logits_to_probs(q_logits[offset + j], **sampling)
+                torch.testing.assert_close(p[j], want_p, atol=1e-5, rtol=1e-4)
+                torch.testing.assert_close(q[j], want_q, atol=1e-5, rtol=1e-4)
+                checked += 1
+            offset += len(rnd.emitted_ids)
+    assert checked > 10

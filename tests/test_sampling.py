@@ -30,6 +30,27 @@ def test_top_k_and_top_p() -> None:
     assert torch.allclose(logits_to_probs(logits, top_k=0, top_p=1.0).sum(), torch.tensor(1.0))
 
 
+def _nucleus_by_full_sort(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, -1)
+    sorted_p, order = probs.sort(-1, descending=True)
+    drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+    drop[..., 0] = False
+    probs = probs.masked_fill(torch.zeros_like(drop).scatter_(-1, order, drop), 0.0)
+    return probs / probs.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("vocab", [5, 64, 65, 49_152])
+def test_top_p_fast_path_equals_the_full_sort(vocab: int) -> None:
+    """The nucleus is found among the top 64 when they hold it, by a full sort otherwise;
+    peaked and flat rows (both paths) in one batch give exactly the definition's result."""
+    gen = torch.Generator().manual_seed(vocab)
+    scales = torch.tensor([0.05, 0.5, 3.0, 12.0])[:, None, None]  # flat ... peaked rows
+    logits = torch.randn(4, 3, vocab, generator=gen) * scales
+    for top_p in (0.3, 0.9, 0.95, 0.999):
+        fast = logits_to_probs(logits, temperature=0.7, top_p=top_p)
+        assert torch.equal(fast, _nucleus_by_full_sort(logits, 0.7, top_p))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -47,10 +47,13 @@ def _config(**kw) -> SweepConfig:
 
 @contextmanager
 def count_forwards(pair):
-    """Count every forward call of both models (the test's proof that nothing ran)."""
+    """Count every forward of both models (the test's proof that nothing ran). The hooks sit on
+    the input embeddings, which every path runs, the decoder's cached steps included."""
     calls = {"n": 0}
     hooks = [
-        m.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+        m.get_input_embeddings().register_forward_pre_hook(
+            lambda *_: calls.__setitem__("n", calls["n"] + 1)
+        )
         for m in (pair.verifier, pair.draft)
     ]
     try:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cactus_core.models import tokenizer_fingerprint
 from training.common import load_verifier_and_tokenizer
 from training.export import save_draft
-from training.train_draft import evaluate, load_records, make_draft
+from training.train_draft import evaluate, load_records, make_draft, split_holdout
 
 
 def main() -> None:
@@ -50,6 +50,12 @@ def main() -> None:
     saved = {k: v.float() for k, v in load_file(str(args.ckpt / "model.safetensors")).items()}
     _, unexpected = draft.load_state_dict(saved, strict=False)
     assert not unexpected, unexpected
+    if cfg.get("cactus_head_token_ids"):
+        from cactus_core.subset_head import attach_subset_head
+
+        ids = load_file(str(args.ckpt / cfg["cactus_head_token_ids"]))["token_ids"]
+        attach_subset_head(draft, ids)
+        print(f"subset head of {ids.numel()} ids", flush=True)
     draft.eval()
 
     if args.shards:
@@ -60,9 +66,7 @@ def main() -> None:
         held = [r for r in held if len(r["answer_ids"]) >= 2][: args.holdout]
     else:
         # The same holdout rule as train_draft.py (every n-th answer by prompt text).
-        records = sorted(load_records(args.data), key=lambda r: r["prompt"])
-        step = max(1, len(records) // args.holdout)
-        held = [r for i, r in enumerate(records) if i % step == 0][: args.holdout]
+        _, held = split_holdout(load_records(args.data), args.holdout)
     print(f"{len(held)} answers, {sum(len(r['answer_ids']) for r in held)} tokens", flush=True)
     norm = draft.model.norm.weight.data.clone()
     results = []

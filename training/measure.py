@@ -9,6 +9,8 @@
     top-p 0.95 over the built-in chat prompts (cactus_core/data/chat_prompts.jsonl).
 --expected: teacher-forced expected acceptance sum_x min(p, q) on the verifier's own answers.
 --draft-dir: measure a checkpoint folder instead of cactus_core/assets/draft.
+A draft with a vocabulary-subset head (config.json "cactus_head_token_ids") is loaded with it,
+as the app loads it, so --cost measures the subset head's cost.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ def main() -> None:
     pair = cm.load_pair(device="cpu")
     res: dict = {"draft": pair.draft_name, "load_s": time.perf_counter() - t0}
     res["torch_threads"] = torch.get_num_threads()
+    # A VocabSubsetHead (cactus_core.subset_head) scores only its ids; None: the full vocabulary.
+    head_ids = getattr(pair.draft.get_output_embeddings(), "token_ids", None)
+    res["draft_head_size"] = None if head_ids is None else int(head_ids.numel())
     if args.cost:
         res["cost"] = cost(pair)
         print(json.dumps(res["cost"]), flush=True)

@@ -41,6 +41,16 @@ def load_records(data: Path) -> list[dict]:
     return [r for r in records if len(r["answer_ids"]) >= 2]
 
 
+def split_holdout(records: list[dict], holdout: int) -> tuple[list[dict], list[dict]]:
+    """(train, held): every n-th answer by prompt text is held out, so reruns on more data keep
+    evaluating (mostly) the same rows."""
+    records = sorted(records, key=lambda r: r["prompt"])
+    held = [r for i, r in enumerate(records) if i % max(1, len(records) // holdout) == 0]
+    held = held[:holdout]
+    held_ids = {id(r) for r in held}
+    return [r for r in records if id(r) not in held_ids], held
+
+
 def make_draft(verifier: LlamaForCausalLM, layers: list[int], shared: int = 0) -> LlamaForCausalLM:
     cfg = LlamaConfig.from_dict(verifier.config.to_dict())
     cfg.num_hidden_layers = len(layers)
@@ -149,12 +159,31 @@ def subset_losses(hidden, weight, vals, idx, temperature, top_p, negatives, gene
     return losses(logits, vals, torch.searchsorted(cand, idx), temperature, top_p)
 
 
-def losses(logits, vals, idx, temperature, top_p):
+def losses(logits, vals, idx, temperature, top_p, valid=None):
+    """Mean KL(q_S || p) and mean sum min(p, q).
+
+    Ids the draft cannot propose (outside a subset head: logit FILL, or `valid` False) have
+    p = 0: they count in the acceptance term (that mass is lost for good) but the KL is taken
+    against q restricted to the ids the draft can propose, renormalised.
+    """
     q = target_probs(vals, temperature, top_p)  # [N, K]
     logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, idx)  # [N, K]
-    kl = (q * (torch.log(q.clamp_min(1e-12)) - logp)).sum(-1)
-    acc = torch.minimum(logp.exp(), q).sum(-1)
+    ok = logp > -1e20
+    if valid is not None:
+        ok = ok & valid
+    logp = torch.where(ok, logp, torch.zeros_like(logp))
+    q_s = q * ok
+    q_s = q_s / q_s.sum(-1, keepdim=True).clamp_min(1e-12)
+    kl = (q_s * (torch.log(q_s.clamp_min(1e-12)) - logp)).sum(-1)
+    acc = torch.minimum(logp.exp() * ok, q).sum(-1)
     return kl.mean(), acc.mean()
+
+
+def head_losses(hidden, head, vals, idx, temperature, top_p, lookup):
+    """losses() over a VocabSubsetHead's ids only (a full softmax over S, not over V)."""
+    logits = hidden @ head.weight.T  # [N, S]
+    pos = lookup[idx]  # [N, K] position in S, -1 outside
+    return losses(logits, vals, pos.clamp_min(0), temperature, top_p, valid=pos >= 0)
 
 
 @torch.no_grad()
@@ -192,6 +221,9 @@ def main() -> None:
     ap.add_argument("--init-from", type=Path, default=None, help="warm start: a saved draft")
     ap.add_argument("--shared", type=int, default=0, help="first N layers shared, frozen")
     ap.add_argument("--negatives", type=int, default=2048, help="0: full softmax in training")
+    ap.add_argument("--head-size", type=int, default=0, help="subset head of N ids (0: full)")
+    ap.add_argument("--kl-weight", type=float, default=1.0)
+    ap.add_argument("--acc-weight", type=float, default=1.0, help="weight of 1 - sum min(p, q)")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget (LR schedule)")
@@ -227,15 +259,26 @@ def main() -> None:
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     args.tok_sha = tokenizer_fingerprint(tok)
 
-    records = load_records(args.data)
-    # The holdout is fixed by prompt text so reruns on more data keep evaluating the same rows.
-    records.sort(key=lambda r: r["prompt"])
-    held = [r for i, r in enumerate(records) if i % max(1, len(records) // args.holdout) == 0]
-    held = held[: args.holdout]
-    held_ids = {id(r) for r in held}
-    train = [r for r in records if id(r) not in held_ids]
+    train, held = split_holdout(load_records(args.data), args.holdout)
     n_tok = sum(len(r["answer_ids"]) for r in train)
     print(f"train {len(train)} answers / {n_tok} tokens, holdout {len(held)}", flush=True)
+    lookup = None
+    if args.head_size:
+        from cactus_core.subset_head import attach_subset_head
+        from training.subset import choose, lost_mass, scores, special_ids
+
+        vocab = draft.get_input_embeddings().weight.shape[0]
+        head_ids = choose(scores(train, vocab), args.head_size, special_ids(tok))
+        attach_subset_head(draft, head_ids)
+        lookup = torch.full((vocab,), -1, dtype=torch.long)
+        lookup[head_ids] = torch.arange(head_ids.numel())
+        lost, out_tok = lost_mass(held, head_ids, vocab, args.temperature, args.top_p)
+        args.head_info = {"size": args.head_size, "held_lost_q_mass": lost}
+        print(
+            f"subset head of {args.head_size} ids: holdout q mass outside {lost:.4f}, "
+            f"answer tokens outside {out_tok:.4f}",
+            flush=True,
+        )
     if args.shared:
         t_f = time.time()
         shared_features(draft, train, args.shared, pad_id)
@@ -277,7 +320,11 @@ def main() -> None:
             else:
                 hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state
                 hidden = hidden[rows, cols]
-            if args.negatives:
+            if lookup is not None:
+                kl, acc = head_losses(
+                    hidden, draft.lm_head, vals, idx, args.temperature, args.top_p, lookup
+                )
+            elif args.negatives:
                 kl, acc = subset_losses(
                     hidden,
                     draft.lm_head.weight,
@@ -290,7 +337,7 @@ def main() -> None:
                 )
             else:
                 kl, acc = losses(draft.lm_head(hidden), vals, idx, args.temperature, args.top_p)
-            loss = kl + (1 - acc)
+            loss = args.kl_weight * kl + args.acc_weight * (1 - acc)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -334,6 +381,10 @@ def _eval_and_save(
         "train_minutes": minutes,
         "lr": args.lr,
         "batch": args.batch,
+        "shared": args.shared,
+        "kl_weight": args.kl_weight,
+        "acc_weight": args.acc_weight,
+        "head": getattr(args, "head_info", None),
         "temperature": args.temperature,
         "top_p": args.top_p,
         "eval": log[-1],
