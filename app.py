@@ -12,7 +12,13 @@ import os
 import streamlit as st
 
 from cactus_core.app_state import RULE_DESCRIPTIONS, AppSettings
-from pages._common import GOTO_PARAM, SETTINGS_ERROR_KEY, SETTINGS_KEY, warm_label
+from pages._common import (
+    GOTO_PARAM,
+    SETTINGS_ERROR_KEY,
+    SETTINGS_KEY,
+    preload_pair,
+    warm_label,
+)
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 
@@ -99,8 +105,14 @@ def sidebar() -> None:
         if error:
             st.warning(error)
         else:
+            loading = preload_pair(s)
             warm = warm_label(s)
-            st.caption(f"Loaded: {warm}" if warm else "Models load on the Decode page.")
+            if warm:
+                st.caption(f"Loaded: {warm}")
+            elif loading:
+                st.caption("Loading the embedded pair in the background for the Decode page.")
+            else:
+                st.caption("Models load on the Decode page.")
 
 
 def overview() -> None:

@@ -122,7 +122,7 @@ def bench_browser() -> dict[str, float]:
         page.set_default_timeout(300_000)
         page.goto(url)
         page.get_by_role("heading", name="Cactus Lab").wait_for()
-        page.get_by_text("Models load on the Decode page.").wait_for()
+        page.get_by_text("Worth knowing").wait_for()
         out["overview_drawn_s"] = time.perf_counter() - start
         page.get_by_role("link", name="Decode").first.click()
         page.locator("button", has_text="Generate").first.wait_for()

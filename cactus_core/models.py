@@ -387,6 +387,15 @@ def _write_manifest(folder: Path, source: Path) -> None:
     tmp.rename(folder / MANIFEST)
 
 
+def embedded_cache_ready(cache_dir: str | os.PathLike | None = None) -> bool:
+    """True when the embedded verifier's conversion is cached and intact, so that loading the
+    embedded pair takes seconds, not the first conversion's half minute."""
+    try:
+        return cache_is_valid(gguf_cache_folder(embedded_gguf_path(), resolve_cache_dir(cache_dir)))
+    except (ModelLoadError, OSError):
+        return False
+
+
 def cache_is_valid(folder: Path) -> bool:
     """True when the manifest exists and every listed file has its recorded size and digest."""
     try:

@@ -3,6 +3,8 @@ and the rule picker. No maths here; numbers come from cactus_core."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -58,6 +60,49 @@ def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPai
     return load_pair(verifier=verifier, draft=draft, device=device)
 
 
+PRELOAD_ENV = "CACTUS_LAB_PRELOAD"  # "0" turns the start-up load off (the tests do)
+_PRELOAD_LOCK = threading.Lock()
+_PRELOADING: set[tuple[str | None, str | None, str]] = set()
+
+
+def preload_pair(s: AppSettings) -> bool:
+    """Start loading the embedded pair in the background when the app first runs, so that the
+    Decode page finds it warm instead of loading for several seconds after the click.
+
+    Only the embedded pair, and only when its conversion is cached: a pair typed into the
+    sidebar loads when a page asks for it, and a first conversion (half a minute of both
+    cores) never starts behind the user's back. _load_pair's cache lets a page that asks
+    meanwhile wait for this same load instead of starting another. Returns True while that
+    load may still be running.
+    """
+    if os.environ.get(PRELOAD_ENV, "1") == "0" or s.pair_key in _WARM:
+        return False
+    if s.verifier is not None or s.draft is not None:
+        return False
+    with _PRELOAD_LOCK:
+        if s.pair_key in _PRELOADING:
+            return True
+        _PRELOADING.add(s.pair_key)
+    threading.Thread(target=_preload, args=(s.pair_key,), daemon=True, name="preload").start()
+    return True
+
+
+def _preload(key: tuple[str | None, str | None, str]) -> None:
+    from cactus_core.models import embedded_cache_ready
+
+    if not embedded_cache_ready():
+        return
+    try:
+        pair = _load_pair(*key)
+    except (OSError, ValueError, RuntimeError, ImportError):
+        return  # get_pair shows the error when a page asks for the pair
+    _WARM[key] = _warm_text(pair)
+
+
+def _warm_text(pair: ModelPair) -> str:
+    return f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
+
+
 def get_pair(s: AppSettings | None = None) -> ModelPair | None:
     """The model pair the sidebar names, loaded once per process.
 
@@ -78,9 +123,7 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
             box.update(label="Could not load the model pair", state="error", expanded=True)
             st.error(f"Could not load {s.pair_label}: {err}")
             return None
-        _WARM[s.pair_key] = (
-            f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
-        )
+        _WARM[s.pair_key] = _warm_text(pair)
         box.update(
             label=f"Loaded {_WARM[s.pair_key]} in {time.perf_counter() - start:.1f} s",
             state="complete",

@@ -11,6 +11,7 @@ the distributions are peaked rather than uniform.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -20,6 +21,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from cactus_core.models import ModelPair
+
+# The app would start loading the embedded pair in the background of every AppTest session
+# (pages/_common.preload_pair); tests load what they need themselves.
+os.environ.setdefault("CACTUS_LAB_PRELOAD", "0")
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"

@@ -1,0 +1,70 @@
+"""The app's start-up load of the embedded pair (pages/_common.preload_pair): it runs once per
+process in the background, only for the embedded pair with its conversion cached, and the
+sidebar's warm label appears when it is done."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from cactus_core import models
+from cactus_core.app_state import AppSettings
+from pages import _common
+
+
+@pytest.fixture
+def fake_loader(monkeypatch):
+    calls: list[tuple] = []
+    release = threading.Event()
+
+    def load(*key):
+        calls.append(key)
+        release.wait(10)
+        return SimpleNamespace(
+            verifier_name="V", draft_name="D", device="cpu", dtype="torch.float32"
+        )
+
+    monkeypatch.setenv(_common.PRELOAD_ENV, "1")
+    monkeypatch.setattr(_common, "_load_pair", load)
+    monkeypatch.setattr(_common, "_WARM", {})
+    monkeypatch.setattr(_common, "_PRELOADING", set())
+    monkeypatch.setattr(models, "embedded_cache_ready", lambda cache_dir=None: True)
+    return calls, release
+
+
+def _join_preload() -> None:
+    for t in threading.enumerate():
+        if t.name == "preload":
+            t.join(10)
+
+
+def test_embedded_pair_loads_once_in_the_background(fake_loader):
+    calls, release = fake_loader
+    s = AppSettings(device="cpu")
+    assert _common.preload_pair(s)  # started
+    assert _common.preload_pair(s)  # still running: not started twice
+    assert _common.warm_label(s) is None
+    release.set()
+    _join_preload()
+    assert calls == [s.pair_key]
+    assert _common.warm_label(s) == "V + D (cpu, torch.float32)"
+    assert not _common.preload_pair(s)  # warm: nothing to do
+
+
+def test_no_preload_for_a_typed_pair_a_missing_cache_or_when_off(fake_loader, monkeypatch):
+    calls, release = fake_loader
+    release.set()
+    assert not _common.preload_pair(AppSettings(verifier="some/model", device="cpu"))
+    monkeypatch.setattr(models, "embedded_cache_ready", lambda cache_dir=None: False)
+    assert _common.preload_pair(AppSettings(device="cpu"))
+    _join_preload()
+    assert calls == []  # no conversion behind the user's back
+    monkeypatch.setenv(_common.PRELOAD_ENV, "0")
+    assert not _common.preload_pair(AppSettings(device="auto"))
+    assert calls == []
+
+
+def test_embedded_cache_ready_reads_the_conversion_cache(tmp_path):
+    assert not models.embedded_cache_ready(tmp_path)
