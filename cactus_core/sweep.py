@@ -246,7 +246,7 @@ class SweepConfig:
     seed: int = 0
     chat_template: bool = True
     chunk_size: int = 5
-    limit: bool = True  # score the text with both models for the limit and the NLL
+    limit: bool = True  # score every decided position for the limit and the efficiency
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -947,7 +947,9 @@ def add_sweep_arguments(parser: Any) -> None:
     parser.add_argument("--no-chat-template", action="store_true")
     parser.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
     parser.add_argument(
-        "--no-limit", action="store_true", help="skip the limit and NLL scoring pass"
+        "--no-limit",
+        action="store_true",
+        help="skip the limit (the per-position scoring behind the efficiency)",
     )
     parser.add_argument("--format", choices=("json", "csv"), default="json")
     parser.add_argument("--output", "-o", default=None, help="write here instead of stdout")

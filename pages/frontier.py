@@ -80,7 +80,7 @@ with left:
         1, 20, 5, key="fr_chunk",
     )  # fmt: skip
     with_limit = st.checkbox(
-        "Compute the limit and the verifier's NLL (scores each text once with both models)",
+        "Compute the limit (scores every decided position; the efficiency needs it)",
         value=True,
         key="fr_limit",
     )
