@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the browser helpers the browser tests use
+
+from streamlit_server import launch_chromium, streamlit_app  # noqa: E402
 
 V = 49_152
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
@@ -72,12 +62,6 @@ def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -90,64 +74,39 @@ def bench_browser() -> dict[str, float]:
 
     # the embedded pair (no CACTUS_LAB_* override); OMP_NUM_THREADS comes from main()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACTUS_LAB_")}
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     out: dict[str, float] = {}
     # Chromium starts first, so the cold-start clock holds the app only.
-    pw = sync_playwright().start()
-    browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "streamlit", "run", "app.py"),
-            *("--server.port", str(port), "--server.address", "127.0.0.1"),
-            *("--server.headless", "true"),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.perf_counter() - start > 120:
-                    raise RuntimeError("streamlit did not start") from None
-                time.sleep(0.05)
-        out["health_s"] = time.perf_counter() - start
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.set_default_timeout(300_000)
-        page.goto(url)
-        page.get_by_role("heading", name="Cactus Lab").wait_for()
-        page.get_by_text("Worth knowing").wait_for()
-        out["overview_drawn_s"] = time.perf_counter() - start
-        page.get_by_role("link", name="Decode").first.click()
-        page.locator("button", has_text="Generate").first.wait_for()
-        page.get_by_text("Press Generate to decode the prompt.").wait_for()
-        out["decode_ready_with_models_s"] = time.perf_counter() - start
-        out["rss_models_loaded_mb"] = _rss_mb(proc.pid)
-        for attempt in (1, 2):
-            # the first token of *this* run: a transcript that differs from the last one
-            before = page.evaluate(_TRANSCRIPT_JS)
-            t0 = time.perf_counter()
-            page.locator("button", has_text="Generate").first.click()
-            page.wait_for_function(
-                f"prev => {{ const t = ({_TRANSCRIPT_JS})(); return t !== null && t !== prev "
-                "&& t.includes('<span'); }",
-                arg=before,
-            )
-            out[f"first_token_on_screen_s_run{attempt}"] = time.perf_counter() - t0
-            page.get_by_text(f"Run {attempt}:").wait_for()
-            out[f"generate_done_s_run{attempt}"] = time.perf_counter() - t0
-        out["rss_after_generate_mb"] = _rss_mb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        start = time.perf_counter()
+        with streamlit_app(env, timeout_s=120, poll_s=0.05) as app:
+            out["health_s"] = time.perf_counter() - start
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(300_000)
+            page.goto(app.url)
+            page.get_by_role("heading", name="Cactus Lab").wait_for()
+            page.get_by_text("Worth knowing").wait_for()
+            out["overview_drawn_s"] = time.perf_counter() - start
+            page.get_by_role("link", name="Decode").first.click()
+            page.locator("button", has_text="Generate").first.wait_for()
+            page.get_by_text("Press Generate to decode the prompt.").wait_for()
+            out["decode_ready_with_models_s"] = time.perf_counter() - start
+            out["rss_models_loaded_mb"] = _rss_mb(app.pid)
+            for attempt in (1, 2):
+                # the first token of *this* run: a transcript that differs from the last one
+                before = page.evaluate(_TRANSCRIPT_JS)
+                t0 = time.perf_counter()
+                page.locator("button", has_text="Generate").first.click()
+                page.wait_for_function(
+                    f"prev => {{ const t = ({_TRANSCRIPT_JS})(); return t !== null && t !== prev "
+                    "&& t.includes('<span'); }",
+                    arg=before,
+                )
+                out[f"first_token_on_screen_s_run{attempt}"] = time.perf_counter() - t0
+                page.get_by_text(f"Run {attempt}:").wait_for()
+                out[f"generate_done_s_run{attempt}"] = time.perf_counter() - t0
+            out["rss_after_generate_mb"] = _rss_mb(app.pid)
         browser.close()
-        pw.stop()
     return out
 
 

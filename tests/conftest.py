@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,3 +114,13 @@ def tiny_pair() -> ModelPair:
 def tiny_pair_factory() -> Callable[..., ModelPair]:
     """make_tiny_pair(context=256, seed=0): a fresh tiny pair, e.g. with a short context."""
     return make_tiny_pair
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_dirs(tiny_pair: ModelPair, tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny pair saved as two model folders (verifier, draft), as a user names a local pair."""
+    root = tmp_path_factory.mktemp("tiny_pair")
+    for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
+        model.save_pretrained(root / role)
+        tiny_pair.tokenizer.save_pretrained(root / role)
+    return root / "verifier", root / "draft"

@@ -11,7 +11,6 @@ from streamlit.testing.v1 import AppTest
 
 from cactus_core.app_state import LiveStats, live_stats
 from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.models import ModelPair
 from cactus_core.rules import make_rule
 from cactus_core.trace import reverify
 
@@ -20,12 +19,8 @@ MAX_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def pair_dirs(tiny_pair: ModelPair, tmp_path_factory) -> tuple[str, str]:
-    root = tmp_path_factory.mktemp("tiny_pair")
-    for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
-        model.save_pretrained(root / role)
-        tiny_pair.tokenizer.save_pretrained(root / role)
-    return str(root / "verifier"), str(root / "draft")
+def pair_dirs(tiny_pair_dirs) -> tuple[str, str]:
+    return str(tiny_pair_dirs[0]), str(tiny_pair_dirs[1])
 
 
 def set_state(at: AppTest, **values) -> None:

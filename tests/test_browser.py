@@ -11,110 +11,37 @@ pair instead (realistic text, slower).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from streamlit_server import launch_chromium, streamlit_app
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 EXCEPTION = '[data-testid="stException"]'
 TIMEOUT_MS = 180_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
-    start = time.perf_counter()
-    while time.perf_counter() - start < timeout_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.read().decode().strip() == "ok":
-                    return time.perf_counter() - start
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"streamlit did not answer /_stcore/health within {timeout_s} s")
-
-
 @pytest.fixture(scope="module")
-def server(tiny_pair, tmp_path_factory) -> Iterator[str]:
+def server(tiny_pair_dirs) -> Iterator[str]:
     # One torch thread: the CI machine has two cores, and OpenMP spinning under load stalls.
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if os.environ.get("CACTUS_BROWSER_PAIR") != "embedded":
-        root = tmp_path_factory.mktemp("browser_pair")
-        for role, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
-            model.save_pretrained(root / role)
-            tiny_pair.tokenizer.save_pretrained(root / role)
-        env["CACTUS_LAB_VERIFIER"] = str(root / "verifier")
-        env["CACTUS_LAB_DRAFT"] = str(root / "draft")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+        env["CACTUS_LAB_VERIFIER"] = str(tiny_pair_dirs[0])
+        env["CACTUS_LAB_DRAFT"] = str(tiny_pair_dirs[1])
     ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit-server.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.headless",
-            "true",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_healthy(url, proc, 90)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with open(ARTIFACTS / "streamlit-server.log", "w") as log, streamlit_app(env, log) as app:
+        yield app.url
 
 
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        b = launch_chromium(pw)
         yield b
         b.close()
 

@@ -9,94 +9,36 @@ Playwright.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from streamlit_server import launch_chromium, streamlit_app
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = ROOT / "test-artifacts"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_pair, tmp_path_factory):
+def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-frontier")
-    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
-        model.save_pretrained(root / name)
-        tiny_pair.tokenizer.save_pretrained(root / name)
-    port = _free_port()
     env = {
         **os.environ,
-        "CACTUS_LAB_VERIFIER": str(root / "verifier"),
-        "CACTUS_LAB_DRAFT": str(root / "draft"),
+        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
+        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
         "CACTUS_CACHE_DIR": str(root / "cache"),
         "OMP_NUM_THREADS": "1",
     }
-    log = open(root / "streamlit.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(
-                        "streamlit did not start:\n" + (root / "streamlit.log").read_text()
-                    ) from None
-                time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
+        yield app.url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if CHROMIUM is None:
-        pytest.fail("Debian's chromium is needed for the browser tests (make chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        b = launch_chromium(pw)
         yield b
         b.close()
 

@@ -14,12 +14,8 @@ APP = Path(__file__).resolve().parent.parent / "app.py"
 
 
 @pytest.fixture(scope="module")
-def pair_folders(tiny_pair, tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny-pair")
-    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
-        model.save_pretrained(root / name)
-        tiny_pair.tokenizer.save_pretrained(root / name)
-    return root / "verifier", root / "draft"
+def pair_folders(tiny_pair_dirs):
+    return tiny_pair_dirs
 
 
 @pytest.fixture(scope="module")

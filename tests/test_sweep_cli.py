@@ -13,12 +13,8 @@ from cactus_core.cli import main
 
 
 @pytest.fixture(scope="module")
-def folders(tiny_pair, tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli-pair")
-    for name, model in (("verifier", tiny_pair.verifier), ("draft", tiny_pair.draft)):
-        model.save_pretrained(root / name)
-        tiny_pair.tokenizer.save_pretrained(root / name)
-    return ["--verifier", str(root / "verifier"), "--draft", str(root / "draft")]
+def folders(tiny_pair_dirs):
+    return ["--verifier", str(tiny_pair_dirs[0]), "--draft", str(tiny_pair_dirs[1])]
 
 
 def _args(folders, cache, *extra):

@@ -1,0 +1,90 @@
+"""Start the app with `streamlit run` on a free local port and drive Debian's Chromium: shared
+by the browser tests and benchmarks/bench_app.py."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; never a downloaded browser
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_chromium(playwright):  # -> playwright Browser
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+@dataclass(frozen=True)
+class RunningApp:
+    url: str
+    pid: int
+
+
+@contextmanager
+def streamlit_app(
+    env: dict[str, str], log: IO | None = None, timeout_s: float = 90, poll_s: float = 0.2
+) -> Iterator[RunningApp]:
+    """Run app.py until the block ends; yields it once /_stcore/health answers ok."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")),
+            *("--server.port", str(port), "--server.address", "127.0.0.1"),
+            *("--server.headless", "true", "--browser.gatherUsageStats", "false"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log if log is not None else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_healthy(url, proc, timeout_s, poll_s)
+        yield RunningApp(url, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: float) -> None:
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().decode().strip() == "ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(poll_s)
+    raise TimeoutError(f"streamlit did not answer /_stcore/health within {timeout_s} s")
