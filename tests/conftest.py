@@ -104,6 +104,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """One torch thread for the whole suite: CI has two shared cores (the browser tests' app
+    server takes the other), and OpenMP barriers under contention cost far more than a second
+    thread gains on these mid-sized tensors (measured 5-9x slower with two)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_pair() -> ModelPair:
     """A tiny random verifier/draft pair (CPU, float32, context 256). Treat it as read-only."""

@@ -23,15 +23,6 @@ PARAMS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # 2 shared CI cores: OpenMP barriers under contention cost more than a thread gains here.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("name", RULE_NAMES)
 @pytest.mark.parametrize("vocab", [1, 2, 7, 60])
 def test_fast_matches_brute_force_every_rule(name: str, vocab: int) -> None:

@@ -12,15 +12,6 @@ from cactus_core.limit import limit_at_kl, limit_curve, optimal_params, optimal_
 from cactus_core.rules import make_rule
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # 2 shared CI cores: OpenMP barriers under contention cost more than a thread gains here.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_optimal_target_ends_and_budget() -> None:
     p = dirichlet(50, (10,), seed=1)
     q = dirichlet(50, (10,), seed=2)

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
-import torch
 
 from cactus_core.decoder import SpeculativeDecoder
 from cactus_core.sweep import (
@@ -70,7 +69,6 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def swept(tiny_pair, cache_dir):
-    torch.set_num_threads(1)
     return run_sweep(tiny_pair, _config(), SweepCache(cache_dir))
 
 

@@ -26,16 +26,6 @@ assert set(RULES) == set(RULE_NAMES)
 N_DRAWS = 100_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # The CI box has 2 shared cores: OpenMP barriers under contention cost far more than a
-    # second thread gains on these mid-sized tensors (measured 5-9x slower with 2 threads).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def dirichlet(v: int, shape: tuple[int, ...], gen: torch.Generator, conc: float = 1.0):
     g = torch._standard_gamma(torch.full((*shape, v), conc, dtype=torch.float64), generator=gen)
     return g / g.sum(-1, keepdim=True)
