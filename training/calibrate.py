@@ -37,6 +37,15 @@ def main() -> None:
     ap.add_argument(
         "--shards", default="", help="evaluate on these shard numbers (unseen in training)"
     )
+    ap.add_argument(
+        "--head-size",
+        type=int,
+        default=0,
+        help="re-choose a smaller subset head: the top N ids of the same ranking (training.subset)"
+        " on --train-data, which must be the training run's data; 0 keeps the checkpoint's head",
+    )
+    ap.add_argument("--train-data", type=Path, default=Path("/work/data/distill"))
+    ap.add_argument("--train-holdout", type=int, default=24, help="the training run's --holdout")
     ap.add_argument("--export", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -54,6 +63,16 @@ def main() -> None:
         from cactus_core.subset_head import attach_subset_head
 
         ids = load_file(str(args.ckpt / cfg["cactus_head_token_ids"]))["token_ids"]
+        if args.head_size:
+            from training.subset import choose, scores, special_ids
+
+            train, _ = split_holdout(load_records(args.train_data), args.train_holdout)
+            vocab = draft.get_input_embeddings().weight.shape[0]
+            new = choose(scores(train, vocab), args.head_size, special_ids(tok))
+            if not bool(torch.isin(new, ids).all()):
+                raise SystemExit("--head-size: not a subset of the trained head (other data?)")
+            info = {**info, "head_after_training": {"size": args.head_size, "from": ids.numel()}}
+            ids = new
         attach_subset_head(draft, ids)
         print(f"subset head of {ids.numel()} ids", flush=True)
     draft.eval()

@@ -30,3 +30,14 @@ def load_verifier_and_tokenizer():
     tok = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     return model.eval(), tok
+
+
+def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """q over the top-K ids: softmax at T of the saved logits, then the top-p nucleus.
+
+    vals [N, K] sorted descending. Mass beyond the top K is dropped (tiny at T = 0.7).
+    """
+    q = torch.softmax(vals.float() / temperature, dim=-1)
+    keep = q.cumsum(-1) - q < top_p
+    q = q * keep
+    return q / q.sum(-1, keepdim=True)

@@ -20,15 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from training.common import target_probs
+
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
-
-
-def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """q over the top-K ids: softmax at T of the saved logits, then the top-p nucleus."""
-    q = torch.softmax(vals.float() / temperature, dim=-1)
-    keep = q.cumsum(-1) - q < top_p
-    q = q * keep
-    return q / q.sum(-1, keepdim=True)
 
 
 def special_ids(tok) -> list[int]:

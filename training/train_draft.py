@@ -30,7 +30,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cactus_core.models import tokenizer_fingerprint
-from training.common import load_verifier_and_tokenizer
+from training.common import load_verifier_and_tokenizer, target_probs
 from training.export import save_draft
 
 
@@ -95,17 +95,6 @@ def shared_features(draft, records: list[dict], shared: int, pad_id: int, batch:
             h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
         for b, r in enumerate(recs):
             r["h"] = h[b, : len(r["prompt_ids"]) + len(r["answer_ids"])].half()
-
-
-def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """q over the top-K ids: softmax at T of the saved logits, then the top-p nucleus.
-
-    vals [N, K] sorted descending. Mass beyond the top K is dropped (tiny at T = 0.7).
-    """
-    q = torch.softmax(vals.float() / temperature, dim=-1)
-    keep = q.cumsum(-1) - q < top_p
-    q = q * keep
-    return q / q.sum(-1, keepdim=True)
 
 
 def batch_tensors(recs: list[dict], pad_id: int):
