@@ -62,7 +62,8 @@ def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPai
 
 PRELOAD_ENV = "CACTUS_LAB_PRELOAD"  # "0" turns the start-up load off (the tests do)
 _PRELOAD_LOCK = threading.Lock()
-_PRELOADING: set[tuple[str | None, str | None, str]] = set()
+# pair key -> "running", "done" or "skipped" (no cached conversion, or the load failed)
+_PRELOADS: dict[tuple[str | None, str | None, str], str] = {}
 
 
 def preload_pair(s: AppSettings) -> bool:
@@ -80,23 +81,27 @@ def preload_pair(s: AppSettings) -> bool:
     if s.verifier is not None or s.draft is not None:
         return False
     with _PRELOAD_LOCK:
-        if s.pair_key in _PRELOADING:
-            return True
-        _PRELOADING.add(s.pair_key)
-    threading.Thread(target=_preload, args=(s.pair_key,), daemon=True, name="preload").start()
-    return True
+        state = _PRELOADS.get(s.pair_key)
+        if state is None:
+            _PRELOADS[s.pair_key] = state = "running"
+            threading.Thread(
+                target=_preload, args=(s.pair_key,), daemon=True, name="preload"
+            ).start()
+    return state == "running"
 
 
 def _preload(key: tuple[str | None, str | None, str]) -> None:
     from cactus_core.models import embedded_cache_ready
 
-    if not embedded_cache_ready():
-        return
+    state = "skipped"
     try:
-        pair = _load_pair(*key)
+        if embedded_cache_ready():
+            _WARM[key] = _warm_text(_load_pair(*key))
+            state = "done"
     except (OSError, ValueError, RuntimeError, ImportError):
-        return  # get_pair shows the error when a page asks for the pair
-    _WARM[key] = _warm_text(pair)
+        pass  # get_pair shows the error when a page asks for the pair
+    finally:
+        _PRELOADS[key] = state
 
 
 def _warm_text(pair: ModelPair) -> str:

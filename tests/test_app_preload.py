@@ -29,7 +29,7 @@ def fake_loader(monkeypatch):
     monkeypatch.setenv(_common.PRELOAD_ENV, "1")
     monkeypatch.setattr(_common, "_load_pair", load)
     monkeypatch.setattr(_common, "_WARM", {})
-    monkeypatch.setattr(_common, "_PRELOADING", set())
+    monkeypatch.setattr(_common, "_PRELOADS", {})
     monkeypatch.setattr(models, "embedded_cache_ready", lambda cache_dir=None: True)
     return calls, release
 
@@ -58,9 +58,11 @@ def test_no_preload_for_a_typed_pair_a_missing_cache_or_when_off(fake_loader, mo
     release.set()
     assert not _common.preload_pair(AppSettings(verifier="some/model", device="cpu"))
     monkeypatch.setattr(models, "embedded_cache_ready", lambda cache_dir=None: False)
-    assert _common.preload_pair(AppSettings(device="cpu"))
+    s = AppSettings(device="cpu")
+    _common.preload_pair(s)
     _join_preload()
     assert calls == []  # no conversion behind the user's back
+    assert not _common.preload_pair(s)  # the sidebar stops saying it is loading
     monkeypatch.setenv(_common.PRELOAD_ENV, "0")
     assert not _common.preload_pair(AppSettings(device="auto"))
     assert calls == []
