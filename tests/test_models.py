@@ -359,6 +359,7 @@ def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
     assert pair.draft.config.num_hidden_layers < 30
     (folder,) = (cache / "converted").iterdir()
     assert cm.cache_is_valid(folder)
+    assert cm.embedded_cache_ready(cache)  # what the app's start-up load checks
     ids = pair.encode_prompt("Tell me about cacti.")
     text = pair.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
