@@ -41,7 +41,7 @@ from cactus_core.kv_cache import SequenceCache
 from cactus_core.rules import Rule, make_rule
 from cactus_core.sampling import logits_to_probs, sample_from_probs
 from cactus_core.trace import PositionTrace, RoundTrace, Trace
-from cactus_core.verify import verify
+from cactus_core.verify import verify, verify_sequential
 
 if TYPE_CHECKING:
     from cactus_core.models import ModelPair
@@ -210,7 +210,10 @@ class SpeculativeDecoder:
     tokens) and skips the top-N / replay rows. measure_kl=False (with record_trace=False) also
     skips the exact emitted KL, the costliest bookkeeping (an O(V log V) pass per position);
     `stats.record_s` times all of it, so its cost can be read off any run. probe, if given, is
-    called with the full p and q rows of every decided position (see `Probe`).
+    called with the full p and q rows of every decided position (see `Probe`). lazy_head
+    (default: for one sequence on CPU, without a full trace) computes the verifier's head only
+    at the positions up to the first rejection, the same round with less work (see
+    `verify_sequential`); the round's accept_probs are then NaN after its decision.
     """
 
     def __init__(
@@ -226,6 +229,7 @@ class SpeculativeDecoder:
         replay_top_m: int = 128,
         measure_kl: bool = True,
         probe: Probe | None = None,
+        lazy_head: bool | None = None,
     ) -> None:
         self.pair = pair
         self.probe = probe
@@ -246,6 +250,7 @@ class SpeculativeDecoder:
         self.replay_top_m = _check_int("replay_top_m", replay_top_m, 1)
         self.record_trace = bool(record_trace)
         self.measure_kl = bool(measure_kl) or self.record_trace
+        self.lazy_head = lazy_head
         self.device = torch.device(pair.device)
         self.vocab = min(_vocab_size(pair.verifier), _vocab_size(pair.draft))
         if len(pair.tokenizer) > self.vocab:
@@ -477,19 +482,38 @@ class SpeculativeDecoder:
         if self.record_trace:
             _sync(dev)
         t1 = time.perf_counter()
-        # Verify: one forward over [last token, d_1 .. d_k] gives q at k + 1 positions.
+        # Verify: one forward over [last token, d_1 .. d_k] gives q at k + 1 positions; J of
+        # them get a head (all k + 1, or up to the first rejection when lazy).
         last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)
-        v_logits = verifier.step(torch.cat([last, n_all], 1), None, k + 1)  # [B, k+1, V]
-        q_all = self._probs(v_logits)
-        res = verify(
-            self.judge,
-            p_all,
-            n_all,
-            q_all,
-            uniforms=coins[:, k : 2 * k],
-            sample_uniforms=coins[:, 2 * k],
-            validate=False,  # the rows come straight from logits_to_probs
-        )
+        v_ids = torch.cat([last, n_all], 1)  # [B, k+1]
+        uniforms, sample_uniforms = coins[:, k : 2 * k], coins[:, 2 * k]
+        if self._lazy_head(len(rows), verifier):
+            hidden = verifier.step_hidden(v_ids)  # [B, k+1, H]
+            head_rows: list[torch.Tensor] = []
+
+            def q_row(j: int) -> torch.Tensor:
+                head_rows.append(verifier.logits(hidden[:, j : j + 1]))  # [B, 1, V]
+                return self._probs(head_rows[-1])[:, 0]
+
+            res, q_all = verify_sequential(
+                self.judge, p_all, n_all, q_row, uniforms, sample_uniforms
+            )  # q_all [B, J, V]
+            v_logits = torch.cat(head_rows, 1)  # [B, J, V]
+        else:
+            v_logits = verifier.step(v_ids, None, k + 1)  # [B, k+1, V]
+            q_all = self._probs(v_logits)
+            res = verify(
+                self.judge,
+                p_all,
+                n_all,
+                q_all,
+                uniforms=uniforms,
+                sample_uniforms=sample_uniforms,
+                validate=False,  # the rows come straight from logits_to_probs
+            )
+        j = q_all.shape[1]
+        q_n = q_all[:, :k].gather(-1, n_all[:, : min(j, k), None])[..., 0]  # [B, min(J, k)]
+        logp = _logprobs(v_logits, res.output_token_ids[:, :j].clamp_min(0))  # [B, J]
         host = torch.cat(
             [
                 res.num_accepted[:, None].to(torch.float64),
@@ -497,8 +521,8 @@ class SpeculativeDecoder:
                 n_all.to(torch.float64),
                 res.accept_probs.to(torch.float64),
                 coins.to(torch.float64),
-                q_all[:, :k].gather(-1, n_all[..., None])[..., 0].to(torch.float64),
-                _logprobs(v_logits, res.output_token_ids.clamp_min(0)),
+                _pad(q_n.to(torch.float64), k),
+                _pad(logp, k + 1),
             ],
             1,
         ).tolist()  # one host sync for everything the bookkeeping needs
@@ -655,6 +679,16 @@ class SpeculativeDecoder:
         row.trace.rounds.append(rnd)
         return stop
 
+    def _lazy_head(self, batch: int, verifier: SequenceCache) -> bool:
+        """Whether this round computes the verifier's head rows only up to the first rejection
+        (`verify_sequential`): by default for one sequence on CPU without a full trace (the
+        trace shows q at every position). Otherwise the k + 1 rows come from one head call."""
+        if not verifier.lean or self.record_trace:
+            return False
+        if self.lazy_head is not None:
+            return self.lazy_head
+        return batch == 1 and self.device.type == "cpu"
+
     # -- maths helpers ----------------------------------------------------------------------
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
@@ -745,6 +779,11 @@ class SpeculativeDecoder:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
+
+
+def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, w] -> [B, width], NaN after column w (positions that got no verifier row)."""
+    return torch.cat([x, x.new_full((x.shape[0], width - x.shape[1]), float("nan"))], 1)
 
 
 def _logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from cactus_core.fast_head import head_logits
+
 
 class SequenceCache:
     """KV cache of one model for a batch of sequences, with per-row holes.
@@ -91,12 +93,31 @@ class SequenceCache:
             new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
         return self._forward(input_ids, new_valid, new_valid_host, num_logits)
 
+    @property
+    def lean(self) -> bool:
+        """Whether the head can be applied separately (`step_hidden` and `logits`)."""
+        return self.base is not None
+
+    @torch.inference_mode()
+    def step_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Append input_ids [B, w] (no holes) and return the base model's hidden states of the
+        new columns, [B, w, H]; `logits` turns any of them into logits. Needs `lean`."""
+        if self.base is None:
+            raise ValueError("step_hidden needs a model whose head is a plain linear layer")
+        w = input_ids.shape[1]
+        return self._forward(input_ids, None, [[True] * w] * self.batch_size, 0, hidden=True)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, m, H] from `step_hidden` -> logits [B, m, V] float32."""
+        return head_logits(self.head, hidden)[..., : self.vocab_size].float()
+
     def _forward(
         self,
         input_ids: torch.Tensor,
         new_valid: torch.Tensor | None,
         new_valid_host: list[list[bool]],
         num_logits: int,
+        hidden: bool = False,
     ) -> torch.Tensor:
         b, w = input_ids.shape
         self.holes = self.holes or not all(all(r) for r in new_valid_host)
@@ -109,14 +130,14 @@ class SequenceCache:
             positions = self._positions(new_valid_host)
             mask = self._mask(new_valid)
         if self.base is not None:
-            hidden = self.base(
+            states = self.base(
                 input_ids=input_ids,
                 attention_mask=mask,
                 position_ids=positions,
                 cache=self.cache,
                 use_cache=True,
-            ).last_hidden_state
-            logits = self.head(hidden[:, w - num_logits :]) if num_logits else None
+            ).last_hidden_state  # [B, w, H]
+            logits = head_logits(self.head, states[:, w - num_logits :]) if num_logits else None
         else:
             logits = self.model(
                 input_ids=input_ids,
@@ -130,6 +151,8 @@ class SequenceCache:
         for row, new in enumerate(new_valid_host):
             self.valid_host[row].extend(new)
             self.lengths[row] += sum(new)
+        if hidden:
+            return states
         if logits is None:
             return torch.zeros(b, 0, self.vocab_size, device=self.device)
         return logits[..., : self.vocab_size].float()

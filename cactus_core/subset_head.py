@@ -44,7 +44,10 @@ class VocabSubsetHead(nn.Module):
         self.weight = nn.Parameter(embedding.detach()[ids].clone(), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        sub = hidden @ self.weight.T  # [..., S]
+        return self.scatter(hidden @ self.weight.T)
+
+    def scatter(self, sub: torch.Tensor) -> torch.Tensor:
+        """Scores of the subset [..., S] -> full-vocabulary logits [..., V]."""
         fill = max(torch.finfo(sub.dtype).min, FILL)
         out = sub.new_full((*sub.shape[:-1], self.out_features), fill)  # [..., V]
         return out.index_copy_(-1, self.token_ids, sub)

@@ -37,6 +37,7 @@ residual is built only for the one position per sequence where it can be needed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -150,11 +151,103 @@ def verify(
     a = rule._accept(qn, pn, st)  # [B, k]
     accepted = uniforms.to(a.dtype) < a  # [B, k]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B]
+    out = _emit(rule, target_probs, p, n, qn, pn, st, num_accepted, sample_uniforms, dtype)
+    return VerifyResult(out, num_accepted, a, uniforms, sample_uniforms)
 
+
+def verify_sequential(
+    rule: Rule,
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    target_row: Callable[[int], torch.Tensor],
+    uniforms: torch.Tensor,
+    sample_uniforms: torch.Tensor,
+) -> tuple[VerifyResult, torch.Tensor]:
+    """`verify` with q computed on demand, position by position, up to the first rejection.
+
+    target_row(j) returns q at position j, [B, V] (j = k is the bonus position). A decision at
+    position j needs only q_j, so a round that rejects its first draft needs one row of q
+    instead of k + 1. On a CPU, where the verifier's LM head over a large vocabulary costs
+    about as much per row as a layer stack (and rows cost nearly linearly), this saves most
+    of the head; on a GPU the k + 1 rows cost about what one does, and the host sync per
+    position that this loop needs would cost more.
+
+    Same coins, same decisions and same output tokens as `verify` on the full rows (tested).
+    accept_probs is NaN at positions that got no decision. Also returns the rows computed,
+    [B, J, V] with J = max(num_accepted) + 1 (a row past its own decision is still computed
+    when another sequence of the batch needs that position).
+    """
+    check_float("draft_probs", draft_probs)
+    check_int("draft_token_ids", draft_token_ids)
+    b, k, _ = draft_probs.shape
+    check_shape("draft_token_ids", draft_token_ids, (b, k))
+    check_shape("uniforms", uniforms, (b, k))
+    check_shape("sample_uniforms", sample_uniforms, (b,))
+    n = draft_token_ids.long()  # [B, k]
+    p = draft_probs  # [B, k, V]
+    rows: list[torch.Tensor] = []  # q_j, [B, V] each
+    pns, qns, sts, accs = [], [], [], []  # [B] each (stats: a [B] tensor or a tuple of them)
+    alive = torch.ones(b, dtype=torch.bool, device=p.device)  # [B] no rejection yet
+    num_accepted = torch.zeros(b, dtype=torch.long, device=p.device)  # [B]
+    dtype = work_dtype(draft_probs)
+    for j in range(k + 1):
+        q_j = target_row(j)  # [B, V]
+        check_shape(f"target_row({j})", q_j, (b, p.shape[-1]))
+        rows.append(q_j)
+        if j == k:
+            break
+        dtype = torch.promote_types(work_dtype(p), work_dtype(q_j))
+        n_j = n[:, j : j + 1]  # [B, 1]
+        pn = p[:, j].gather(-1, n_j).to(dtype)  # [B, 1]
+        qn = q_j.gather(-1, n_j).to(dtype)  # [B, 1]
+        st = (
+            rule._stats(q_j[:, None].to(dtype), p[:, j : j + 1].to(dtype))
+            if _needs_stats(rule)
+            else None
+        )  # [B, 1]
+        a = rule._accept(qn, pn, st)  # [B, 1]
+        passed = uniforms[:, j : j + 1].to(a.dtype) < a  # [B, 1]
+        num_accepted += (alive & passed[:, 0]).long()
+        alive &= passed[:, 0]
+        pns.append(pn)
+        qns.append(qn)
+        sts.append(st)
+        accs.append(a)
+        if not bool(alive.any()):  # the one host sync per position
+            break
+    decided = len(accs)
+    target = torch.stack(rows, 1)  # [B, J, V]
+    pn_all, qn_all = torch.cat(pns, 1), torch.cat(qns, 1)  # [B, decided]
+    st_all = _cat_stats(sts)
+    a_all = torch.cat(accs, 1)  # [B, decided]
+    out = _emit(rule, target, p, n, qn_all, pn_all, st_all, num_accepted, sample_uniforms, dtype)
+    pad = a_all.new_full((b, k - decided), float("nan"))
+    a_full = torch.cat([a_all, pad], 1)  # [B, k]
+    return VerifyResult(out, num_accepted, a_full, uniforms, sample_uniforms), target
+
+
+def _emit(
+    rule: Rule,
+    target_probs: torch.Tensor,
+    p: torch.Tensor,
+    n: torch.Tensor,
+    qn: torch.Tensor,
+    pn: torch.Tensor,
+    st: object,
+    num_accepted: torch.Tensor,
+    sample_uniforms: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Draw the recovered or bonus token and lay out the output tokens [B, k+1].
+
+    target_probs [B, J, V] holds q at positions 0..J-1 with J > num_accepted; qn, pn and st
+    hold the per-position values at least up to the rejected position."""
+    b, k = n.shape
+    device = n.device
     # One row per sequence: q at the first rejection, or q's bonus row when all passed.
     j = num_accepted.clamp(max=k - 1)  # [B] position of the rejection (if any)
     base = torch.arange(b, device=device)
-    q_row = _rows(target_probs, base * (k + 1) + num_accepted)
+    q_row = _rows(target_probs, base * target_probs.shape[1] + num_accepted)
     p_row = _rows(p, base * k + j)
     q_row, p_row = q_row.to(dtype), p_row.to(dtype)  # [B, V]
     take = j.unsqueeze(-1)
@@ -172,8 +265,7 @@ def verify(
     positions = torch.arange(k + 1, device=device)  # [k+1]
     drafts = torch.cat([n, n.new_zeros(b, 1)], dim=1)  # [B, k+1]
     out = torch.where(positions < num_accepted.unsqueeze(-1), drafts, -1)
-    out = out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
-    return VerifyResult(out, num_accepted, a, uniforms, sample_uniforms)
+    return out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
 
 
 def verify_exact_match(
@@ -212,6 +304,16 @@ def _rows(x: torch.Tensor, flat_idx: torch.Tensor) -> torch.Tensor:
 
 def _needs_stats(rule: Rule) -> bool:
     return type(rule)._stats is not Rule._stats
+
+
+def _cat_stats(per_position: list[object]) -> object:
+    """Per-position stats ([B, 1] tensors, tuples of them, or None) -> [B, J] along dim 1."""
+    first = per_position[0]
+    if first is None:
+        return None
+    if isinstance(first, tuple):
+        return tuple(torch.cat(parts, 1) for parts in zip(*per_position, strict=True))
+    return torch.cat(per_position, 1)
 
 
 def _take_stats(st: object, take: torch.Tensor) -> object:

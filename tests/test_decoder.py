@@ -355,3 +355,48 @@ def test_nll_and_probe_rows_match_a_full_forward(tiny_pair):
                 checked += 1
             offset += len(rnd.emitted_ids)
     assert checked > 10
+
+
+@pytest.mark.parametrize("rule", RULE_NAMES)
+def test_lazy_head_gives_the_same_generation(tiny_pair, rule):
+    """Computing the verifier's head only up to the first rejection changes nothing but the
+    work: same tokens, fates, coins, emitted KL and NLL as the k + 1 rows at once."""
+    kw = {"k": 4, "temperature": 0.8, "top_p": 0.95, "record_trace": False}
+    params = {"cactus-budget": {"budget": 0.05}, "optimal": {"budget": 0.05}}.get(rule, {})
+    judge = make_rule(rule, **params)
+    lazy = SpeculativeDecoder(tiny_pair, judge, lazy_head=True, **kw)
+    full = SpeculativeDecoder(tiny_pair, judge, lazy_head=False, **kw)
+    for seed in (0, 1):
+        a = lazy.generate(PROMPTS[seed], max_new_tokens=24, seed=seed)
+        b = full.generate(PROMPTS[seed], max_new_tokens=24, seed=seed)
+        assert a.token_ids == b.token_ids
+        for x, y in zip(a.trace.rounds, b.trace.rounds, strict=True):
+            assert (x.draft_fates, x.accept_coins) == (y.draft_fates, y.accept_coins)
+            decided = min(x.num_accepted + 1, x.k)
+            assert x.accept_probs[:decided] == pytest.approx(y.accept_probs[:decided], abs=1e-6)
+        assert a.stats.kl_sum == pytest.approx(b.stats.kl_sum, rel=1e-4, abs=1e-6)
+        assert a.stats.nll_sum == pytest.approx(b.stats.nll_sum, rel=1e-5)
+        assert a.stats.rejected_q_zero == b.stats.rejected_q_zero
+
+
+def test_lazy_head_computes_rows_only_up_to_the_first_rejection(tiny_pair, monkeypatch):
+    rows_per_round: list[int] = []
+    original = SequenceCache.logits
+
+    def counting(self, hidden):
+        rows_per_round[-1] += hidden.shape[1]
+        return original(self, hidden)
+
+    monkeypatch.setattr(SequenceCache, "logits", counting)
+
+    def probe(row, rnd, p, q):
+        rows_per_round.append(0)
+
+    rows_per_round.append(0)
+    dec = SpeculativeDecoder(tiny_pair, "sps", k=4, record_trace=False, probe=probe)
+    out = dec.generate(PROMPTS[1], max_new_tokens=30, seed=3)
+    rounds = out.trace.rounds
+    # The probe runs after each round's verification: rows_per_round[i] counts round i.
+    assert rows_per_round[: len(rounds)] == [r.num_accepted + 1 for r in rounds]
+    assert any(r.num_accepted < r.k for r in rounds)
+    assert sum(rows_per_round) < len(rounds) * 5

@@ -8,7 +8,7 @@ from scipy import stats
 
 from cactus_core.emitted import emitted_distribution
 from cactus_core.rules import RULE_NAMES, make_rule
-from cactus_core.verify import VerifyResult, verify, verify_exact_match
+from cactus_core.verify import VerifyResult, verify, verify_exact_match, verify_sequential
 
 # A non-default parameter per rule so the statistical tests exercise the interesting regime.
 RULES = {
@@ -132,6 +132,39 @@ def test_layout_and_replay(name: str) -> None:
         assert torch.equal(getattr(res, field), getattr(again, field))
     same_seed = verify(rule, p, ids, q, generator=torch.Generator().manual_seed(0))
     assert torch.equal(res.output_token_ids, same_seed.output_token_ids)
+
+
+@pytest.mark.parametrize("batch", [1, 6])
+@pytest.mark.parametrize("name", list(RULES))
+def test_sequential_verify_matches_verify(name: str, batch: int) -> None:
+    """Computing q position by position gives the same round as the full rows, for the same
+    coins, and stops asking for rows once every sequence has its rejection."""
+    rule = make_rule(name, **RULES[name])
+    k, seen = 4, set()
+    for seed in range(40):
+        # Peaked p and q near p in half the rounds, so fully accepted rounds (bonus) occur too.
+        p, ids, q = random_batch(batch, k, 12, seed=seed, conc=0.5 if seed % 2 else 0.1)
+        if seed % 2 == 0:
+            q = (0.95 * torch.cat([p, p[:, -1:]], 1) + 0.05 * q).float()
+        coins = torch.rand(batch, k + 1, generator=torch.Generator().manual_seed(seed))
+        full = verify(rule, p, ids, q, coins[:, :k], sample_uniforms=coins[:, k])
+        asked: list[int] = []
+
+        def row(j: int, q=q, asked=asked) -> torch.Tensor:
+            asked.append(j)
+            return q[:, j]
+
+        lazy, rows = verify_sequential(rule, p, ids, row, coins[:, :k], coins[:, k])
+        assert torch.equal(lazy.output_token_ids, full.output_token_ids)
+        assert torch.equal(lazy.num_accepted, full.num_accepted)
+        last = int(full.num_accepted.max())
+        assert asked == list(range(last + 1))
+        assert torch.equal(rows, q[:, : last + 1])
+        decided = min(last + 1, k)
+        assert torch.equal(lazy.accept_probs[:, :decided], full.accept_probs[:, :decided])
+        assert bool(lazy.accept_probs[:, decided:].isnan().all())
+        seen.update(full.num_accepted.tolist())
+    assert {0, k} <= seen  # both an immediate rejection and a bonus were exercised
 
 
 def test_cactus_delta_zero_is_sps_bit_for_bit() -> None:
