@@ -1,8 +1,9 @@
 """Per-call costs behind the decoder's speedup, on the embedded pair (CPU, one thread):
 
 1. one forward through the decoder's KV cache (the prompt as context) of the verifier for 1
-   and for 5 tokens, of the draft for 1 token, and the verifier's LM head alone on 1 and 5
-   rows;
+   and for 5 tokens, of the draft for 1 token, and the verifier's LM head alone: the module
+   on 1 and 5 rows, and one row through the transposed copy the decoder uses on CPU
+   (`fast_head.head_logits`);
 2. the first round of a Decode-page generation (prefill + one traced round), three runs back
    to back, as the app's Generate button starts it.
 
@@ -17,6 +18,7 @@ import time
 import torch
 
 from cactus_core.decoder import SpeculativeDecoder
+from cactus_core.fast_head import head_logits
 from cactus_core.kv_cache import SequenceCache
 from cactus_core.models import load_pair
 from cactus_core.rules import make_rule
@@ -60,6 +62,9 @@ def main() -> None:
     for rows in (1, 5):
         hidden = torch.randn(1, rows, head.in_features)
         print(f"verifier LM head, {rows} rows: {median_ms(lambda h=hidden: head(h)):.1f} ms")
+    row = torch.randn(1, 1, head.in_features)
+    fast = median_ms(lambda: head_logits(head, row))
+    print(f"verifier LM head, 1 row through the transposed copy: {fast:.1f} ms")
     for run in (1, 2, 3):
         dec = SpeculativeDecoder(pair, make_rule("cactus", delta=0.5), k=4, temperature=0.7)
         t0 = time.perf_counter()

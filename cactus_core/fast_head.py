@@ -28,11 +28,17 @@ _TRANSPOSED: weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, int, torch
 _LOCK = threading.Lock()
 
 
+def _version(weight: torch.Tensor) -> int:
+    # Inference tensors (made under torch.inference_mode) keep no version counter; they are
+    # not trained, so identity is enough for them.
+    return -1 if weight.is_inference() else weight._version
+
+
 def _transposed(head: nn.Module, weight: torch.Tensor) -> torch.Tensor:
     with _LOCK:
         hit = _TRANSPOSED.get(head)
-        if hit is None or hit[0] is not weight or hit[1] != weight._version:
-            hit = (weight, weight._version, weight.detach().t().contiguous())
+        if hit is None or hit[0] is not weight or hit[1] != _version(weight):
+            hit = (weight, _version(weight), weight.detach().t().contiguous())
             _TRANSPOSED[head] = hit
         return hit[2]
 

@@ -30,3 +30,11 @@ def test_copy_follows_in_place_weight_updates() -> None:
         after = head_logits(head, hidden)
         torch.testing.assert_close(after, 2 * before)
         torch.testing.assert_close(after, head(hidden))
+
+
+def test_heads_built_under_inference_mode() -> None:
+    with torch.inference_mode():
+        emb = torch.randn(100, 8)
+        head = VocabSubsetHead(emb, torch.arange(0, 100, 3))
+        hidden = torch.randn(1, 1, 8)
+        torch.testing.assert_close(head_logits(head, hidden), head(hidden))
