@@ -47,10 +47,23 @@ def decode_page(pair_dirs, seed: int = 0, **state) -> AppTest:
     return at
 
 
-def generate(at: AppTest) -> AppTest:
+def generate(at: AppTest, open_rounds: bool = True) -> AppTest:
     at.button(key="dec_go").click().run()
     assert not at.exception
     assert not at.error
+    if open_rounds:
+        open_all_rounds(at)
+    return at
+
+
+def open_all_rounds(at: AppTest) -> AppTest:
+    """Open every round's expander, as clicking each would: a round's chips and table are
+    built only while it is open."""
+    run = at.session_state["decode_run"]
+    for rnd in run.trace.rounds:
+        at.session_state[f"dec_round_{run.run_id}_{rnd.index}"] = True
+    at.run()
+    assert not at.exception
     return at
 
 
@@ -68,6 +81,17 @@ def test_generate_produces_the_decoders_own_trace(pair_dirs, tiny_pair):
     assert any(e.label.startswith("Round 1 ·") for e in at.expander)
     assert len(at.pills) == len(run.trace.rounds)
     assert at.download_button(key="dec_export")
+
+
+def test_rounds_are_built_only_while_open(pair_dirs):
+    at = generate(decode_page(pair_dirs), open_rounds=False)
+    run = at.session_state["decode_run"]
+    assert sum(e.label.startswith("Round ") for e in at.expander) == len(run.trace.rounds)
+    assert not at.pills  # closed rounds hold no chips or tables
+    at.session_state[f"dec_round_{run.run_id}_0"] = True
+    at.run()
+    assert not at.exception
+    assert len(at.pills) == 1
 
 
 def test_live_counters_use_the_final_definitions(pair_dirs):
