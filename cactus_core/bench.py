@@ -96,7 +96,30 @@ class RowResult:
             "rejected_q_zero_share": self.rejected_q_zero / rejected if rejected else None,
             "modelled_speedup": (tpc / (1 + k * c) if speculative else 1.0) if tpc else None,
             "record_share": record / wall if wall > 0 else 0.0,
+            # Per prompt, bookkeeping left out: rows compared prompt by prompt ran back to back,
+            # so their ratio is robust to load that changes during a long run.
+            "prompt_tokens_per_s": [
+                t / w if w > 0 else 0.0 for t, w in zip(self.new_tokens, decode, strict=True)
+            ],
         }
+
+
+def paired_ratio(summaries: list[dict[str, Any]], row: str, base: str) -> dict[str, float] | None:
+    """tokens/s of `row` against `base` from one table: pooled (all tokens ÷ all time) and
+    the median over prompts of the per-prompt ratio. None if either row is missing."""
+    by_label = {s["row"]: s for s in summaries}
+    if row not in by_label or base not in by_label:
+        return None
+    a, b = by_label[row], by_label[base]
+    ratios = [
+        x / y
+        for x, y in zip(a["prompt_tokens_per_s"], b["prompt_tokens_per_s"], strict=True)
+        if y > 0
+    ]
+    return {
+        "pooled": a["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] > 0 else 0.0,
+        "median": statistics.median(ratios) if ratios else 0.0,
+    }
 
 
 def hf_assisted_generate(

@@ -203,7 +203,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from cactus_core.bench import default_rows, markdown_table, run_bench
+    from cactus_core.bench import HF_ASSISTED, default_rows, markdown_table, paired_ratio, run_bench
     from cactus_core.prompts import builtin_prompts
 
     prompts = builtin_prompts()
@@ -249,6 +249,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["tables"][str(top_p)] = summaries
         print(f"\n### top-p {top_p:g}\n")
         print(markdown_table(summaries, args.c))
+        ours = paired_ratio(summaries, "sps", HF_ASSISTED)
+        if ours is not None:
+            print(
+                f"\nsps ÷ {HF_ASSISTED}, tokens/s: {ours['pooled']:.2f}× pooled, "
+                f"{ours['median']:.2f}× median of per-prompt ratios"
+            )
         sys.stdout.flush()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

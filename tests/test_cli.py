@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cactus_core import cli
-from cactus_core.bench import HF_ASSISTED, VERIFIER_ONLY, default_rows, run_bench
+from cactus_core.bench import HF_ASSISTED, VERIFIER_ONLY, default_rows, paired_ratio, run_bench
 from cactus_core.trace import Trace
 
 
@@ -81,6 +81,17 @@ def test_bench_rows_and_table(use_tiny, capsys, tmp_path):
     assert [r["row"] for r in rows] == [VERIFIER_ONLY, "sps", "cactus δ=1", HF_ASSISTED]
     assert rows[0]["tokens_per_call"] == 1.0 and rows[0]["modelled_speedup"] == 1.0
     assert rows[2]["mean_emitted_kl"] >= 0 and rows[1]["mean_emitted_kl"] == 0.0
+    assert all(len(r["prompt_tokens_per_s"]) == 2 for r in rows)
+    assert f"sps ÷ {HF_ASSISTED}, tokens/s:" in text.out
+
+
+def test_paired_ratio_pools_and_takes_the_median_per_prompt():
+    rows = [
+        {"row": "sps", "tokens_per_s": 6.0, "prompt_tokens_per_s": [4.0, 6.0, 9.0]},
+        {"row": HF_ASSISTED, "tokens_per_s": 4.0, "prompt_tokens_per_s": [2.0, 6.0, 6.0]},
+    ]
+    assert paired_ratio(rows, "sps", HF_ASSISTED) == {"pooled": 1.5, "median": 1.5}
+    assert paired_ratio(rows, "sps", VERIFIER_ONLY) is None
 
 
 def test_default_rows_cover_the_benchmark():
