@@ -177,6 +177,8 @@ def verify_sequential(
     [B, J, V] with J = max(num_accepted) + 1 (a row past its own decision is still computed
     when another sequence of the batch needs that position).
     """
+    if not isinstance(rule, Rule):
+        raise ValueError(f"rule must come from make_rule(...), got {type(rule).__name__}")
     check_float("draft_probs", draft_probs)
     check_int("draft_token_ids", draft_token_ids)
     b, k, _ = draft_probs.shape
@@ -186,7 +188,7 @@ def verify_sequential(
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
     rows: list[torch.Tensor] = []  # q_j, [B, V] each
-    pns, qns, sts, accs = [], [], [], []  # [B] each (stats: a [B] tensor or a tuple of them)
+    pns, qns, sts, accs = [], [], [], []  # [B, 1] each (stats: a tensor, a tuple or None)
     alive = torch.ones(b, dtype=torch.bool, device=p.device)  # [B] no rejection yet
     num_accepted = torch.zeros(b, dtype=torch.long, device=p.device)  # [B]
     dtype = work_dtype(draft_probs)
