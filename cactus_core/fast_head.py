@@ -3,11 +3,11 @@
 At batch 1 a decoding step scores one hidden row against the whole head: a [1, H] x [H, V]
 product that only streams the weights. torch's CPU linear (x @ W.T with W stored [V, H]) runs
 it about twice as slowly as a product with a contiguous [H, V] copy: for SmolLM2's
-49,152 x 576 head, 16 ms against 9 ms (one thread, float32, `benchmarks/bench_steps.py`; 3.3
-against 1.4 ms for an 8,192-id draft head in a micro-benchmark). So on CPU the decoder keeps
-such a copy of each head it uses (the head's size once more in memory) and uses it for single
-rows. Several rows go through the head itself: for five rows the copy was slower (72 against
-52 ms), and so is bfloat16 on a CPU without native bf16.
+49,152 x 576 head, 16 ms against 9 ms (one thread, float32, `benchmarks/bench_steps.py`). So
+on CPU the decoder keeps such a copy of each head it uses (the head's size once more in
+memory) and uses it for single rows. Several rows go through the head itself, which gets no
+faster from the copy, and so does bfloat16, which is slow this way on a CPU without native
+bf16.
 """
 
 from __future__ import annotations
