@@ -11,7 +11,7 @@ import os
 
 import streamlit as st
 
-from cactus_core.app_state import RULE_DESCRIPTIONS, AppSettings
+from cactus_core.app.app_state import RULE_DESCRIPTIONS, AppSettings
 from pages._common import (
     GOTO_PARAM,
     SETTINGS_ERROR_KEY,

@@ -35,7 +35,7 @@ V = 49_152
 def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     import torch
 
-    from cactus_core.app_state import Position, compare_rules, playground_rules, taylor_gap
+    from cactus_core.app.app_state import Position, compare_rules, playground_rules, taylor_gap
 
     g = torch.Generator().manual_seed(0)
     # A peaked verifier and a draft that roughly tracks it, like real next-token rows.

@@ -17,11 +17,11 @@ import time
 
 import torch
 
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.fast_head import head_logits
-from cactus_core.kv_cache import SequenceCache
-from cactus_core.models import load_pair
-from cactus_core.rules import make_rule
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.fast_head import head_logits
+from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.models import load_pair
+from cactus_core.maths.rules import make_rule
 
 PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
-from cactus_core.frontier import limit_sums
-from cactus_core.rules import make_rule
-from cactus_core.sweep import DEFAULT_GRIDS, SWEPT_PARAM
+from cactus_core.experiments.frontier import limit_sums
+from cactus_core.experiments.sweep import DEFAULT_GRIDS, SWEPT_PARAM
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import make_rule
 
 GRIDS = {"cactus": (0.1, 0.3, 1.0, 3.0), "tas": DEFAULT_GRIDS["tas"]}
 GRIDS["interp"] = (0.02, 0.05, 0.1, 0.2, 0.3)

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from cactus_core.emitted import emitted_distribution
-from cactus_core.rules import RULE_NAMES, make_rule
-from cactus_core.verify import verify
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import RULE_NAMES, make_rule
+from cactus_core.maths.verify import verify
 
 SLOW_RULES = ("cactus-budget", "optimal")  # per-position searches: timed once
 

@@ -14,18 +14,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "make_rule": "cactus_core.rules",
-    "RULE_NAMES": "cactus_core.rules",
-    "verify": "cactus_core.verify",
-    "VerifyResult": "cactus_core.verify",
-    "emitted_distribution": "cactus_core.emitted",
-    "logits_to_probs": "cactus_core.sampling",
-    "load_pair": "cactus_core.models",
-    "ModelPair": "cactus_core.models",
-    "SpeculativeDecoder": "cactus_core.decoder",
-    "GenerationOutput": "cactus_core.decoder",
-    "Trace": "cactus_core.trace",
-    "reverify": "cactus_core.trace",
+    "make_rule": "cactus_core.maths.rules",
+    "RULE_NAMES": "cactus_core.maths.rules",
+    "verify": "cactus_core.maths.verify",
+    "VerifyResult": "cactus_core.maths.verify",
+    "emitted_distribution": "cactus_core.maths.emitted",
+    "logits_to_probs": "cactus_core.maths.sampling",
+    "load_pair": "cactus_core.engine.models",
+    "ModelPair": "cactus_core.engine.models",
+    "SpeculativeDecoder": "cactus_core.engine.decoder",
+    "GenerationOutput": "cactus_core.engine.decoder",
+    "Trace": "cactus_core.engine.trace",
+    "reverify": "cactus_core.engine.trace",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,7 +15,7 @@ import shlex
 import sys
 from typing import Any
 
-from cactus_core.rules import RULE_NAMES, Rule, make_rule, rule_params
+from cactus_core.maths.rules import RULE_NAMES, Rule, make_rule, rule_params
 
 # Rule parameters as flags: --delta, --budget, --epsilon, --alpha, --k-top.
 RULE_FLAGS = {
@@ -89,7 +89,7 @@ def rule_from_args(args: argparse.Namespace) -> Rule:
 def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
     import torch
 
-    from cactus_core.models import load_pair
+    from cactus_core.engine.models import load_pair
 
     if args.threads is not None:
         if args.threads < 1:
@@ -116,7 +116,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from cactus_core.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoder import SpeculativeDecoder
 
     rule = rule_from_args(args)
     pair = load_pair_from_args(args)
@@ -203,8 +203,14 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from cactus_core.bench import HF_ASSISTED, default_rows, markdown_table, paired_ratio, run_bench
-    from cactus_core.prompts import builtin_prompts
+    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.experiments.bench import (
+        HF_ASSISTED,
+        default_rows,
+        markdown_table,
+        paired_ratio,
+        run_bench,
+    )
 
     prompts = builtin_prompts()
     if args.prompts is not None:
@@ -272,7 +278,7 @@ def _threads() -> int:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    from cactus_core.sweep import add_sweep_arguments
+    from cactus_core.experiments.sweep import add_sweep_arguments
 
     p = sub.add_parser("sweep", help="rules x parameter grids on a prompt set (cached, resumable)")
     add_sweep_arguments(p)
@@ -281,7 +287,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from cactus_core.sweep import sweep_command
+    from cactus_core.experiments.sweep import sweep_command
 
     return sweep_command(args, load_pair_from_args(args), sys.stdout, sys.stderr)
 

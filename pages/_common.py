@@ -11,10 +11,10 @@ from urllib.parse import urlparse
 
 import streamlit as st
 
-from cactus_core.app_state import RULE_DESCRIPTIONS, RULE_PARAMS, AppSettings, ParamSpec
+from cactus_core.app.app_state import RULE_DESCRIPTIONS, RULE_PARAMS, AppSettings, ParamSpec
 
 if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
-    from cactus_core.models import ModelPair
+    from cactus_core.engine.models import ModelPair
 
 SETTINGS_KEY = "settings"
 SETTINGS_ERROR_KEY = "settings_error"
@@ -55,7 +55,7 @@ def warm_label(s: AppSettings) -> str | None:
 # sessions on different pairs don't evict each other on every click, while memory stays bound.
 @st.cache_resource(show_spinner=False, max_entries=2)
 def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPair:
-    from cactus_core.models import load_pair
+    from cactus_core.engine.models import load_pair
 
     return load_pair(verifier=verifier, draft=draft, device=device)
 
@@ -91,7 +91,7 @@ def preload_pair(s: AppSettings) -> bool:
 
 
 def _preload(key: tuple[str | None, str | None, str]) -> None:
-    from cactus_core.models import embedded_cache_ready
+    from cactus_core.engine.models import embedded_cache_ready
 
     state = "skipped"
     try:

@@ -6,8 +6,8 @@ import time
 
 import streamlit as st
 
-from cactus_core import figures
-from cactus_core.app_state import (
+from cactus_core.app import figures
+from cactus_core.app.app_state import (
     METRIC_HELP,
     DecodeRun,
     SpeedComparison,
@@ -86,7 +86,7 @@ def show_counters(tokens_per_call, acceptance, tokens_per_s, emitted_kl, calls) 
 
 
 def run_generation() -> None:
-    from cactus_core.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoder import SpeculativeDecoder
 
     rule = build_rule(rule_name, rule_params)
     dec = SpeculativeDecoder(
@@ -122,7 +122,7 @@ def run_generation() -> None:
 
 
 def run_comparison() -> SpeedComparison:
-    from cactus_core.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoder import SpeculativeDecoder
 
     rule = build_rule(rule_name, rule_params)
     # No trace recording on either side, so both clocks time decoding only.
@@ -344,7 +344,7 @@ def show_run(run: DecodeRun) -> None:
             "replay", label="Replay under", default=run.rule_name
         )
         if st.button("Replay", icon=":material/replay:", key="dec_replay"):
-            from cactus_core.trace import reverify
+            from cactus_core.engine.trace import reverify
 
             run.replay = reverify(run.trace, build_rule(replay_name, replay_params))
             st.rerun()

@@ -1,17 +1,17 @@
 """Frontier: sweep rules and their parameters, plot throughput against divergence, pick delta.
 
 Widgets and layout only: the sweep, its cache, the statistics, the limit and the figures come
-from cactus_core.sweep, cactus_core.frontier and cactus_core.frontier_figures.
+from cactus_core.experiments (sweep, frontier) and cactus_core.app.frontier_figures.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from cactus_core import frontier_figures as ff
-from cactus_core.app_state import METRIC_HELP, RULE_DESCRIPTIONS
-from cactus_core.prompts import builtin_prompts
-from cactus_core.sweep import (
+from cactus_core.app import frontier_figures as ff
+from cactus_core.app.app_state import METRIC_HELP, RULE_DESCRIPTIONS
+from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.experiments.sweep import (
     BASELINE,
     DEFAULT_GRIDS,
     METRIC_LABELS,
@@ -28,7 +28,7 @@ from cactus_core.sweep import (
     settings_from_grids,
     tune,
 )
-from cactus_core.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_cache import SweepCache
 from pages._common import get_pair, settings
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from cactus_core import figures
-from cactus_core.app_state import (
+from cactus_core.app import figures
+from cactus_core.app.app_state import (
     PRESETS,
     Position,
     compare_rules,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app_state import LiveStats, live_stats
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.rules import make_rule
-from cactus_core.trace import reverify
+from cactus_core.app.app_state import LiveStats, live_stats
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.trace import reverify
+from cactus_core.maths.rules import make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 MAX_NEW = 16
@@ -140,7 +140,7 @@ def test_compare_with_verifier_only_states_the_result(pair_dirs):
 
 
 def test_export_is_the_trace_json(pair_dirs):
-    from cactus_core.trace import Trace
+    from cactus_core.engine.trace import Trace
 
     at = generate(decode_page(pair_dirs))
     run = at.session_state["decode_run"]
@@ -166,7 +166,7 @@ def test_same_seed_same_output_different_seed_different_sessions(pair_dirs):
 
 
 def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
-    import cactus_core.models as models
+    import cactus_core.engine.models as models
     from pages import _common
 
     calls = []

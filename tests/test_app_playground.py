@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app_state import PRESETS
-from cactus_core.divergence import expected_acceptance
-from cactus_core.rules import make_rule
+from cactus_core.app.app_state import PRESETS
+from cactus_core.maths.divergence import expected_acceptance
+from cactus_core.maths.rules import make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 WORKED = PRESETS["Worked example (reference README)"]

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core import models
-from cactus_core.app_state import AppSettings
+from cactus_core.app.app_state import AppSettings
+from cactus_core.engine import models
 from pages import _common
 
 

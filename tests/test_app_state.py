@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from cactus_core import app_state as S
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.divergence import expected_acceptance, kl
-from cactus_core.emitted import emitted_distribution
-from cactus_core.rules import RULE_NAMES, make_rule
-from cactus_core.trace import reverify
+from cactus_core.app import app_state as S
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.trace import reverify
+from cactus_core.maths.divergence import expected_acceptance, kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import RULE_NAMES, make_rule
 
 WORKED = S.PRESETS["Worked example (reference README)"]
 

@@ -9,8 +9,14 @@ import sys
 import pytest
 
 from cactus_core import cli
-from cactus_core.bench import HF_ASSISTED, VERIFIER_ONLY, default_rows, paired_ratio, run_bench
-from cactus_core.trace import Trace
+from cactus_core.engine.trace import Trace
+from cactus_core.experiments.bench import (
+    HF_ASSISTED,
+    VERIFIER_ONLY,
+    default_rows,
+    paired_ratio,
+    run_bench,
+)
 
 
 @pytest.fixture

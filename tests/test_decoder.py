@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cactus_core.decoder import K_MAX, SpeculativeDecoder, summarize
-from cactus_core.emitted import emitted_distribution
-from cactus_core.kv_cache import SequenceCache
-from cactus_core.rules import RULE_NAMES, make_rule
-from cactus_core.sampling import logits_to_probs
+from cactus_core.engine.decoder import K_MAX, SpeculativeDecoder, summarize
+from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import RULE_NAMES, make_rule
+from cactus_core.maths.sampling import logits_to_probs
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.prompts import builtin_prompts
-from cactus_core.rules import RULE_NAMES, make_rule
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.maths.rules import RULE_NAMES, make_rule
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def pair():
-    from cactus_core.models import load_pair
+    from cactus_core.engine.models import load_pair
 
     return load_pair(device="cpu")
 

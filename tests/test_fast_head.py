@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cactus_core.fast_head import head_logits
-from cactus_core.subset_head import VocabSubsetHead
+from cactus_core.engine.fast_head import head_logits
+from cactus_core.engine.subset_head import VocabSubsetHead
 
 
 def test_single_row_matches_the_head_for_linear_and_subset_heads() -> None:

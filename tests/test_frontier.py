@@ -12,9 +12,15 @@ import pytest
 import torch
 from scipy import stats
 
-from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
-from cactus_core.frontier import (
+from cactus_core.app.frontier_figures import (
+    acceptance_limit_chart,
+    figure_html,
+    frontier_chart,
+    modelled_speedup_chart,
+    modelled_speedup_rows,
+    tuner_chart,
+)
+from cactus_core.experiments.frontier import (
     LIMIT_T_GRID,
     LimitSums,
     dominance_check,
@@ -24,24 +30,18 @@ from cactus_core.frontier import (
     pareto_front,
     t_quantile_975,
 )
-from cactus_core.frontier_figures import (
-    acceptance_limit_chart,
-    figure_html,
-    frontier_chart,
-    modelled_speedup_chart,
-    modelled_speedup_rows,
-    tuner_chart,
-)
-from cactus_core.limit import limit_at_kl, limit_curve
-from cactus_core.rules import make_rule
-from cactus_core.sweep import (
+from cactus_core.experiments.sweep import (
     MAX_PROMPTS,
     Setting,
     SweepConfig,
     parse_prompt_file,
     settings_from_grids,
 )
-from cactus_core.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.limit import limit_at_kl, limit_curve
+from cactus_core.maths.rules import make_rule
 
 
 def _rows(n: int, v: int, seed: int = 0, spread: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,10 +6,10 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.divergence import expected_acceptance, kl, total_variation
-from cactus_core.emitted import emitted_distribution
-from cactus_core.limit import limit_at_kl, limit_curve, optimal_params, optimal_target
-from cactus_core.rules import make_rule
+from cactus_core.maths.divergence import expected_acceptance, kl, total_variation
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.limit import limit_at_kl, limit_curve, optimal_params, optimal_target
+from cactus_core.maths.rules import make_rule
 
 
 def test_optimal_target_ends_and_budget() -> None:

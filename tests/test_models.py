@@ -18,11 +18,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from cactus_core import models as cm
-from cactus_core.models import ModelLoadError, ModelPair, load_pair
-from cactus_core.prompts import builtin_prompts
-from cactus_core.sampling import logits_to_probs
-from cactus_core.subset_head import VocabSubsetHead
+from cactus_core.engine import models as cm
+from cactus_core.engine.models import ModelLoadError, ModelPair, load_pair
+from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.subset_head import VocabSubsetHead
+from cactus_core.maths.sampling import logits_to_probs
 
 WORDS = [
     "the",

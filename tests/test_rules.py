@@ -8,8 +8,8 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.divergence import kl
-from cactus_core.rules import RULE_NAMES, make_rule, rule_params
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.rules import RULE_NAMES, make_rule, rule_params
 
 Q_EX = torch.tensor([0.30, 0.35, 0.35])  # decode, generate, output (the verifier)
 P_EX = torch.tensor([0.05, 0.80, 0.15])  # the draft

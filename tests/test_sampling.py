@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.sampling import logits_to_probs, sample_from_probs
+from cactus_core.maths.sampling import logits_to_probs, sample_from_probs
 
 
 def test_temperature_zero_is_one_hot_argmax() -> None:

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.sweep import (
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.experiments.sweep import (
     BASELINE,
     METRICS,
     Setting,
@@ -22,7 +22,7 @@ from cactus_core.sweep import (
     settings_from_grids,
     tune,
 )
-from cactus_core.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_cache import SweepCache
 
 PROMPTS = (
     "Tell me about cacti.",

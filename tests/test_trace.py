@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
-from cactus_core.rules import make_rule
-from cactus_core.sampling import logits_to_probs
-from cactus_core.trace import DRAFT_FATES, EMIT_FATES, Trace, reverify
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.trace import DRAFT_FATES, EMIT_FATES, Trace, reverify
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import make_rule
+from cactus_core.maths.sampling import logits_to_probs
 
 PROMPT = "Tell me about cacti."
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from scipy import stats
 
-from cactus_core.emitted import emitted_distribution
-from cactus_core.rules import RULE_NAMES, make_rule
-from cactus_core.verify import VerifyResult, verify, verify_exact_match, verify_sequential
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import RULE_NAMES, make_rule
+from cactus_core.maths.verify import VerifyResult, verify, verify_exact_match, verify_sequential
 
 # A non-default parameter per rule so the statistical tests exercise the interesting regime.
 RULES = {

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from cactus_core.limit import excl_cumsum, sort_nonneg, take
-from cactus_core.validation import check_pair
+from cactus_core.maths.limit import excl_cumsum, sort_nonneg, take
+from cactus_core.maths.validation import check_pair
 
 if TYPE_CHECKING:
-    from cactus_core.rules import Rule
+    from cactus_core.maths.rules import Rule
 
 # Z_n > 0 whenever n is rejectable (Z_n ≥ p_n − h_n); the floor only guards 0/0 rounding.
 _TINY = 1e-300

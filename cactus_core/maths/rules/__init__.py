@@ -29,15 +29,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from cactus_core.divergence import entropy, kl
-from cactus_core.emitted import (
+from cactus_core.maths.divergence import entropy, kl
+from cactus_core.maths.emitted import (
     CactusPrecomputed,
     cactus_c,
     cactus_monotone_emitted,
     pi_in_rho_order,
 )
-from cactus_core.limit import clip_target, optimal_params, sort_nonneg
-from cactus_core.validation import (
+from cactus_core.maths.limit import clip_target, optimal_params, sort_nonneg
+from cactus_core.maths.validation import (
     blockwise,
     check_int,
     check_number,
@@ -549,7 +549,7 @@ class Interp(Rule):
 
 class Optimal(Rule):
     """Verify against pi* = clip(p, B·q, A·q), the most-accepting pi with KL(pi ‖ q) ≤ budget
-    (see `cactus_core.limit`). The same h for every n, so pi = pi*."""
+    (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
 
     name = "optimal"
     param_specs: ClassVar = {"budget": (0.1, 0.0, _DELTA_MAX, False)}

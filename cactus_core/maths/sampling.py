@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.limit import sort_nonneg
-from cactus_core.validation import check_float, check_number
+from cactus_core.maths.limit import sort_nonneg
+from cactus_core.maths.validation import check_float, check_number
 
 
 def logits_to_probs(

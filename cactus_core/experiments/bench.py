@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.decoder import SpeculativeDecoder
-from cactus_core.rules import Rule, make_rule
+from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.maths.rules import Rule, make_rule
 
 if TYPE_CHECKING:
-    from cactus_core.models import ModelPair
+    from cactus_core.engine.models import ModelPair
 
 VERIFIER_ONLY = "verifier-only"
 HF_ASSISTED = "transformers assisted"

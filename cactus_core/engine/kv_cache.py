@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from cactus_core.fast_head import head_logits
+from cactus_core.engine.fast_head import head_logits
 
 
 class SequenceCache:

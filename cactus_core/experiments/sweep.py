@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.frontier import (
+from cactus_core.experiments.frontier import (
     Estimate,
     LimitCurve,
     LimitSums,
@@ -40,11 +40,11 @@ from cactus_core.frontier import (
     limit_sums_per_row,
     mean_ci,
 )
-from cactus_core.rules import RULE_NAMES, Rule, make_rule
-from cactus_core.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.maths.rules import RULE_NAMES, Rule, make_rule
 
 if TYPE_CHECKING:
-    from cactus_core.models import ModelPair
+    from cactus_core.engine.models import ModelPair
 
 BASELINE = "verifier-only"
 
@@ -673,7 +673,7 @@ def run_chunk(
     pair: ModelPair, config: SweepConfig, setting: Setting, idx: tuple[int, ...]
 ) -> ChunkRecord:
     """Generate one setting on a few prompts (one batched call) and score its positions."""
-    from cactus_core.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoder import SpeculativeDecoder
 
     prompts = [config.prompts[i] for i in idx]
     rule = make_rule("sps") if setting.is_baseline else setting.make_rule()
@@ -974,7 +974,7 @@ def add_sweep_arguments(parser: Any) -> None:
 
 def config_from_args(args: Any) -> SweepConfig:
     """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
-    from cactus_core.prompts import builtin_prompts
+    from cactus_core.engine.prompts import builtin_prompts
 
     rules = [r.strip() for r in args.rules.split(",") if r.strip()]
     grids: dict[str, list[float]] = {
@@ -1039,7 +1039,7 @@ def sweep_command(args: Any, pair: ModelPair, out: Any, err: Any) -> int:
         tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
         err.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
     if args.html:
-        from cactus_core.frontier_figures import figure_html, report_figures
+        from cactus_core.app.frontier_figures import figure_html, report_figures
 
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(figure_html(report_figures(result)))

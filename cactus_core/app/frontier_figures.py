@@ -14,10 +14,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.figures import RULE_PALETTE
-from cactus_core.frontier import LimitCurve, pareto_front
-from cactus_core.rules import RULE_NAMES
-from cactus_core.sweep import BASELINE, METRIC_LABELS, SweepResult
+from cactus_core.app.figures import RULE_PALETTE
+from cactus_core.experiments.frontier import LimitCurve, pareto_front
+from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
+from cactus_core.maths.rules import RULE_NAMES
 
 Row = Mapping[str, Any]
 

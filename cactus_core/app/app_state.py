@@ -16,8 +16,8 @@ from functools import lru_cache
 
 import torch
 
-from cactus_core.divergence import kl
-from cactus_core.rules import Rule, make_rule
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.rules import Rule, make_rule
 
 # ---------------------------------------------------------------------------------------------
 # Settings shared by every page (the sidebar)

@@ -18,7 +18,7 @@ import weakref
 import torch
 from torch import nn
 
-from cactus_core.subset_head import VocabSubsetHead
+from cactus_core.engine.subset_head import VocabSubsetHead
 
 # head -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
 # (training) bumps its version and a replaced one is another object: both invalidate the copy.

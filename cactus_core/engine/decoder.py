@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.divergence import kl
-from cactus_core.emitted import emitted_distribution
-from cactus_core.kv_cache import SequenceCache
-from cactus_core.rules import Rule, make_rule
-from cactus_core.sampling import logits_to_probs, sample_from_probs
-from cactus_core.trace import PositionTrace, RoundTrace, Trace
-from cactus_core.verify import verify, verify_sequential
+from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.trace import PositionTrace, RoundTrace, Trace
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import Rule, make_rule
+from cactus_core.maths.sampling import logits_to_probs, sample_from_probs
+from cactus_core.maths.verify import verify, verify_sequential
 
 if TYPE_CHECKING:
-    from cactus_core.models import ModelPair
+    from cactus_core.engine.models import ModelPair
 
 K_MAX = 16
 OnRound = Callable[[RoundTrace, int], None]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_core.divergence import kl
-from cactus_core.validation import blockwise, check_number, check_pair
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.validation import blockwise, check_number, check_pair
 
 # log A spans at most ~700 nats and B lies in [0, 1]: 48 halvings leave ~1e-12 of either.
 _BISECT_STEPS = 48

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from cactus_core.validation import check_pair, work_dtype
+from cactus_core.maths.validation import check_pair, work_dtype
 
 if TYPE_CHECKING:
-    from cactus_core.rules import Rule
+    from cactus_core.maths.rules import Rule
 
 
 def kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

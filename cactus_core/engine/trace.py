@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from cactus_core.rules import Rule, make_rule
-from cactus_core.verify import verify
+from cactus_core.maths.rules import Rule, make_rule
+from cactus_core.maths.verify import verify
 
 DRAFT_FATES = ("accepted", "rejected", "dropped")
 EMIT_FATES = ("accepted", "recovered", "bonus", "sampled")

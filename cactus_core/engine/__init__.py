@@ -1,0 +1,1 @@
+"""Models and decoding: loading pairs, KV caches, the speculative decoder and its trace."""

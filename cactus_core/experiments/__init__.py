@@ -1,0 +1,1 @@
+"""Experiments over a model pair: sweeps with their cache, benchmarks, frontier statistics."""
