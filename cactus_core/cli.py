@@ -15,16 +15,12 @@ import shlex
 import sys
 from typing import Any
 
-from cactus_core.maths.rules import RULE_NAMES, Rule, make_rule, rule_params
+from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, RULES, Rule, make_rule, rule_class
+from cactus_core.maths.sampling import SamplingSettings
 
-# Rule parameters as flags: --delta, --budget, --epsilon, --alpha, --k-top.
-RULE_FLAGS = {
-    "delta": "--delta",
-    "budget": "--budget",
-    "epsilon": "--epsilon",
-    "alpha": "--alpha",
-    "k_top": "--k-top",
-}
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _progress(message: str) -> None:
@@ -46,42 +42,57 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser, top_p_default: float = 1.0) -> None:
+    """The SamplingSettings fields as flags, plus the generation length and chat template."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--k", type=int, default=4, help="draft length, 1..16 (default 4)")
-    g.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
-    g.add_argument("--top-k", type=int, default=0, help="0 = off (default)")
-    g.add_argument("--top-p", type=float, default=top_p_default, help="1 = off (default 1)")
+    for name, kind, default, text in SamplingSettings.field_specs():
+        default = top_p_default if name == "top_p" else default
+        g.add_argument(_flag(name), type=kind, default=default, help=f"{text} (default {default})")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-chat-template", action="store_true", help="encode the prompt as raw text")
+
+
+def sampling_from_args(args: argparse.Namespace, **override: Any) -> SamplingSettings:
+    """SamplingSettings from the parsed flags (ValueError, naming the field, if out of range)."""
+    names = [name for name, *_ in SamplingSettings.field_specs()]
+    return SamplingSettings(**{n: getattr(args, n) for n in names}, **override)
+
+
+def _rule_params() -> dict[str, tuple[bool, list[str]]]:
+    """Every rule parameter name: (integer, the rules that take it), from the rules' metadata."""
+    out: dict[str, tuple[bool, list[str]]] = {}
+    for name, cls in RULES.items():
+        for param in cls.params_spec:
+            out.setdefault(param.name, (param.integer, []))[1].append(name)
+    return out
 
 
 def add_rule_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("acceptance rule")
-    g.add_argument("--rule", default="sps", choices=RULE_NAMES, help="default sps")
-    for name, flag in RULE_FLAGS.items():
+    g.add_argument(
+        "--rule", default=LOSSLESS_RULE, choices=RULE_NAMES, help=f"default {LOSSLESS_RULE}"
+    )
+    for name, (integer, rules) in _rule_params().items():
         g.add_argument(
-            flag,
+            _flag(name),
             dest=name,
-            type=int if name == "k_top" else float,
+            type=int if integer else float,
             default=None,
-            help=f"the rule's {name} (rules that take it: "
-            f"{', '.join(r for r in RULE_NAMES if name in rule_params(r))})",
+            help=f"the rule's {name} (rules that take it: {', '.join(rules)})",
         )
 
 
 def rule_from_args(args: argparse.Namespace) -> Rule:
     """The rule named by --rule with the parameter flags given; a flag the rule does not take
     is an error naming the ones it does."""
-    allowed = rule_params(args.rule)
+    allowed = [param.name for param in rule_class(args.rule).params_spec]
     params: dict[str, Any] = {}
-    for name, flag in RULE_FLAGS.items():
+    for name in _rule_params():
         value = getattr(args, name, None)
         if value is None:
             continue
         if name not in allowed:
-            takes = ", ".join(RULE_FLAGS[n] for n in allowed) or "no parameters"
-            raise ValueError(f"rule {args.rule!r} does not take {flag}; it takes {takes}")
+            takes = ", ".join(_flag(n) for n in allowed) or "no parameters"
+            raise ValueError(f"rule {args.rule!r} does not take {_flag(name)}; it takes {takes}")
         params[name] = value
     return make_rule(args.rule, **params)
 
@@ -119,14 +130,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from cactus_core.engine.decoder import SpeculativeDecoder
 
     rule = rule_from_args(args)
+    sampling = sampling_from_args(args)
     pair = load_pair_from_args(args)
     dec = SpeculativeDecoder(
         pair,
         rule,
-        k=args.k,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
+        k=sampling.k,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
         record_trace=args.trace is not None,
     )
 
@@ -139,7 +151,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out = run(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
+        seed=sampling.seed,
         chat_template=not args.no_chat_template,
         on_round=None if args.quiet else stream,
     )
@@ -255,10 +267,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["tables"][str(top_p)] = summaries
         print(f"\n### top-p {top_p:g}\n")
         print(markdown_table(summaries, args.c))
-        ours = paired_ratio(summaries, "sps", HF_ASSISTED)
+        ours = paired_ratio(summaries, LOSSLESS_RULE, HF_ASSISTED)
         if ours is not None:
             print(
-                f"\nsps ÷ {HF_ASSISTED}, tokens/s: {ours['pooled']:.2f}× pooled, "
+                f"\n{LOSSLESS_RULE} ÷ {HF_ASSISTED}, tokens/s: {ours['pooled']:.2f}× pooled, "
                 f"{ours['median']:.2f}× median of per-prompt ratios"
             )
         sys.stdout.flush()

@@ -104,8 +104,9 @@ def test_default_rows_cover_the_benchmark():
     labels = [r.label for r in default_rows(with_trace_row=True)]
     assert labels[:2] == [VERIFIER_ONLY, "sps"]
     assert {"cactus δ=0.25", "cactus δ=0.5", "cactus δ=1", "cactus δ=2"} <= set(labels)
-    assert {"tas ε=0.09 α=0.3", "topk k=5", "interp α=0.5", HF_ASSISTED} <= set(labels)
-    assert len(labels) == 11  # 10 rows + the traced cactus row
+    assert {"tas ε=0.09, α=0.3", "topk k_top=5", "interp α=0.5", HF_ASSISTED} <= set(labels)
+    assert {"cactus-exact δ=1", "cactus-budget KL≤0.1", "optimal KL≤0.1"} <= set(labels)
+    assert len(labels) == 14  # 13 rows + the traced cactus row
 
 
 def test_run_bench_speedup_is_relative_to_verifier_only(tiny_pair):

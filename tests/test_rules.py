@@ -9,7 +9,7 @@ import torch
 from distributions import dirichlet
 
 from cactus_core.maths.divergence import kl
-from cactus_core.maths.rules import RULE_NAMES, make_rule, rule_params
+from cactus_core.maths.rules import RULE_NAMES, make_rule, rule_class
 
 Q_EX = torch.tensor([0.30, 0.35, 0.35])  # decode, generate, output (the verifier)
 P_EX = torch.tensor([0.05, 0.80, 0.15])  # the draft
@@ -43,7 +43,7 @@ def test_names_labels_and_params() -> None:
     assert make_rule("sps").params == {}
     assert make_rule("cactus", delta=1) == make_rule("cactus", delta=1.0)
     assert len({make_rule("cactus", delta=1), make_rule("cactus", delta=1.0)}) == 1
-    assert rule_params("interp")["alpha"]["high"] == 1.0
+    assert rule_class("interp").params_spec[0].high == 1.0
     for name in RULE_NAMES:
         assert make_rule(name).label.startswith(name)
 

@@ -8,7 +8,7 @@ from scipy import stats
 
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import RULE_NAMES, make_rule
-from cactus_core.maths.verify import VerifyResult, verify, verify_exact_match, verify_sequential
+from cactus_core.maths.verify import VerifyResult, verify, verify_sequential
 
 # A non-default parameter per rule so the statistical tests exercise the interesting regime.
 RULES = {
@@ -205,24 +205,12 @@ def test_greedy_is_exact_match(name: str) -> None:
     res = verify(rule, p, ids, q, generator=gen)
     match = (ids == top_q[:, :k]).long()
     expected_m = match.cumprod(-1).sum(-1)
-    if name == "interp":
-        # interp verifies against alpha·p + (1 − alpha)·q, so it accepts a mismatch with
-        # probability alpha; the decoder uses verify_exact_match at T = 0 (see the contract).
-        mismatch = match == 0
-        assert torch.allclose(res.accept_probs[mismatch], torch.tensor(0.4))
-        res = verify_exact_match(ids, q)
+    # a mismatch has q_n = 0, which every rule rejects (interp's h too is zero off q's support)
+    assert torch.equal(res.accept_probs[match == 0], torch.zeros_like(res.accept_probs[match == 0]))
     assert torch.equal(res.num_accepted, expected_m)
     emitted_last = res.output_token_ids.gather(1, expected_m.view(-1, 1)).squeeze(1)
     assert torch.equal(emitted_last, top_q.gather(1, expected_m.view(-1, 1)).squeeze(1))
-    check_layout(res, ids) if name != "interp" else None
-
-
-def test_verify_exact_match_layout() -> None:
-    ids = torch.tensor([[1, 2, 3], [1, 0, 0]])
-    q = torch.nn.functional.one_hot(torch.tensor([[1, 2, 3, 4], [1, 2, 0, 0]]), 5).float()
-    res = verify_exact_match(ids, q)
-    assert res.output_token_ids.tolist() == [[1, 2, 3, 4], [1, 2, -1, -1]]
-    assert res.num_accepted.tolist() == [3, 1]
+    check_layout(res, ids)
 
 
 @pytest.mark.parametrize("name", list(RULES))
@@ -246,15 +234,27 @@ def test_edge_cases(name: str) -> None:
     q = torch.nn.functional.one_hot(torch.tensor([[2, 0]] * 4), v).float()
     res = verify(rule, p, torch.full((4, 1), 2), q)
     assert res.num_accepted.tolist() == [1] * 4 and res.output_token_ids[:, 1].tolist() == [0] * 4
-    # q_n = 0 at the draft: rejected by every rule but interp (which accepts with alpha)
+    # q_n = 0 at the draft: rejected by every rule, and never emitted
     q = torch.tensor([0.0, 0.5, 0.5, 0.0, 0.0]).expand(4, 2, v)
     res = verify(rule, p, torch.full((4, 1), 0), q)
-    if name == "interp":
-        torch.testing.assert_close(res.accept_probs, torch.full((4, 1), 0.4))
-    else:
-        assert res.accept_probs.tolist() == [[0.0]] * 4
-        assert res.num_accepted.tolist() == [0] * 4
-        assert set(res.output_token_ids[:, 0].tolist()) <= {1, 2}
+    assert res.accept_probs.tolist() == [[0.0]] * 4
+    assert res.num_accepted.tolist() == [0] * 4
+    assert set(res.output_token_ids[:, 0].tolist()) <= {1, 2}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_a_draft_with_p_and_q_zero_is_rejected(name: str) -> None:
+    """A token neither model would produce (p_n = q_n = 0: not sampled from this p) must not be
+    emitted: vLLM's kernel and the Cactus reference reject it too."""
+    rule = make_rule(name, **RULES[name])
+    p = torch.tensor([[[0.0, 0.5, 0.3, 0.2]]])
+    q = torch.tensor([[[0.0, 0.4, 0.3, 0.3]]]).expand(1, 2, 4)
+    for seed in range(20):
+        res = verify(rule, p, torch.tensor([[0]]), q, generator=torch.Generator().manual_seed(seed))
+        assert res.accept_probs.tolist() == [[0.0]]
+        assert res.output_token_ids[0, 0].item() != 0
+    assert rule.accept_probs(q[0, 0], p[0, 0], torch.tensor(0)).item() == 0.0
+    assert rule.accept_probs_all(p[0, 0], q[0, 0])[0].item() == 0.0
 
 
 def test_bf16_inputs_use_float32_maths() -> None:

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.maths.rules import Rule, make_rule
+from cactus_core.maths.rules import (
+    DEFAULT_RULE,
+    LOSSLESS_RULE,
+    RULE_NAMES,
+    Rule,
+    lossless_rule,
+    make_rule,
+)
 
 if TYPE_CHECKING:
     from cactus_core.engine.models import ModelPair
@@ -40,14 +47,19 @@ class BenchRow:
 
 
 def default_rows(with_hf: bool = True, with_trace_row: bool = False) -> list[BenchRow]:
-    rows = [BenchRow(VERIFIER_ONLY, kind="verifier-only"), BenchRow("sps", make_rule("sps"))]
+    """verifier-only, sps, the default rule at four settings, every other rule at its defaults,
+    then (optionally) the default rule with a full trace and transformers' assisted generation."""
+    lossless = lossless_rule()
+    rows = [BenchRow(VERIFIER_ONLY, kind="verifier-only"), BenchRow(lossless.label, lossless)]
     for delta in (0.25, 0.5, 1.0, 2.0):
-        rule = make_rule("cactus", delta=delta)
+        rule = make_rule(DEFAULT_RULE, delta=delta)
         rows.append(BenchRow(rule.label, rule))
-    for rule in (make_rule("tas"), make_rule("topk", k_top=5), make_rule("interp", alpha=0.5)):
-        rows.append(BenchRow(rule.label, rule))
+    for name in RULE_NAMES:
+        if name not in (LOSSLESS_RULE, DEFAULT_RULE):
+            rule = make_rule(name)
+            rows.append(BenchRow(rule.label, rule))
     if with_trace_row:
-        rule = make_rule("cactus", delta=1.0)
+        rule = make_rule(DEFAULT_RULE, delta=1.0)
         rows.append(BenchRow(f"{rule.label} + full trace", rule, record_trace=True))
     if with_hf:
         rows.append(BenchRow(HF_ASSISTED, kind="hf-assisted"))
@@ -185,7 +197,7 @@ def run_bench(
     decoders = {
         row.label: SpeculativeDecoder(
             pair,
-            row.rule or "sps",
+            row.rule or lossless_rule(),
             k=k,
             temperature=temperature,
             top_p=top_p,

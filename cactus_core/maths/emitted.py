@@ -13,7 +13,7 @@ c_n·q off n, with c_n = (1 − h_n)/(1 − q_n)) this module gets pi in O(V log
   sum over n with c_n > rho_x of w_n·(c_n·q_x − p_x) (the n = x term drops out by the bound
   above): one sort by c plus suffix sums.
 
-The other rules have direct formulas (`Rule._emitted`).
+The other rules have direct formulas (`Rule.emitted`).
 """
 
 from __future__ import annotations
@@ -77,30 +77,6 @@ def cactus_c(q: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return torch.where(q < 1, (1 - h) / (1 - q), zero).clamp(0.0, 1.0)
 
 
-def cactus_family_emitted(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    h: torch.Tensor,
-    c_order: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """pi [..., V] for a Cactus-family rule.
-
-    p, q [..., V] (float64 recommended); h [..., V] holds h_n for every possible draft n.
-    c_order, if given, is an argsort of c known in advance (for the closed form c falls as q
-    grows, so q's descending order); otherwise c is sorted here.
-    """
-    pre = CactusPrecomputed(p, q)
-    c = cactus_c(q, h)
-    if c_order is None:
-        c_s, c_order = sort_nonneg(c)
-    else:  # rounding can break the order among near-equal c; cummax restores it
-        c_s = torch.cummax(c.gather(-1, c_order), -1).values
-    pi_r = pi_in_rho_order(
-        pre, c_s, p.gather(-1, c_order), h.gather(-1, c_order), h.gather(-1, pre.rho_order)
-    )
-    return torch.empty_like(pi_r).scatter_(-1, pre.rho_order, pi_r)
-
-
 def cactus_monotone_emitted(
     p: torch.Tensor,
     q: torch.Tensor,
@@ -133,7 +109,7 @@ def cactus_monotone_emitted(
 def emitted_distribution(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """pi [..., V] (float32; float64 for float64 input) for p (draft), q (verifier) [..., V]."""
     check_pair(p, q)
-    return rule._emitted(p, q)
+    return rule.emitted(p, q)
 
 
 def emitted_distribution_reference(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

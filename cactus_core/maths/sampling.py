@@ -7,10 +7,70 @@ top-p (Hugging Face's order).
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
 import torch
 
 from cactus_core.maths.limit import sort_nonneg
 from cactus_core.maths.validation import check_float, check_number
+
+K_MAX = 16  # draft length: past this, acceptance has long stopped paying for the drafting
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed's range
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How tokens are sampled, shared by the decoder, the app, sweeps and the CLI (whose flags
+    are built from these fields and their `help`). Validated here, once."""
+
+    temperature: float = field(default=0.7, metadata={"help": "0 = greedy"})
+    top_k: int = field(default=0, metadata={"help": "0 = off"})
+    top_p: float = field(default=1.0, metadata={"help": "1 = off"})
+    k: int = field(default=4, metadata={"help": f"draft length, 1..{K_MAX}"})
+    seed: int = field(default=0, metadata={"help": "row i of a batch uses seed + i"})
+
+    def __post_init__(self) -> None:
+        _check_real("temperature", self.temperature, 0.0, 1e6)
+        _check_whole("top_k", self.top_k, 0, 2**31 - 1)
+        _check_real("top_p", self.top_p, 0.0, 1.0)
+        if self.top_p <= 0:
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        _check_whole("k", self.k, 1, K_MAX)
+        _check_whole("seed", self.seed, 0, SEED_MAX)
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [..., V] -> p or q [..., V] under these settings."""
+        return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def field_specs(cls) -> list[tuple[str, type, Any, str]]:
+        """(name, type, default, help) of each field, for building CLI flags and widgets."""
+        types = {"temperature": float, "top_p": float}
+        return [
+            (f.name, types.get(f.name, int), f.default, f.metadata["help"]) for f in fields(cls)
+        ]
+
+
+def _check_real(name: str, value: object, low: float, high: float) -> None:
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if bad or not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
+
+
+def _check_whole(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
 def logits_to_probs(

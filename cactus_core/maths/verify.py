@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_core.maths.rules import Rule
+from cactus_core.maths.rules import NO_STATS, RowStats, Rule
 from cactus_core.maths.sampling import inverse_cdf_
 from cactus_core.maths.validation import (
     check_float,
@@ -145,10 +145,11 @@ def verify(
     q_k = target_probs[:, :k]  # [B, k, V] view
     pn = p.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
     qn = q_k.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
-    # Rules whose decision needs whole rows (thresholds, per-position delta, clip bounds).
-    st = rule._stats(q_k.to(dtype), p.to(dtype)) if _needs_stats(rule) else None  # [B, k]
+    # What a(n) needs from whole rows (thresholds, per-position delta, clip bounds): () for
+    # pointwise rules, else tensors [B, k].
+    st = rule.position_stats(q_k.to(dtype), p.to(dtype)) if rule.needs_rows else NO_STATS
 
-    a = rule._accept(qn, pn, st)  # [B, k]
+    a = rule.accept(qn, pn, st)  # [B, k]
     accepted = uniforms.to(a.dtype) < a  # [B, k]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B]
     out = _emit(rule, target_probs, p, n, qn, pn, st, num_accepted, sample_uniforms, dtype)
@@ -188,7 +189,7 @@ def verify_sequential(
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
     rows: list[torch.Tensor] = []  # q_j, [B, V] each
-    pns, qns, sts, accs = [], [], [], []  # [B, 1] each (stats: a tensor, a tuple or None)
+    pns, qns, sts, accs = [], [], [], []  # [B, 1] each (stats: a tuple of [B, 1])
     alive = torch.ones(b, dtype=torch.bool, device=p.device)  # [B] no rejection yet
     num_accepted = torch.zeros(b, dtype=torch.long, device=p.device)  # [B]
     dtype = work_dtype(draft_probs)
@@ -203,11 +204,11 @@ def verify_sequential(
         pn = p[:, j].gather(-1, n_j).to(dtype)  # [B, 1]
         qn = q_j.gather(-1, n_j).to(dtype)  # [B, 1]
         st = (
-            rule._stats(q_j[:, None].to(dtype), p[:, j : j + 1].to(dtype))
-            if _needs_stats(rule)
-            else None
-        )  # [B, 1]
-        a = rule._accept(qn, pn, st)  # [B, 1]
+            rule.position_stats(q_j[:, None].to(dtype), p[:, j : j + 1].to(dtype))
+            if rule.needs_rows
+            else NO_STATS
+        )  # each [B, 1]
+        a = rule.accept(qn, pn, st)  # [B, 1]
         passed = uniforms[:, j : j + 1].to(a.dtype) < a  # [B, 1]
         num_accepted += (alive & passed[:, 0]).long()
         alive &= passed[:, 0]
@@ -220,7 +221,7 @@ def verify_sequential(
     decided = len(accs)
     target = torch.stack(rows, 1)  # [B, J, V]
     pn_all, qn_all = torch.cat(pns, 1), torch.cat(qns, 1)  # [B, decided]
-    st_all = _cat_stats(sts)
+    st_all = tuple(torch.cat(parts, 1) for parts in zip(*sts, strict=True))  # each [B, J]
     a_all = torch.cat(accs, 1)  # [B, decided]
     out = _emit(rule, target, p, n, qn_all, pn_all, st_all, num_accepted, sample_uniforms, dtype)
     pad = a_all.new_full((b, k - decided), float("nan"))
@@ -235,7 +236,7 @@ def _emit(
     n: torch.Tensor,
     qn: torch.Tensor,
     pn: torch.Tensor,
-    st: object,
+    st: RowStats,
     num_accepted: torch.Tensor,
     sample_uniforms: torch.Tensor,
     dtype: torch.dtype,
@@ -256,8 +257,8 @@ def _emit(
     n_row = n.gather(1, take).squeeze(1)  # [B]
     qn_row = qn.gather(1, take).squeeze(1)
     pn_row = pn.gather(1, take).squeeze(1)
-    st_row = _take_stats(st, take)
-    weights = rule._residual_weights(q_row, p_row, n_row, qn_row, pn_row, st_row)  # [B, V]
+    st_row = tuple(s.gather(1, take).squeeze(1) for s in st)  # each [B]
+    weights = rule.residual_weights(q_row, p_row, n_row, qn_row, pn_row, st_row)  # [B, V]
     # Bonus rows sample q itself. Arithmetic row selection in place: torch.where over
     # [B, V] is several times slower on CPU, and fresh [B, V] buffers cost page faults.
     bonus = (num_accepted == k).unsqueeze(-1).to(weights.dtype)  # [B, 1]
@@ -270,57 +271,9 @@ def _emit(
     return out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
 
 
-def verify_exact_match(
-    draft_token_ids: torch.Tensor, target_probs: torch.Tensor, validate: bool = True
-) -> VerifyResult:
-    """Greedy (T = 0) verification: accept a draft iff it is q's argmax; emit q's argmax at
-    the first mismatch or as the bonus. Same result layout as `verify`; coins are zeros."""
-    check_int("draft_token_ids", draft_token_ids)
-    check_float("target_probs", target_probs)
-    b, k = draft_token_ids.shape
-    check_shape("target_probs", target_probs, (b, k + 1, target_probs.shape[-1]))
-    if validate:
-        raise_if_any(
-            prob_checks("target_probs", target_probs)
-            + id_checks("draft_token_ids", draft_token_ids, target_probs.shape[-1])
-        )
-    top = target_probs.argmax(-1)  # [B, k+1]
-    n = draft_token_ids.long()
-    match = n == top[:, :k]  # [B, k]
-    num_accepted = match.long().cumprod(-1).sum(-1)
-    positions = torch.arange(k + 1, device=n.device)
-    drafts = torch.cat([n, n.new_zeros(b, 1)], dim=1)
-    out = torch.where(positions < num_accepted.unsqueeze(-1), drafts, -1)
-    out = out.scatter(1, num_accepted.unsqueeze(-1), top.gather(1, num_accepted.unsqueeze(-1)))
-    zeros = torch.zeros((b, k), device=n.device)
-    return VerifyResult(out, num_accepted, match.float(), zeros, zeros[:, 0].clone())
-
-
 def _rows(x: torch.Tensor, flat_idx: torch.Tensor) -> torch.Tensor:
     """Rows of x [B, m, V] at flat indices [B] -> [B, V]. index_select into a preallocated
     output takes the row-copy fast path; without `out` it measured ten times slower on CPU."""
     flat = x.reshape(-1, x.shape[-1])
     out = torch.empty((flat_idx.shape[0], x.shape[-1]), dtype=x.dtype, device=x.device)
     return torch.index_select(flat, 0, flat_idx, out=out)
-
-
-def _needs_stats(rule: Rule) -> bool:
-    return type(rule)._stats is not Rule._stats
-
-
-def _cat_stats(per_position: list[object]) -> object:
-    """Per-position stats ([B, 1] tensors, tuples of them, or None) -> [B, J] along dim 1."""
-    first = per_position[0]
-    if first is None:
-        return None
-    if isinstance(first, tuple):
-        return tuple(torch.cat(parts, 1) for parts in zip(*per_position, strict=True))
-    return torch.cat(per_position, 1)
-
-
-def _take_stats(st: object, take: torch.Tensor) -> object:
-    if st is None:
-        return None
-    if isinstance(st, tuple):
-        return tuple(s.gather(1, take).squeeze(1) for s in st)
-    return st.gather(1, take).squeeze(1)

@@ -1,0 +1,271 @@
+"""What a rule is: its metadata (`Param`, the `Rule` class variables) and its protocol.
+
+Notation (the paper's): p is the draft's distribution, q the verifier's, n the drafted token,
+h the distribution the rule verifies against, pi the emitted distribution. Hugging Face and
+vLLM call the draft q and the target p.
+
+Shapes: `...` is any leading shape of positions (vLLM's [B, k], one position [], a batch of
+rows [N]) and V the vocabulary. Every method takes q and p in the work dtype (float32, or
+float64 for float64 input) unless it says it validates and converts.
+
+The protocol every rule implements, in two layers:
+
+- Whole-row view (what tests, the Playground and the docs use; each validates its input):
+  `adjusted_target(q, p, n)` h^(n) [..., V]; `accept_probs(q, p, n)` a(n) [...];
+  `residual(q, p, n)` r_n [..., V], normalised; `accept_probs_all(p, q)` a(n) for every
+  possible n [..., V]; `emitted(p, q)` pi [..., V].
+- Decode-loop view (what `verify` uses, with no validation and no Python loop over positions):
+  `position_stats(q, p)` -> RowStats, a tuple of tensors shaped like the positions [...]
+  holding what a(n) needs from whole rows (a threshold, a per-position delta, clip bounds),
+  empty for pointwise rules (`needs_rows = False`); `accept(qn, pn, stats)` a(n) [...] from the
+  gathered q_n, p_n [...]; `residual_weights(q, p, n, qn, pn, stats)` the unnormalised residual
+  [..., V], a fresh tensor the caller may edit in place.
+
+Every rule rejects a draft with q_n = 0 (also one with p_n = 0, a draft not sampled from the p
+passed in): the verifier must never emit a token it gives probability 0. `accept` and
+`accept_all` apply that rule-wide in the base class; subclasses define `_accept`/`_accept_all`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from cactus_core.maths.validation import (
+    check_int,
+    check_number,
+    check_pair,
+    check_shape,
+    id_checks,
+    raise_if_any,
+    work_dtype,
+)
+
+RowStats = tuple[torch.Tensor, ...]
+NO_STATS: RowStats = ()
+# Upper end of the unbounded parameters (delta, budgets): far past where anything changes.
+UNBOUNDED = 1e9
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a rule: how make_rule checks it, how widgets show it, how sweeps vary it."""
+
+    name: str  # keyword of make_rule
+    symbol: str  # as labels and widgets write it
+    default: float
+    low: float  # what make_rule accepts
+    high: float
+    ui: tuple[float, float]  # the widgets' range (inside [low, high])
+    grid: tuple[float, ...]  # the sweep's default values, in the order a sweep lists them
+    help: str
+    integer: bool = False
+    log: bool = False  # spaced logarithmically in curves (from ui[1]/1000 when ui[0] = 0)
+    unit: str = ""
+
+    @property
+    def step(self) -> float:
+        """A widget step: whole numbers for integers, else 1/300 of the range, rounded to 1-2-5."""
+        if self.integer:
+            return 1.0
+        raw = (self.ui[1] - self.ui[0]) / 300
+        mag = 10 ** math.floor(math.log10(raw))
+        return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+    @property
+    def label(self) -> str:
+        return f"{self.symbol} ({self.unit})" if self.unit else self.symbol
+
+    def show(self, value: float) -> str:
+        """'δ=0.5', or 'KL≤0.1' when the symbol is itself a relation."""
+        sep = "" if self.symbol[-1] in "≤<=" else "="
+        return f"{self.symbol}{sep}{value:g}"
+
+    def check(self, rule: str, value: object) -> float | int:
+        return check_number(rule, self.name, value, self.low, self.high, self.integer)
+
+    def values(self, count: int) -> list[float]:
+        """count values spanning the widget range (log-spaced for `log`), for curves."""
+        lo, hi = self.ui
+        if self.integer:
+            pts = torch.logspace(math.log10(max(lo, 1)), math.log10(hi), count)
+            return sorted({float(round(v)) for v in pts.tolist()})
+        if self.log:
+            start = lo if lo > 0 else hi / 1000
+            head = [] if lo > 0 else [0.0]
+            n = count - len(head)
+            pts = torch.logspace(math.log10(start), math.log10(hi), n, dtype=torch.float64)
+            return head + pts.tolist()
+        return torch.linspace(lo, hi, count, dtype=torch.float64).tolist()
+
+
+class Rule:
+    """An acceptance rule with its parameters. Subclasses set the class variables and the
+    underscore hooks; everything else (validation, q_n = 0, labels) lives here."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]  # one line: what it verifies against
+    citation: ClassVar[str]
+    lossless: ClassVar[bool] = False  # pi = q for every p
+    needs_rows: ClassVar[bool] = False  # a(n) needs whole rows, not only (p_n, q_n)
+    tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
+    params_spec: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(self, **params: Any) -> None:
+        given = {p.name: params.get(p.name, p.default) for p in self.params_spec}
+        self.params: dict[str, float | int] = {
+            p.name: p.check(self.name, given[p.name]) for p in self.params_spec
+        }
+
+    # -- metadata ------------------------------------------------------------------------------
+    @classmethod
+    def swept(cls) -> Param | None:
+        """The parameter a sweep varies (the first one), or None for a rule without any."""
+        return cls.params_spec[0] if cls.params_spec else None
+
+    @classmethod
+    def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
+        """Whether a(n) is the same from rows that keep only the top `kept` entries (a trace's
+        replay rows): yes for pointwise rules, whatever the tail."""
+        return not cls.needs_rows
+
+    @property
+    def label(self) -> str:
+        values = ", ".join(p.show(self.params[p.name]) for p in self.params_spec)
+        return f"{self.name} {values}" if values else self.name
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"make_rule({self.name!r}{', ' if args else ''}{args})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and (self.name, self.params) == (other.name, other.params)
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.params.items()))))
+
+    # -- decode-loop protocol (no validation) --------------------------------------------------
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        """What a(n) needs from the whole rows q, p [..., V]: tensors [...] (empty if pointwise)."""
+        return NO_STATS
+
+    def accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        """a(n) [...] from q_n, p_n [...] and `position_stats`; 0 wherever q_n = 0."""
+        return self._accept(qn, pn, stats) * (qn > 0).to(qn.dtype)
+
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
+        """max(0, h − p) [..., V], unnormalised and fresh. A row with no mass there has h = p,
+        so its draft is only rejected through rounding; such rows fall back to p."""
+        w = self._target(q, p, n, qn, pn, stats) - p
+        return fallback_(w.clamp_min_(0.0), p)
+
+    def accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        """a(n) for every possible draft n [..., V]; 0 wherever q = 0."""
+        return self._accept_all(p, q, stats) * (q > 0).to(q.dtype)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The exact emitted pi [..., V] (no validation: see `emitted_distribution`)."""
+        raise NotImplementedError
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return min1_ratio(self._h_n(qn, pn, stats), pn)
+
+    def _target(self, q, p, n, qn, pn, stats: RowStats) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _accept_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.accept_all(p, q, self.position_stats(q, p)), self.emitted(p, q)
+
+    # -- whole-row protocol (validated) --------------------------------------------------------
+    def _prepare(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor | None, validate: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        check_pair(p, q, validate)
+        if n is not None:
+            check_int("n", n)
+            check_shape("n", n, q.shape[:-1])
+            if validate:
+                raise_if_any(id_checks("n", n, q.shape[-1]))
+            n = n.long()
+        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
+        return q.to(dtype), p.to(dtype), n
+
+    def adjusted_target(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
+        """h^(n) [..., V] for verifier q, draft p [..., V] and drafted ids n [...]."""
+        q, p, n = self._prepare(q, p, n, validate)
+        return self._target(q, p, n, gather(q, n), gather(p, n), self.position_stats(q, p))
+
+    def accept_probs(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
+        """a(n) [...]: the chance of accepting the drafted n."""
+        q, p, n = self._prepare(q, p, n, validate)
+        return self.accept(gather(q, n), gather(p, n), self.position_stats(q, p))
+
+    def residual(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
+        """r_n [..., V]: the normalised distribution sampled when n is rejected."""
+        q, p, n = self._prepare(q, p, n, validate)
+        stats = self.position_stats(q, p)
+        w = self.residual_weights(q, p, n, gather(q, n), gather(p, n), stats)
+        return w / w.sum(-1, keepdim=True)
+
+    def accept_probs_all(
+        self, p: torch.Tensor, q: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
+        """a(n) for every possible draft n: p, q [..., V] -> [..., V]."""
+        q, p, _ = self._prepare(q, p, None, validate)
+        return self.accept_all(p, q, self.position_stats(q, p))
+
+    def accept_probs_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor, validate: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a(n) for every n, pi), both [..., V]: what the Playground redraws on each move.
+        Rules whose h costs a solve (the exact root, the budget search) solve it once for both."""
+        q, p, _ = self._prepare(q, p, None, validate)
+        return self._accept_all_and_emitted(p, q)
+
+
+def fallback_(w: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """Rows of w (non-negative) with no mass become `fallback`, in place. Arithmetic rather
+    than torch.where: where over [B, V] is slow on CPU and this runs in every verify."""
+    empty = (w.sum(-1, keepdim=True) <= 0).to(w.dtype)
+    return w.addcmul_(fallback, empty)
+
+
+def min1_ratio(h: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """min(1, h/p), with p = 0 counted as accepted (q_n = 0 is rejected by `Rule.accept`)."""
+    return torch.where(p <= h, torch.ones_like(h), h / p)
+
+
+def gather(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """x [..., V] at ids n [...] -> [...]."""
+    return x.gather(-1, n.unsqueeze(-1)).squeeze(-1)
+
+
+def unsqueeze_stat(stat: torch.Tensor | float) -> torch.Tensor | float:
+    """A per-position statistic [...] broadcast against rows [..., V]."""
+    return stat.unsqueeze(-1) if isinstance(stat, torch.Tensor) else stat

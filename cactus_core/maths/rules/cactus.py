@@ -1,0 +1,209 @@
+"""Cactus (Hao & Mou, ICLR 2026): raise the verifier's q_n to h_n within a KL budget delta.
+
+Drafting n verifies against h^(n): h_n at n and c_n·q elsewhere, c_n = (1 − h_n)/(1 − q_n).
+Three ways to choose h_n: the paper's closed form (a second-order Taylor step, `cactus`), the
+exact root of the binary KL(h_n ‖ q_n) = delta (`cactus-exact`), and a per-position delta' so
+that the emitted pi itself stays within a budget (`cactus-budget`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import (
+    CactusPrecomputed,
+    cactus_c,
+    cactus_monotone_emitted,
+    pi_in_rho_order,
+)
+from cactus_core.maths.limit import sort_nonneg
+from cactus_core.maths.rules.base import (
+    UNBOUNDED,
+    Param,
+    RowStats,
+    Rule,
+    fallback_,
+    min1_ratio,
+    unsqueeze_stat,
+)
+from cactus_core.maths.validation import blockwise, work_dtype
+
+CITATION = "Hao & Mou, Cactus, ICLR 2026 (arXiv 2604.04987)"
+DELTA = Param(
+    "delta",
+    "δ",
+    default=1.0,
+    low=0.0,
+    high=UNBOUNDED,
+    ui=(0.0, 3.0),
+    grid=(0.0, 0.1, 0.3, 1.0, 2.0, 3.0),
+    help="Divergence budget of h against q at the drafted token; 0 is lossless sps.",
+    log=True,
+    unit="nats",
+)
+BUDGET = Param(
+    "budget",
+    "KL≤",
+    default=0.1,
+    low=0.0,
+    high=UNBOUNDED,
+    ui=(0.0, 1.0),
+    grid=(0.01, 0.03, 0.1, 0.2, 0.3, 1.0),
+    help="Bound on KL(pi ‖ q), the divergence of the emitted distribution, at every position.",
+    log=True,
+    unit="nats",
+)
+# Bisection halvings of [q, 1]: 2^-54 is below float64's spacing near 1.
+_ROOT_STEPS = 54
+
+
+def cactus_h(q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
+    """The paper's closed form h_n = min(1, q_n + sqrt(2·delta·q_n·(1 − q_n))), elementwise."""
+    return torch.clamp_max(q + torch.sqrt(2 * delta * (q * (1 - q)).clamp_min(0.0)), 1.0)
+
+
+def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
+    """The root gamma in [q, 1] of KL(gamma ‖ q) = delta (binary KL), elementwise.
+
+    Plain bisection in float64. Newton converges slowly where the root nears 1 (the slope of
+    the KL is unbounded there) and left roots 1e-4 short; bisection keeps the lower end, where
+    KL ≤ delta always holds, and reaches float64 rounding in 54 halvings. gamma = 1 when
+    −log q ≤ delta. The result is rounded towards q when cast back so the bound survives.
+    """
+    q64 = q.double().clamp(0.0, 1.0)
+    inner = (q64 > 0) & (-torch.log(q64) > delta)  # root strictly inside (q, 1)
+    qi = torch.where(inner, q64, 0.5)  # harmless values elsewhere
+    log_q, log_1mq = torch.log(qi), torch.log1p(-qi)
+    lo, hi = qi.clone(), torch.ones_like(qi)
+    for _ in range(_ROOT_STEPS):
+        mid = 0.5 * (lo + hi)
+        div = mid * (torch.log(mid) - log_q) + (1 - mid) * (torch.log1p(-mid) - log_1mq)
+        over = div > delta
+        hi = torch.where(over, mid, hi)
+        lo = torch.where(over, lo, mid)
+    gamma = torch.where(inner, lo, torch.where(q64 > 0, 1.0, 0.0))
+    out = gamma.to(work_dtype(q))
+    too_big = out.double() > gamma
+    return torch.where(too_big, torch.nextafter(out, torch.zeros_like(out)), out)
+
+
+def cactus_target(
+    q: torch.Tensor, n: torch.Tensor, qn: torch.Tensor, hn: torch.Tensor
+) -> torch.Tensor:
+    """h^(n) [..., V]: h_n at n, c_n·q elsewhere, c_n = (1 − h_n)/(1 − q_n)."""
+    c = torch.where(qn < 1, (1 - hn) / (1 - qn), torch.zeros_like(qn)).clamp(0.0, 1.0)
+    h = c.unsqueeze(-1) * q
+    return h.scatter_(-1, n.unsqueeze(-1), hn.unsqueeze(-1))
+
+
+class Cactus(Rule):
+    """Cactus with the paper's closed-form (second-order) h_n."""
+
+    name = "cactus"
+    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
+    citation = CITATION
+    tunable = True
+    params_spec = (DELTA,)
+
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
+        return self.params["delta"]
+
+    def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
+        return cactus_h(q, delta)
+
+    def _h_n(self, qn, pn, stats):
+        return self._hfun(qn, self._delta(stats))
+
+    def _target(self, q, p, n, qn, pn, stats):
+        return cactus_target(q, n, qn, self._h_n(qn, pn, stats))
+
+    def residual_weights(self, q, p, n, qn, pn, stats):
+        h = self._target(q, p, n, qn, pn, stats)  # fresh: reuse its buffer for h − p
+        return fallback_(h.sub_(p).clamp_min_(0.0), p)
+
+    def _accept_all(self, p, q, stats):
+        return min1_ratio(self._hfun(q, unsqueeze_stat(self._delta(stats))), p)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        p64, q64 = p.double(), q.double()
+        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        # c = (1 − h)/(1 − q) falls as q grows, for the closed form and the exact root alike
+        pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
+        return pi.to(work_dtype(q))
+
+    def _accept_all_and_emitted(self, p, q):
+        dtype = work_dtype(q)
+        p64, q64 = p.double(), q.double()
+        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        h = self._hfun(q64, delta).double()  # [..., V] in vocabulary order, solved once
+        pi = cactus_monotone_emitted(p64, q64, h_vocab=h)
+        accept = min1_ratio(h, p64) * (q64 > 0)
+        return accept.to(dtype), pi.to(dtype)
+
+
+class CactusExact(Cactus):
+    """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
+
+    name = "cactus-exact"
+    description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
+
+    def _hfun(self, q, delta):
+        return cactus_exact_h(q, float(delta))
+
+
+class CactusBudget(Cactus):
+    """Cactus with, per position, the largest delta' whose emitted pi has KL(pi ‖ q) ≤ budget.
+
+    Bisection on log delta' in [1e-9, 1e9], 16 steps (delta' within 0.07% of the edge), one
+    emitted pi per step, reusing one sort by rho and one by q; it keeps the side that fits.
+    delta' = 0 (sps) when even 1e-9 does not fit, 1e9 when that does. It assumes
+    KL(pi(delta) ‖ q) grows with delta, which held in every case we tried.
+    """
+
+    name = "cactus-budget"
+    description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
+    needs_rows = True
+    params_spec = (BUDGET,)
+    steps = 16
+
+    def _delta(self, stats):
+        return stats[0]
+
+    def position_stats(self, q, p):
+        return (budget_delta(p, q, self.params["budget"], self.steps).to(q.dtype),)
+
+
+def budget_delta(p: torch.Tensor, q: torch.Tensor, budget: float, steps: int = 16) -> torch.Tensor:
+    """Per position the largest cactus delta with KL(pi ‖ q) ≤ budget: [..., V] -> [...]."""
+    return blockwise(lambda pb, qb: _budget_delta_rows(pb, qb, budget, steps), p, q)
+
+
+def _budget_delta_rows(p: torch.Tensor, q: torch.Tensor, budget: float, steps: int) -> torch.Tensor:
+    p64, q64 = p.double(), q.double()
+    pre = CactusPrecomputed(p64, q64)
+    # c falls as q grows under the closed form: q's descending order sorts c for every delta,
+    # and h is elementwise in q, so every step works in the two fixed orders without sorting.
+    q_c, order = sort_nonneg(q64, descending=True)
+    p_c = p64.gather(-1, order)
+
+    def fits(log_delta: torch.Tensor) -> torch.Tensor:
+        delta = torch.exp(log_delta).unsqueeze(-1)
+        h_c = cactus_h(q_c, delta)
+        c_s = torch.cummax(cactus_c(q_c, h_c), -1).values
+        pi_r = pi_in_rho_order(pre, c_s, p_c, h_c, cactus_h(pre.q_r, delta))
+        return kl(pi_r, pre.q_r) <= budget  # KL does not care about the order
+
+    shape = q.shape[:-1]
+    lo = torch.full(shape, math.log(1e-9), dtype=torch.float64, device=q.device)
+    hi = torch.full(shape, math.log(UNBOUNDED), dtype=torch.float64, device=q.device)
+    top_fits = fits(hi)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        ok = fits(mid)
+        lo = torch.where(ok, mid, lo)
+        hi = torch.where(ok, hi, mid)
+    delta = torch.where(fits(lo), torch.exp(lo), torch.zeros_like(lo))
+    return torch.where(top_fits, torch.full_like(lo, UNBOUNDED), delta)

@@ -1,0 +1,32 @@
+"""Lossless speculative sampling (Leviathan et al., 2023; Chen et al., 2023)."""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_core.maths.rules.base import Rule, fallback_, min1_ratio
+from cactus_core.maths.validation import work_dtype
+
+
+class SPS(Rule):
+    """h = q: a(n) = min(1, q_n / p_n), residual normalise(max(0, q − p)), so pi = q."""
+
+    name = "sps"
+    description = "lossless speculative sampling: a(n) = min(1, q_n / p_n)"
+    citation = "Leviathan et al., ICML 2023; Chen et al., 2023"
+    lossless = True
+
+    def _h_n(self, qn, pn, stats):
+        return qn
+
+    def _target(self, q, p, n, qn, pn, stats):
+        return q.clone()
+
+    def residual_weights(self, q, p, n, qn, pn, stats):
+        return fallback_((q - p).clamp_min_(0.0), p)
+
+    def _accept_all(self, p, q, stats):
+        return min1_ratio(q, p)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return q.to(work_dtype(q)).clone()
