@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.experiments.frontier import limit_sums
-from cactus_core.experiments.sweep import DEFAULT_GRIDS, SWEPT_PARAM
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import make_rule
+from cactus_core.maths.limit import limit_sums
+from cactus_core.maths.rules import make_rule, rule_class
 
-GRIDS = {"cactus": (0.1, 0.3, 1.0, 3.0), "tas": DEFAULT_GRIDS["tas"]}
+GRIDS = {"cactus": (0.1, 0.3, 1.0, 3.0), "tas": rule_class("tas").params_spec[0].grid}
 GRIDS["interp"] = (0.02, 0.05, 0.1, 0.2, 0.3)
 
 
@@ -37,7 +36,7 @@ def main() -> None:
     for name, values in GRIDS.items():
         cells = []
         for value in values:
-            rule = make_rule(name, **{SWEPT_PARAM[name]: value})
+            rule = make_rule(name, **{rule_class(name).params_spec[0].name: value})
             acc = float((p * rule.accept_probs_all(p, q)).sum(-1).mean())
             mean_kl = float(kl(emitted_distribution(rule, p, q), q).mean())
             cells.append(f"{value:g}: {acc / curve.at(mean_kl):.3f} (KL {mean_kl:.2f})")

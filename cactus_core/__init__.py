@@ -4,8 +4,13 @@ Notation follows the paper (Hao & Mou, ICLR 2026): p is the draft's distribution
 verifier's, h the distribution a rule verifies against, pi the emitted distribution.
 Hugging Face and vLLM use the opposite letters for draft and target.
 
+Layers, each importing only those before it: `maths` (rules, verify, emitted, limit, sampling)
+<- `engine` (models, caches, decoder, trace) <- `experiments` (sweeps, benchmarks) <- `app`
+(the app's logic and figures, no Streamlit); `cli` on top. See docs/architecture.md.
+
 Names are resolved lazily so that `import cactus_core` stays cheap: the maths needs torch
-only, while the model loaders pull in transformers.
+only, while the model loaders pull in transformers. No submodule of this package shares a name
+with an export, so an export is the documented object whatever was imported before it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ from typing import Any
 _EXPORTS = {
     "make_rule": "cactus_core.maths.rules",
     "RULE_NAMES": "cactus_core.maths.rules",
+    "RULES": "cactus_core.maths.rules",
+    "Rule": "cactus_core.maths.rules",
+    "Param": "cactus_core.maths.rules",
+    "SamplingSettings": "cactus_core.maths.sampling",
     "verify": "cactus_core.maths.verify",
     "VerifyResult": "cactus_core.maths.verify",
     "emitted_distribution": "cactus_core.maths.emitted",

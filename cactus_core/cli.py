@@ -2,6 +2,8 @@
 
     generate   decode one prompt (speculatively, or verifier-only) and print text and stats
     bench      the decoder benchmark of docs/benchmarks.md
+    sweep      rules x parameter grids on a prompt set, cached; the frontier and the tuner
+    rules      the acceptance rules, their parameters and citations (docs/rules.md's table)
 
 One `_add_<command>` function per subcommand builds its parser and sets its handler, so a new
 subcommand is one more function and one line in `build_parser`.
@@ -13,9 +15,19 @@ import argparse
 import json
 import shlex
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
-from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, RULES, Rule, make_rule, rule_class
+from cactus_core.maths.rules import (
+    DEFAULT_RULE,
+    LOSSLESS_RULE,
+    RULE_NAMES,
+    RULES,
+    Rule,
+    make_rule,
+    rule_class,
+)
 from cactus_core.maths.sampling import SamplingSettings
 
 
@@ -41,13 +53,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_args(p: argparse.ArgumentParser, top_p_default: float = 1.0) -> None:
+def add_sampling_args(
+    p: argparse.ArgumentParser, top_p_default: float = 1.0, max_new_tokens: int = 128
+) -> None:
     """The SamplingSettings fields as flags, plus the generation length and chat template."""
     g = p.add_argument_group("sampling")
     for name, kind, default, text in SamplingSettings.field_specs():
         default = top_p_default if name == "top_p" else default
         g.add_argument(_flag(name), type=kind, default=default, help=f"{text} (default {default})")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     g.add_argument("--no-chat-template", action="store_true", help="encode the prompt as raw text")
 
 
@@ -290,18 +304,174 @@ def _threads() -> int:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    from cactus_core.experiments.sweep import add_sweep_arguments
-
     p = sub.add_parser("sweep", help="rules x parameter grids on a prompt set (cached, resumable)")
-    add_sweep_arguments(p)
+    rules = p.add_argument_group("rules")
+    rules.add_argument(
+        "--rules",
+        default=f"{DEFAULT_RULE},{LOSSLESS_RULE}",
+        help=f"comma-separated rules to sweep (of {', '.join(RULE_NAMES)}); default %(default)s",
+    )
+    grids = "; ".join(
+        f"{name}={','.join(f'{v:g}' for v in param.grid)}"
+        for name, cls in RULES.items()
+        if (param := cls.swept()) is not None
+    )
+    rules.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="RULE=V1,V2,...",
+        help=f"a rule's values of its swept parameter (repeatable); defaults: {grids}",
+    )
+    p.add_argument(
+        "--prompts",
+        default=None,
+        metavar="FILE",
+        help="a .jsonl or .txt prompt file (default: the built-in chat prompts)",
+    )
+    p.add_argument("--n-prompts", type=int, default=20, help="use the first N (default 20)")
+    add_sampling_args(p, max_new_tokens=64)
+    p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
+    p.add_argument(
+        "--no-limit",
+        action="store_true",
+        help="skip the limit (the per-position scoring behind the efficiency)",
+    )
+    p.add_argument("--format", choices=("json", "csv"), default="json")
+    p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--cache-dir", default=None, help="sweep cache (default $CACTUS_CACHE_DIR/sweeps)"
+    )
+    p.add_argument(
+        "--tune-kl",
+        type=float,
+        default=None,
+        metavar="NATS",
+        help="also find the parameter of --tune-rule meeting this emitted KL per token",
+    )
+    p.add_argument("--tune-rule", default=DEFAULT_RULE, choices=_tunable())
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="PATH",
+        help="also write the frontier charts as one self-contained HTML page",
+    )
     add_model_args(p)
     p.set_defaults(handler=cmd_sweep)
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from cactus_core.experiments.sweep import sweep_command
+def _tunable() -> list[str]:
+    return [name for name, cls in RULES.items() if cls.tunable]
 
-    return sweep_command(args, load_pair_from_args(args), sys.stdout, sys.stderr)
+
+def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
+    """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
+    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.experiments.sweep_config import (
+        SweepConfig,
+        parse_grid,
+        parse_prompt_file,
+        settings_from_grids,
+    )
+
+    names = [r.strip() for r in args.rules.split(",") if r.strip()]
+    grids: dict[str, list[float]] = {}
+    for name in names:
+        param = rule_class(name).swept()
+        grids[name] = list(param.grid) if param is not None else []
+    for item in args.grid:
+        rule, sep, values = item.partition("=")
+        if not sep:
+            raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
+        grids[rule.strip()] = parse_grid(rule.strip(), values)
+    if args.prompts:
+        with open(args.prompts, "rb") as f:
+            prompts = parse_prompt_file(args.prompts, f.read())
+    else:
+        prompts = builtin_prompts()
+    if args.n_prompts < 1:
+        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
+    return SweepConfig(
+        prompts=tuple(prompts[: args.n_prompts]),
+        settings=tuple(settings_from_grids(grids)),
+        sampling=sampling_from_args(args),
+        max_new_tokens=args.max_new_tokens,
+        chat_template=not args.no_chat_template,
+        chunk_size=args.chunk_size,
+        limit=not args.no_limit,
+    )
+
+
+def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
+    """A one-line progress bar for a terminal (carriage returns; a newline at the end)."""
+    start = time.perf_counter()
+
+    def show(p: Any) -> None:
+        filled = int(width * p.fraction)
+        bar = "#" * filled + "." * (width - filled)
+        where = "cached" if p.cached else "ran"
+        elapsed = time.perf_counter() - start
+        stream.write(f"\r[{bar}] {p.done}/{p.total} chunks {elapsed:5.0f}s  {p.setting} ({where})")
+        stream.write(" " * 8 + ("\n" if p.done == p.total else ""))
+        stream.flush()
+
+    return show
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
+    from cactus_core.experiments.sweep import run_sweep
+    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.tune import tune
+
+    config = sweep_config_from_args(args)
+    pair = load_pair_from_args(args)
+    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
+    start = time.perf_counter()
+    result = run_sweep(pair, config, cache, on_progress=text_progress(sys.stderr))
+    sys.stderr.write(
+        f"{len(config.settings)} settings + verifier-only x {len(config.prompts)} prompts in "
+        f"{time.perf_counter() - start:.1f} s ({result.computed_chunks} chunks computed, the rest "
+        "from the cache)\n"
+    )
+    tuned = None
+    if args.tune_kl is not None:
+        tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
+        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+    if args.html:
+        from cactus_core.app.frontier_figures import figure_html, report_figures
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(figure_html(report_figures(result)))
+    if args.format == "csv":
+        text = result.to_csv()
+    else:
+        body = json.loads(result.to_json())
+        if tuned is not None:
+            body["tuned"] = tuned.to_dict()
+            body["tuned"]["cli_flags"] = tuned.cli_flags()
+        text = json.dumps(body, indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    return 0
+
+
+# -- rules --------------------------------------------------------------------------------------
+
+
+def _add_rules(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rules", help="the acceptance rules with their parameters (Markdown)")
+    p.set_defaults(handler=cmd_rules)
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from cactus_core.maths.rules.table import rules_markdown
+
+    sys.stdout.write(rules_markdown(RULES))
+    return 0
 
 
 # -- entry point --------------------------------------------------------------------------------
@@ -316,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_bench(sub)
     _add_sweep(sub)
+    _add_rules(sub)
     return parser
 
 

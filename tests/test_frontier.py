@@ -21,26 +21,23 @@ from cactus_core.app.frontier_figures import (
     tuner_chart,
 )
 from cactus_core.experiments.frontier import (
-    LIMIT_T_GRID,
-    LimitSums,
     dominance_check,
     interpolate_param_for_budget,
-    limit_sums,
     mean_ci,
     pareto_front,
     t_quantile_975,
 )
-from cactus_core.experiments.sweep import (
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_config import (
     MAX_PROMPTS,
     Setting,
     SweepConfig,
     parse_prompt_file,
     settings_from_grids,
 )
-from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.limit import limit_at_kl, limit_curve
+from cactus_core.maths.limit import LIMIT_T_GRID, LimitSums, limit_sums, optimal_target
 from cactus_core.maths.rules import make_rule
 
 
@@ -110,16 +107,18 @@ def test_limit_two_tokens_known_optimum():
     assert curve.at(10.0) == pytest.approx(1.0)  # past KL(p ‖ q): pi = p, everything accepted
 
 
-def test_limit_agrees_with_the_rules_helpers_solver():
-    p, q = _rows(24, 40, seed=3)
-    sums = limit_sums(p, q)
-    curve = sums.curve()
-    t = np.asarray(LIMIT_T_GRID[1::16])  # t = 1 / lam; t = 0 (pi = q) has no finite lam
-    acc, div = limit_curve(p, q, (1.0 / t).tolist())
-    assert curve.mean_acceptance[1::16] == pytest.approx(acc.numpy(), abs=1e-6)
-    assert curve.mean_kl[1::16] == pytest.approx(div.numpy(), abs=1e-6)
-    for target in (0.02, 0.3):
-        assert curve.at(target) == pytest.approx(limit_at_kl(p, q, target), abs=1e-3)
+def test_one_price_limit_agrees_with_the_per_position_budget_solver():
+    """At one position one price and one budget are the same constraint: the curve's point at
+    each t must be what `optimal_target` (a bisection on A by KL, another solver) reaches at
+    that point's KL."""
+    p, q = _rows(6, 40, seed=3)
+    for row in range(p.shape[0]):
+        curve = limit_sums(p[row : row + 1], q[row : row + 1]).curve()
+        for i in range(8, len(LIMIT_T_GRID), 40):
+            budget = float(curve.mean_kl[i])
+            pi = optimal_target(p[row].double(), q[row].double(), budget)
+            reached = torch.minimum(p[row].double(), pi).sum().item()
+            assert curve.mean_acceptance[i] == pytest.approx(reached, abs=1e-6)
 
 
 def test_limit_sums_pool_across_blocks_and_serialise():

@@ -8,7 +8,7 @@ from distributions import dirichlet
 
 from cactus_core.maths.divergence import expected_acceptance, kl, total_variation
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.limit import limit_at_kl, limit_curve, optimal_params, optimal_target
+from cactus_core.maths.limit import limit_sums, optimal_params, optimal_target
 from cactus_core.maths.rules import make_rule
 
 
@@ -42,21 +42,21 @@ def test_optimal_params_structure() -> None:
 def test_limit_curve_shape() -> None:
     p = dirichlet(40, (64,), seed=5)
     q = dirichlet(40, (64,), seed=6)
-    lams = torch.logspace(-2, 3, 30, dtype=torch.float64)
-    acc, div = limit_curve(p, q, lams)
-    assert acc.shape == (30,) and div.shape == (30,)
-    assert bool((acc[1:] <= acc[:-1] + 1e-12).all())  # larger price, less KL, less acceptance
-    assert bool((div[1:] <= div[:-1] + 1e-12).all())
+    curve = limit_sums(p, q).curve()
+    acc, div = curve.mean_acceptance, curve.mean_kl
+    assert bool((acc[1:] >= acc[:-1] - 1e-12).all())  # larger t, more KL, more acceptance
+    assert bool((div[1:] >= div[:-1] - 1e-12).all())
     sps = (1 - total_variation(p, q)).mean().item()
-    assert acc[-1].item() == pytest.approx(sps, abs=2e-3) and div[-1] < 1e-3
-    assert acc[0] > sps + 0.05
+    assert acc[0] == pytest.approx(sps, abs=1e-9) and div[0] < 1e-12  # t = 0 is pi = q
+    assert acc[-1] > sps + 0.05
 
 
 def test_limit_bounds_every_rule_at_its_mean_kl() -> None:
     p = dirichlet(60, (48,), seed=7)
     q = dirichlet(60, (48,), seed=8)
+    curve = limit_sums(p, q).curve()
     sps = (1 - total_variation(p, q)).mean().item()
-    assert limit_at_kl(p, q, 0.0) == pytest.approx(sps, abs=2e-3)
+    assert curve.at(0.0) == pytest.approx(sps, abs=2e-3)
     for rule in (
         make_rule("cactus", delta=0.1),
         make_rule("cactus", delta=1.0),
@@ -67,7 +67,7 @@ def test_limit_bounds_every_rule_at_its_mean_kl() -> None:
     ):
         mean_kl = kl(emitted_distribution(rule, p, q), q).mean().item()
         acc = expected_acceptance(rule, p, q).mean().item()
-        assert limit_at_kl(p, q, mean_kl) >= acc - 1e-3, rule.label
+        assert curve.at(mean_kl) >= acc - 1e-3, rule.label
 
 
 def test_one_price_beats_equal_split() -> None:
@@ -76,16 +76,14 @@ def test_one_price_beats_equal_split() -> None:
     q = dirichlet(30, (8,), seed=10)
     budget = 0.05
     split = torch.minimum(p, optimal_target(p, q, budget)).sum(-1).mean().item()
-    assert limit_at_kl(p, q, budget) >= split - 1e-3
+    assert limit_sums(p, q).curve().at(budget) >= split - 1e-3
 
 
 def test_limit_rejects_bad_input() -> None:
     p = dirichlet(5, (2,), seed=1)
-    with pytest.raises(ValueError, match="lams"):
-        limit_curve(p, p, [0.0, 1.0])
-    with pytest.raises(ValueError, match="shape"):
-        limit_curve(p, p[:, :4], [1.0])
-    with pytest.raises(ValueError, match="target_kl"):
-        limit_at_kl(p, p, -1.0)
+    with pytest.raises(ValueError, match="must both be"):
+        limit_sums(p, p[:, :4])
+    with pytest.raises(ValueError, match="at least one"):
+        limit_sums(p[:0], p[:0]).curve()
     with pytest.raises(ValueError, match="budget"):
         optimal_target(p, p, -0.5)

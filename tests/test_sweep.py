@@ -11,18 +11,16 @@ from dataclasses import replace
 import pytest
 
 from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.experiments.sweep import (
+from cactus_core.experiments.sweep import METRICS, SweepCancelled, run_sweep
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_config import (
     BASELINE,
-    METRICS,
     Setting,
-    SweepCancelled,
     SweepConfig,
     prompt_seed,
-    run_sweep,
     settings_from_grids,
-    tune,
 )
-from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.tune import tune
 
 PROMPTS = (
     "Tell me about cacti.",

@@ -73,6 +73,23 @@ def test_first_token_follows_exact_pi(name: str, vocab: int) -> None:
         torch.testing.assert_close(pi, q, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", list(RULES))
+def test_first_token_follows_exact_pi_under_a_truncated_q(name: str) -> None:
+    """q with zeros (a top-k / top-p verifier): the drafts there are always rejected, the
+    emitted pi still matches the draws, and no token outside q's support is ever emitted."""
+    gen = torch.Generator().manual_seed(77)
+    p = dirichlet(12, (), gen)
+    q = dirichlet(12, (), gen)
+    q[[0, 3, 7, 8]] = 0.0
+    q = q / q.sum()
+    rule = make_rule(name, **RULES[name])
+    pi = emitted_distribution(rule, p, q)
+    assert float(pi[q == 0].abs().max()) == 0.0
+    tokens = one_round(p, q, rule, N_DRAWS, seed=5)
+    assert not bool((q[tokens] == 0).any())
+    assert chi_square_pvalue(tokens, pi) > 1e-3
+
+
 def test_chi_square_detects_a_wrong_law() -> None:
     """The statistical test has power: sps samples do not fit cactus's pi."""
     gen = torch.Generator().manual_seed(3)

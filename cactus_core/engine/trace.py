@@ -15,10 +15,10 @@ each) would make a trace hundreds of MB, so each position keeps its top-M entrie
 left over (the tail) is spread evenly over the other tokens when the rows are rebuilt. Hence:
 - the replay is exact whenever the tails are empty (top-k ≤ M, or a top-p nucleus of ≤ M
   tokens), which `RoundReplay.exact` reports;
-- otherwise accept decisions are still exact for rules whose a(n) needs only p_n and q_n
-  (sps, cactus, cactus-exact, interp) and for topk with k_top ≤ M; tas (entropy of q),
-  cactus-budget and optimal (whole rows) are approximate, and so is every recovered token
-  (the residual's tail is smeared).
+- otherwise accept decisions are still exact for the rules whose a(n) needs only p_n and q_n
+  (`Rule.needs_rows` False) and for those whose rows-statistic survives the cut (a rule says
+  so in `Rule.decisions_replay_exactly`); the others are approximate, and so is every
+  recovered token (the residual's tail is smeared). `python -m cactus_core rules` lists which.
 Replay judges each round on its own: the later rounds keep the drafts that were actually made.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from cactus_core.maths.rules import Rule, make_rule
+from cactus_core.maths.rules import Rule, lossless_rule, make_rule
 from cactus_core.maths.verify import verify
 
 DRAFT_FATES = ("accepted", "rejected", "dropped")
@@ -240,10 +240,6 @@ def _rebuild(ids: list[int], probs: list[float], vocab: int) -> tuple[torch.Tens
     return row / row.sum(), True
 
 
-# Rules whose a(n) needs only p_n and q_n, so replay decisions are exact with any tail.
-_POINTWISE = ("sps", "cactus", "cactus-exact", "interp")
-
-
 def reverify(trace: Trace, rule: Rule | str) -> Replay:
     """Judge every round's drafts again under `rule`, with the same coins.
 
@@ -254,7 +250,7 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
         rule = make_rule(rule)
     vocab = int(trace.meta["vocab_size"])
     greedy = float(trace.meta["temperature"]) == 0.0
-    judge = make_rule("sps") if greedy else rule
+    judge = lossless_rule() if greedy else rule
     out = []
     for rnd in trace.rounds:
         if rnd.k == 0:
@@ -282,12 +278,8 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
         )
         m = int(res.num_accepted[0])
         fates = ["accepted"] * m + (["rejected"] if m < k else []) + ["dropped"] * (k - m - 1)
-        k_top = int(judge.params.get("k_top", 0))
-        decisions_exact = (
-            exact_rows
-            or judge.name in _POINTWISE
-            or (judge.name == "topk" and k_top <= len(rnd.positions[0].replay_q_ids))
-        )
+        kept = len(rnd.positions[0].replay_q_ids)
+        decisions_exact = exact_rows or judge.decisions_replay_exactly(judge.params, kept)
         out.append(
             RoundReplay(
                 index=rnd.index,

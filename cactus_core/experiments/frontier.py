@@ -1,16 +1,9 @@
-"""Maths behind the Frontier page: confidence intervals, Pareto fronts, the limit curve, tuning.
+"""Statistics behind the Frontier page: confidence intervals, Pareto fronts, tuning.
 
 Notation: p = draft, q = verifier, pi = emitted distribution. Everything here is plain numpy or
 torch over numbers a sweep already collected; nothing loads a model.
 
-The limit (design notes, "The limit"): at one position the most any rule can accept while
-keeping KL(pi || q) <= budget is max_pi sum_x min(p_x, pi_x), solved by
-pi*_x = q_x * clip(p_x / q_x, B, A). With one price per nat shared by every position,
-A = B * e^t at each of them (t = 1 / lam), and normalisation fixes B. Sweeping t traces the
-best mean acceptance against mean KL. With the ratios r = p / q sorted once per position,
-every sum over tokens is two prefix sums away, so each (position, t) costs O(log V) after one
-O(V log V) sort; that is what lets a sweep accumulate the curve over thousands of positions
-with V = 49,152 without storing any row.
+The limit curve itself lives with the rest of the limit in `cactus_core.maths.limit`.
 """
 
 from __future__ import annotations
@@ -20,14 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-
-# t = log(A / B) for the one-price curve: t = 0 is pi = q (no divergence, acceptance
-# sum min(p, q)); t = 60 is pi = p restricted to q's support for any realistic row.
-# The grid is dense because the limit at a given KL is read off by linear interpolation along
-# the curve, which is concave, so a coarse grid would understate the limit.
-LIMIT_T_GRID: tuple[float, ...] = (0.0, *np.geomspace(1e-4, 60.0, 255).tolist())
-_BISECTION_STEPS = 36
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom (scipy is a dev dependency
 # only); larger samples use the 1/df interpolation towards 1.96 below.
@@ -132,153 +117,6 @@ def dominance_check(
         a_best = best_at_or_below(a_xs, a_ys, float(x))
         rows.append({"kl": float(x), "b": float(y), "a": a_best, "a_wins": a_best > float(y)})
     return rows
-
-
-# ---------------------------------------------------------------------------- the limit curve
-
-
-@dataclass(frozen=True)
-class LimitSums:
-    """Per-t sums of the one-price limit over some positions; add two to pool positions."""
-
-    acc: tuple[float, ...]  # sum over positions of sum_x min(p, pi*_t)
-    kl: tuple[float, ...]  # sum over positions of KL(pi*_t || q)
-    count: int
-
-    @staticmethod
-    def empty() -> LimitSums:
-        zeros = (0.0,) * len(LIMIT_T_GRID)
-        return LimitSums(zeros, zeros, 0)
-
-    def __add__(self, other: LimitSums) -> LimitSums:
-        return LimitSums(
-            tuple(a + b for a, b in zip(self.acc, other.acc, strict=True)),
-            tuple(a + b for a, b in zip(self.kl, other.kl, strict=True)),
-            self.count + other.count,
-        )
-
-    def curve(self) -> LimitCurve:
-        if self.count == 0:
-            raise ValueError("no positions: the limit curve needs at least one p, q row")
-        return LimitCurve(
-            np.asarray(self.kl) / self.count, np.asarray(self.acc) / self.count, self.count
-        )
-
-    def to_dict(self) -> dict:
-        return {"acc": list(self.acc), "kl": list(self.kl), "count": self.count}
-
-    @staticmethod
-    def from_dict(d: dict) -> LimitSums:
-        if len(d["acc"]) != len(LIMIT_T_GRID) or len(d["kl"]) != len(LIMIT_T_GRID):
-            raise ValueError("limit sums were computed on another t grid")
-        return LimitSums(tuple(d["acc"]), tuple(d["kl"]), int(d["count"]))
-
-
-@dataclass(frozen=True)
-class LimitCurve:
-    """Best mean acceptance any rule can reach against mean emitted KL, on fixed positions."""
-
-    mean_kl: np.ndarray  # [L], non-decreasing in t
-    mean_acceptance: np.ndarray  # [L], non-decreasing in t
-    count: int
-
-    def at(self, kl: float) -> float:
-        """The limit's mean acceptance at mean emitted KL kl (its maximum beyond the curve)."""
-        if math.isnan(kl):
-            return math.nan
-        x = np.maximum.accumulate(self.mean_kl)
-        return float(np.interp(kl, x, self.mean_acceptance))
-
-
-def limit_sums(p: torch.Tensor, q: torch.Tensor, rows_per_block: int = 64) -> LimitSums:
-    """Sums over rows of the one-price limit at every t in LIMIT_T_GRID.
-
-    p, q: [N, V] probabilities (draft and verifier, after the same temperature/top-k/top-p).
-    """
-    if p.shape != q.shape or p.dim() != 2:
-        raise ValueError(f"p and q must both be [N, V], got {tuple(p.shape)} and {tuple(q.shape)}")
-    total = LimitSums.empty()
-    t = torch.tensor(LIMIT_T_GRID, dtype=torch.float64)
-    for start in range(0, p.shape[0], rows_per_block):
-        acc, kl = _limit_block(
-            p[start : start + rows_per_block], q[start : start + rows_per_block], t
-        )
-        total = total + LimitSums(
-            tuple(acc.sum(0).tolist()), tuple(kl.sum(0).tolist()), int(acc.shape[0])
-        )
-    return total
-
-
-def limit_sums_per_row(p: torch.Tensor, q: torch.Tensor) -> list[LimitSums]:
-    """limit_sums of each row alone (count 1 each), so a caller can pool any subset later."""
-    if p.shape != q.shape or p.dim() != 2:
-        raise ValueError(f"p and q must both be [N, V], got {tuple(p.shape)} and {tuple(q.shape)}")
-    if p.shape[0] == 0:
-        return []
-    acc, kl = _limit_block(p, q, torch.tensor(LIMIT_T_GRID, dtype=torch.float64))
-    rows = zip(acc.tolist(), kl.tolist(), strict=True)
-    return [LimitSums(tuple(a), tuple(b), 1) for a, b in rows]
-
-
-def _limit_block(
-    p: torch.Tensor, q: torch.Tensor, t: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row acceptance and KL of pi*_t for every t: [N, L] each (float64)."""
-    p = p.detach().to(device="cpu", dtype=torch.float64)
-    q = q.detach().to(device="cpu", dtype=torch.float64)
-    p = p / p.sum(-1, keepdim=True)
-    q = q / q.sum(-1, keepdim=True)
-    # r = p / q; tokens outside q's support get r = inf so they sort last and only ever meet
-    # the A * q = 0 branch.
-    r = torch.where(q > 0, p / q.clamp_min(1e-300), torch.full_like(p, math.inf))
-    # numpy's argsort is ~3x faster than torch.sort on the CPU, and the sort dominates.
-    order = torch.from_numpy(np.argsort(r.numpy(), axis=-1))  # [N, V]
-    r = torch.gather(r, -1, order)
-    ps = torch.gather(p, -1, order)
-    qs = torch.gather(q, -1, order)
-    # p log r, with 0 log 0 = 0 and nothing for r = inf (never in the middle band).
-    plr = torch.where((ps > 0) & torch.isfinite(r), ps * torch.log(r.clamp_min(1e-300)), 0.0)
-    zero = torch.zeros(p.shape[0], 1, dtype=torch.float64)
-    qc = torch.cat([zero, qs.cumsum(-1)], -1)  # [N, V+1]: sums over the first j sorted tokens
-    pc = torch.cat([zero, ps.cumsum(-1)], -1)
-    lc = torch.cat([zero, plr.cumsum(-1)], -1)
-    q_tot = qc[:, -1:]
-
-    n, nt = p.shape[0], t.shape[0]
-    tt = t.unsqueeze(0).expand(n, nt)
-    et = torch.exp(tt)
-
-    def mass(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a = b * et
-        i_b = torch.searchsorted(r, b, side="left")  # tokens with r < B get B q
-        i_a = torch.searchsorted(r, a, side="right")  # tokens with r > A get A q
-        m = b * qc.gather(1, i_b) + pc.gather(1, i_a) - pc.gather(1, i_b)
-        return m + a * (q_tot - qc.gather(1, i_a)), i_b, i_a
-
-    # sum_x q clip(r, B, B e^t) grows with B; it is <= 1 at B = e^-t (A = 1) and >= 1 at B = 1.
-    # Bisection (in log B) only has to find which tokens sit in which band: there the mass is
-    # linear in B and the last step solves it exactly.
-    lo, hi = -tt.clone(), torch.zeros_like(tt)
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        high = mass(torch.exp(mid))[0] > 1.0
-        hi = torch.where(high, mid, hi)
-        lo = torch.where(high, lo, mid)
-    _, i_b, i_a = mass(torch.exp(0.5 * (lo + hi)))
-    upper_q = q_tot - qc.gather(1, i_a)
-    slope = qc.gather(1, i_b) + et * upper_q
-    b_lin = (1.0 - pc.gather(1, i_a) + pc.gather(1, i_b)) / slope.clamp_min(1e-300)
-    b = torch.where(slope > 0, b_lin, torch.exp(0.5 * (lo + hi)))
-    b = b.clamp(torch.exp(lo), torch.exp(hi))
-    a = b * et
-    acc = pc.gather(1, i_a) + a * upper_q
-    kl = (
-        b * torch.log(b) * qc.gather(1, i_b)
-        + lc.gather(1, i_a)
-        - lc.gather(1, i_b)
-        + a * torch.log(a) * upper_q
-    )
-    return acc.clamp(0.0, 1.0), kl.clamp_min(0.0)
 
 
 # ------------------------------------------------------------------------------------ tuner

@@ -15,7 +15,10 @@ position (O(V log V)); after that each candidate (A, B) costs O(log V) through p
 pi* sums to 1 iff G(B) = H(A), and its acceptance sum min(p, pi*) is 1 − H(A). Its KL is
 B log B · Q(rho < B) + sum_{B ≤ rho ≤ A} p log rho + A log A · Q(rho > A).
 
-All of it runs in float64: the prefix-sum differences cancel badly in float32.
+Two solvers share that index: `optimal_params` (a KL budget per position: the `optimal` rule)
+and `limit_sums` (one price per nat for all positions: the limit curve the frontier draws,
+A = B·e^t at every position, sweeping t). All of it runs in float64: the prefix-sum
+differences cancel badly in float32.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from cactus_core.maths.divergence import kl
@@ -30,8 +34,6 @@ from cactus_core.maths.validation import blockwise, check_number, check_pair
 
 # log A spans at most ~700 nats and B lies in [0, 1]: 48 halvings leave ~1e-12 of either.
 _BISECT_STEPS = 48
-# e^(1/lam) overflows float64 past 709; beyond ~e^700 pi* is p on the finite ratios anyway.
-_MAX_LOG_RATIO = 700.0
 
 
 def excl_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -159,7 +161,7 @@ def optimal_params(
     """
     check_pair(p, q, validate)
     if not isinstance(budget, torch.Tensor):
-        budget = check_number("optimal", "budget", budget, 0.0, 1e9)
+        budget = check_number("limit", "budget", budget, 0.0, 1e9)
     if isinstance(budget, torch.Tensor) and budget.dim() > 0:
         budget = budget.expand(p.shape[:-1]).unsqueeze(-1).expand(p.shape).to(p.dtype)
         return blockwise(lambda pb, qb, bb: _optimal_rows(pb, qb, bb[..., 0]), p, q, budget)
@@ -201,78 +203,136 @@ def optimal_target(
     return pi.to(torch.float64 if p.dtype == torch.float64 else torch.float32)
 
 
-def _one_price(idx: RatioIndex, log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For A/B = e^log_ratio ([..., L]), the B solving G(B) = H(A). Returns (B, A) [..., L]."""
-    ratio = torch.exp(log_ratio.clamp(max=_MAX_LOG_RATIO))
-    lo = torch.zeros_like(ratio)
-    hi = torch.ones_like(ratio)
-    for _ in range(_BISECT_STEPS):
+# ---------------------------------------------------------------------------- one price
+# t = log(A / B) for the one-price curve: t = 0 is pi = q (no divergence, acceptance
+# sum min(p, q)); t = 60 is pi = p restricted to q's support for any realistic row.
+# The grid is dense because the limit at a given KL is read off by linear interpolation along
+# the curve, which is concave, so a coarse grid would understate the limit.
+LIMIT_T_GRID: tuple[float, ...] = (0.0, *np.geomspace(1e-4, 60.0, 255).tolist())
+# Halvings of log B before the last step solves the (then linear) normalisation exactly.
+_PRICE_STEPS = 36
+
+
+@dataclass(frozen=True)
+class LimitSums:
+    """Per-t sums of the one-price limit over some positions; add two to pool positions."""
+
+    acc: tuple[float, ...]  # sum over positions of sum_x min(p, pi*_t)
+    kl: tuple[float, ...]  # sum over positions of KL(pi*_t ‖ q)
+    count: int
+
+    @staticmethod
+    def empty() -> LimitSums:
+        zeros = (0.0,) * len(LIMIT_T_GRID)
+        return LimitSums(zeros, zeros, 0)
+
+    def __add__(self, other: LimitSums) -> LimitSums:
+        return LimitSums(
+            tuple(a + b for a, b in zip(self.acc, other.acc, strict=True)),
+            tuple(a + b for a, b in zip(self.kl, other.kl, strict=True)),
+            self.count + other.count,
+        )
+
+    def curve(self) -> LimitCurve:
+        if self.count == 0:
+            raise ValueError("no positions: the limit curve needs at least one p, q row")
+        return LimitCurve(
+            np.asarray(self.kl) / self.count, np.asarray(self.acc) / self.count, self.count
+        )
+
+    def to_dict(self) -> dict:
+        return {"acc": list(self.acc), "kl": list(self.kl), "count": self.count}
+
+    @staticmethod
+    def from_dict(d: dict) -> LimitSums:
+        if len(d["acc"]) != len(LIMIT_T_GRID) or len(d["kl"]) != len(LIMIT_T_GRID):
+            raise ValueError("limit sums were computed on another t grid")
+        return LimitSums(tuple(d["acc"]), tuple(d["kl"]), int(d["count"]))
+
+
+@dataclass(frozen=True)
+class LimitCurve:
+    """Best mean acceptance any rule can reach against mean emitted KL, on fixed positions."""
+
+    mean_kl: np.ndarray  # [L], non-decreasing in t
+    mean_acceptance: np.ndarray  # [L], non-decreasing in t
+    count: int
+
+    def at(self, kl: float) -> float:
+        """The limit's mean acceptance at mean emitted KL kl (its maximum beyond the curve)."""
+        if math.isnan(kl):
+            return math.nan
+        x = np.maximum.accumulate(self.mean_kl)
+        return float(np.interp(kl, x, self.mean_acceptance))
+
+
+def limit_sums(p: torch.Tensor, q: torch.Tensor, rows_per_block: int = 64) -> LimitSums:
+    """Sums over rows of the one-price limit at every t in LIMIT_T_GRID.
+
+    p, q: [N, V] probabilities (draft and verifier, after the same temperature/top-k/top-p).
+    """
+    total = LimitSums.empty()
+    for start in range(0, _rows(p, q), rows_per_block):
+        block = slice(start, start + rows_per_block)
+        acc, div = _one_price_rows(p[block], q[block])
+        total = total + LimitSums(
+            tuple(acc.sum(0).tolist()), tuple(div.sum(0).tolist()), int(acc.shape[0])
+        )
+    return total
+
+
+def limit_sums_per_row(p: torch.Tensor, q: torch.Tensor) -> list[LimitSums]:
+    """limit_sums of each row alone (count 1 each), so a caller can pool any subset later."""
+    if _rows(p, q) == 0:
+        return []
+    acc, div = _one_price_rows(p, q)
+    rows = zip(acc.tolist(), div.tolist(), strict=True)
+    return [LimitSums(tuple(a), tuple(b), 1) for a, b in rows]
+
+
+def _rows(p: torch.Tensor, q: torch.Tensor) -> int:
+    if p.shape != q.shape or p.dim() != 2:
+        raise ValueError(f"p and q must both be [N, V], got {tuple(p.shape)} and {tuple(q.shape)}")
+    return p.shape[0]
+
+
+def _one_price_rows(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the acceptance and KL of pi*_t = q·clip(p/q, B, B·e^t) for every t in
+    LIMIT_T_GRID: [N, L] each (float64).
+
+    sum_x q·clip(rho, B, B·e^t) grows with B: it is ≤ 1 at B = e^-t (A = 1) and ≥ 1 at B = 1.
+    Bisection in log B only has to find which tokens sit in which band; there the mass is
+    linear in B and the last step solves it exactly.
+    """
+    p = p.detach().to(device="cpu", dtype=torch.float64)
+    q = q.detach().to(device="cpu", dtype=torch.float64)
+    idx = RatioIndex.build(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True))
+    q_tot = idx.qc[..., -1:]  # [N, 1]
+    t = torch.tensor(LIMIT_T_GRID, dtype=torch.float64).expand(p.shape[0], -1)  # [N, L]
+    et = torch.exp(t)
+
+    def bands(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(mass of the clip at B [N, L], #tokens with rho < B, #tokens with rho ≤ A)."""
+        i_b = torch.searchsorted(idx.rho_s, b, side="left")
+        i_a = torch.searchsorted(idx.rho_s, b * et, side="right")
+        mass = b * take(idx.qc, i_b) + take(idx.pc, i_a) - take(idx.pc, i_b)
+        return mass + b * et * (q_tot - take(idx.qc, i_a)), i_b, i_a
+
+    lo, hi = -t.clone(), torch.zeros_like(t)
+    for _ in range(_PRICE_STEPS):
         mid = 0.5 * (lo + hi)
-        surplus = idx.G(mid) - idx.H(mid * ratio)  # increasing in B
-        ok = surplus <= 0
-        lo = torch.where(ok, mid, lo)
-        hi = torch.where(ok, hi, mid)
-    b = 0.5 * (lo + hi)
-    return b, b * ratio
-
-
-def _curve_points(idx: RatioIndex, lams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per position and price: acceptance and KL of pi*, each [N, L]."""
-    log_ratio = (1.0 / lams).expand(idx.rho.shape[0], -1)
-    b, a = _one_price(idx, log_ratio)
-    return 1.0 - idx.H(a), idx.kl_clip(a, b)
-
-
-def _as_rows(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    check_pair(p, q)
-    v = p.shape[-1]
-    return p.reshape(-1, v), q.reshape(-1, v)
-
-
-def limit_curve(
-    p: torch.Tensor, q: torch.Tensor, lams: torch.Tensor | list[float]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The limit curve over positions p, q [N, V] (any leading shape is flattened).
-
-    One price lam per nat of KL for every position: A = B·e^(1/lam). Returns
-    (mean_acceptance [L], mean_kl [L]) in float64, one point per lam (lam > 0). Small lam
-    tends to pi* = p (most acceptance), large lam to pi* = q (acceptance 1 − TV, KL 0).
-    """
-    p, q = _as_rows(p, q)
-    lams_t = torch.as_tensor(lams, dtype=torch.float64, device=p.device).reshape(1, -1)
-    if lams_t.numel() == 0 or not bool((lams_t > 0).all()):
-        raise ValueError("limit_curve: lams must be a non-empty list of positive numbers")
-    if p.shape[0] == 0:
-        raise ValueError("limit_curve: need at least one position")
-    idx = RatioIndex.build(p, q)
-    acc, div = _curve_points(idx, lams_t)
-    return acc.mean(0), div.mean(0)
-
-
-def limit_at_kl(p: torch.Tensor, q: torch.Tensor, target_kl: float) -> float:
-    """Best mean acceptance over positions p, q [N, V] at mean KL(pi ‖ q) ≤ target_kl.
-
-    Refines the price lam on log-spaced grids (mean KL falls as lam grows) and returns the
-    acceptance at the smallest grid price whose mean KL fits, so it errs low by at most the
-    last grid's spacing (relative KL step about 1e-4).
-    """
-    target_kl = check_number("limit", "target_kl", target_kl, 0.0, math.inf)
-    p, q = _as_rows(p, q)
-    if p.shape[0] == 0:
-        raise ValueError("limit_at_kl: need at least one position")
-    idx = RatioIndex.build(p, q)
-    lo, hi = math.log(1e-4), math.log(1e6)
-    best = None
-    for _ in range(4):
-        grid = torch.linspace(lo, hi, 33, dtype=torch.float64, device=p.device)
-        acc, div = _curve_points(idx, torch.exp(grid).reshape(1, -1))
-        acc, div = acc.mean(0).tolist(), div.mean(0).tolist()
-        fits = [i for i, d in enumerate(div) if d <= target_kl]
-        if not fits:  # even the largest price overshoots: take the lossless end
-            return acc[-1]
-        i = fits[0]
-        best = acc[i]
-        if i == 0:
-            return best
-        lo, hi = grid[i - 1].item(), grid[i].item()
-    return best
+        high = bands(torch.exp(mid))[0] > 1.0
+        hi = torch.where(high, mid, hi)
+        lo = torch.where(high, lo, mid)
+    _, i_b, i_a = bands(torch.exp(0.5 * (lo + hi)))
+    upper_q = q_tot - take(idx.qc, i_a)
+    slope = take(idx.qc, i_b) + et * upper_q
+    b_lin = (1.0 - take(idx.pc, i_a) + take(idx.pc, i_b)) / slope.clamp_min(1e-300)
+    b = torch.where(slope > 0, b_lin, torch.exp(0.5 * (lo + hi)))
+    b = b.clamp(torch.exp(lo), torch.exp(hi))
+    a = b * et
+    acc = take(idx.pc, i_a) + a * upper_q
+    div = (
+        xlogx(b) * take(idx.qc, i_b) + take(idx.plc, i_a) - take(idx.plc, i_b) + xlogx(a) * upper_q
+    )
+    return acc.clamp(0.0, 1.0), div.clamp_min(0.0)

@@ -119,10 +119,6 @@ def raise_if_any(checks: list[tuple[str, torch.Tensor]]) -> None:
             raise ValueError(message)
 
 
-def check_probs(name: str, x: torch.Tensor) -> None:
-    raise_if_any(prob_checks(name, x))
-
-
 def check_pair(p: torch.Tensor, q: torch.Tensor, validate: bool = True) -> None:
     """p (draft) and q (verifier) at the same positions: same shape, probability rows."""
     check_float("p", p)

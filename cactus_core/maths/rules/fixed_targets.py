@@ -9,19 +9,25 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.limit import clip_target, optimal_params
-from cactus_core.maths.rules.base import Param, Rule, min1_ratio
+from cactus_core.maths.rules.base import NO_STATS, Param, Rule, fallback_, min1_ratio
 from cactus_core.maths.rules.cactus import BUDGET
 from cactus_core.maths.validation import work_dtype
 
 
 class Interp(Rule):
-    """Verify against the mixture h = alpha·p + (1 − alpha)·q, restricted to q's support and
-    renormalised (a no-op without truncation); pi = h."""
+    """Verify against the mixture h = alpha·p + (1 − alpha)·q, with h = 0 where q = 0.
+
+    Without truncation h sums to 1 and pi = h. With a truncated q, h' (the mixture off q's
+    support removed) sums to 1 − alpha·p(q = 0); the rule stays pointwise, a(n) =
+    min(1, h'_n / p_n), and the residual normalise((h' − p)+) (q itself if that is empty) has no
+    mass off q's support, so no ruled-out token is ever emitted. Then
+    pi = min(p, h') + (1 − sum min(p, h'))·residual, and `adjusted_target` reports h' normalised.
+    """
 
     name = "interp"
     description = "verify against h = alpha·p + (1 − alpha)·q on q's support"
     citation = "mixture of draft and verifier: a simple lossy baseline"
-    needs_rows = True  # the renormalisation after a truncated q needs p's mass outside it
+    tunable = True
     params_spec = (
         Param(
             "alpha",
@@ -34,20 +40,22 @@ class Interp(Rule):
             help="h = alpha·p + (1 − alpha)·q.",
         ),
     )
-    tunable = True
-
-    def position_stats(self, q, p):
-        outside = (p * (q == 0).to(p.dtype)).sum(-1)  # p's mass where q rules a token out
-        return (1 - self.params["alpha"] * outside,)  # the normaliser of h on q's support
 
     def _h_n(self, qn, pn, stats):
         alpha = self.params["alpha"]
-        return (alpha * pn + (1 - alpha) * qn) * (qn > 0).to(qn.dtype) / stats[0]
+        return alpha * pn + (1 - alpha) * qn  # q_n = 0 is rejected by Rule.accept
 
     def _target(self, q, p, n, qn, pn, stats):
         alpha = self.params["alpha"]
-        h = (alpha * p).mul_((q > 0).to(p.dtype)).add_(q, alpha=1 - alpha)
-        return h.div_(stats[0].unsqueeze(-1))
+        return torch.where(q > 0, alpha * p + (1 - alpha) * q, torch.zeros_like(q))
+
+    def residual_weights(self, q, p, n, qn, pn, stats):
+        w = self._target(q, p, n, qn, pn, stats).sub_(p).clamp_min_(0.0)
+        return fallback_(w, q)  # empty only when every kept draft passes: q is a safe draw
+
+    def adjusted_target(self, q, p, n, validate=True):
+        h = super().adjusted_target(q, p, n, validate)
+        return h / h.sum(-1, keepdim=True)
 
     def _accept_all(self, p, q, stats):
         return min1_ratio(self._target(q, p, None, None, None, stats), p)
@@ -55,7 +63,10 @@ class Interp(Rule):
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))
         p, q = p.to(dtype), q.to(dtype)
-        return self._target(q, p, None, None, None, self.position_stats(q, p))
+        kept = torch.minimum(p, self._target(q, p, None, None, None, NO_STATS))
+        w = self.residual_weights(q, p, None, None, None, NO_STATS)
+        rejected = 1 - kept.sum(-1, keepdim=True)
+        return kept + rejected.clamp_min(0.0) * w / w.sum(-1, keepdim=True)
 
 
 class Optimal(Rule):
@@ -88,5 +99,3 @@ class Optimal(Rule):
         p64, q64 = p.double(), q.double()
         pi = clip_target(p64, q64, *self.position_stats(q64, p64))
         return (pi / pi.sum(-1, keepdim=True)).to(dtype)
-
-

@@ -155,5 +155,3 @@ class TopK(Rule):
         rejected = (p * (1 - keep)).sum(-1, keepdim=True)
         w = self.residual_weights(q, p, None, None, None, stats)
         return p * keep + rejected * w / w.sum(-1, keepdim=True)
-
-

@@ -1,0 +1,241 @@
+"""What a sweep runs: prompt files, settings (a rule with its swept parameter), the config.
+
+A setting's swept parameter and default grid come from the rule's metadata
+(`Rule.swept()`, `Param.grid`); the sampling settings are the shared `SamplingSettings`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from cactus_core.maths.rules import Rule, make_rule, rule_class
+from cactus_core.maths.sampling import SamplingSettings
+
+BASELINE = "verifier-only"
+
+
+# ------------------------------------------------------------------------------ prompt files
+
+MAX_PROMPT_FILE_BYTES = 5 * 1024 * 1024
+MAX_PROMPTS = 1000
+
+
+def parse_prompt_file(name: str, data: bytes) -> list[str]:
+    """Prompts from an uploaded file's name and bytes; ValueError naming the bad line.
+
+    .jsonl: one prompt a line, a JSON object with a string "prompt" field (the built-in file's
+    format) or a bare JSON string. .txt: one prompt a line, with the two characters \\n read as
+    a newline. Blank lines are skipped. Files over 5 MB or with over 1,000 prompts are refused.
+    """
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise ValueError(
+            f"{name}: {len(data) / 2**20:.1f} MB is over the {MAX_PROMPT_FILE_BYTES // 2**20} MB "
+            "limit for a prompt file"
+        )
+    suffix = PurePath(name).suffix.lower()
+    if suffix not in (".jsonl", ".txt"):
+        raise ValueError(f"{name}: a prompt file must end in .jsonl or .txt, not {suffix or '∅'}")
+    prompts: list[str] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{name}, line {number}: not valid UTF-8 ({err.reason})") from None
+        if not line.strip():
+            continue
+        if suffix == ".jsonl":
+            prompt = _jsonl_prompt(name, number, line)
+        else:
+            prompt = line.strip().replace("\\n", "\n")
+        if "\x00" in prompt:
+            raise ValueError(f"{name}, line {number}: the prompt contains a NUL character")
+        prompts.append(prompt)
+        if len(prompts) > MAX_PROMPTS:
+            raise ValueError(f"{name}: more than {MAX_PROMPTS} prompts (line {number}); split it")
+    if not prompts:
+        raise ValueError(f"{name}: no prompts (the file is empty or only blank lines)")
+    return prompts
+
+
+def _jsonl_prompt(name: str, number: int, line: str) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{name}, line {number}: not valid JSON ({err.msg})") from None
+    if isinstance(obj, dict):
+        if "prompt" not in obj:
+            raise ValueError(f'{name}, line {number}: the JSON object has no "prompt" field')
+        obj = obj["prompt"]
+    if not isinstance(obj, str):
+        raise ValueError(
+            f'{name}, line {number}: expected a string or {{"prompt": "..."}}, '
+            f"got {type(obj).__name__}"
+        )
+    if not obj.strip():
+        raise ValueError(f"{name}, line {number}: the prompt is empty")
+    return obj
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of a sweep: a rule with its parameters, or the verifier-only baseline."""
+
+    rule: str
+    params: tuple[tuple[str, float | int], ...] = ()
+
+    @classmethod
+    def of(cls, rule: str, **params: float | int) -> Setting:
+        if rule == BASELINE:
+            if params:
+                raise ValueError(f"{BASELINE} takes no parameters")
+            return cls(rule)
+        checked = make_rule(rule, **params).params  # validates names and ranges
+        given = {k: checked[k] for k in params}
+        return cls(rule, tuple(sorted(given.items())))
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.rule == BASELINE
+
+    def make_rule(self) -> Rule:
+        if self.is_baseline:
+            raise ValueError("the verifier-only baseline has no acceptance rule")
+        return make_rule(self.rule, **dict(self.params))
+
+    @property
+    def label(self) -> str:
+        return BASELINE if self.is_baseline else self.make_rule().label
+
+    @property
+    def param(self) -> str | None:
+        """The swept parameter's name (None for sps and the baseline)."""
+        if self.is_baseline or (param := rule_class(self.rule).swept()) is None:
+            return None
+        return param.name
+
+    @property
+    def value(self) -> float | None:
+        """The swept parameter's value (None for sps and the baseline)."""
+        name = self.param
+        return None if name is None else float(self.make_rule().params[name])
+
+    @property
+    def id(self) -> str:
+        """A short stable name, e.g. 'cactus:delta=0.3' (used to find a clicked point)."""
+        return self.rule + "".join(f":{k}={v:g}" for k, v in self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "params": dict(self.params)}
+
+    @classmethod
+    def from_id(cls, text: str) -> Setting:
+        rule, *parts = text.split(":")
+        params: dict[str, float | int] = {}
+        for part in parts:
+            key, _, val = part.partition("=")
+            num = float(val)
+            params[key] = num
+        integer = {p.name for p in rule_class(rule).params_spec if p.integer}
+        params = {k: int(v) if k in integer and v.is_integer() else v for k, v in params.items()}
+        return cls.of(rule, **params)
+
+
+def settings_from_grids(grids: dict[str, Sequence[float]]) -> list[Setting]:
+    """Settings for each rule over its grid of the swept parameter (sps takes an empty grid)."""
+    out: list[Setting] = []
+    for rule, grid in grids.items():
+        param = rule_class(rule).swept()
+        if param is None:
+            out.append(Setting.of(rule))
+            continue
+        if not grid:
+            raise ValueError(f"rule {rule!r}: give at least one value of {param.name}")
+        for value in grid:
+            v = int(value) if param.integer else float(value)
+            out.append(Setting.of(rule, **{param.name: v}))
+    return list(dict.fromkeys(out))  # drop repeats, keep order
+
+
+def parse_grid(rule: str, text: str) -> list[float]:
+    """A rule's grid from text such as "0, 0.1, 0.3" (commas or spaces); ValueError if bad."""
+    param = rule_class(rule).swept()
+    parts = [t for t in text.replace(",", " ").split() if t]
+    if param is None:
+        if parts:
+            raise ValueError(f"{rule} has no parameter to sweep; leave its grid empty")
+        return []
+    if not parts:
+        raise ValueError(f"{rule}: give at least one value of {param.name}")
+    values = []
+    for t in parts:
+        try:
+            values.append(float(t))
+        except ValueError:
+            raise ValueError(f"{rule}: {t!r} is not a number") from None
+    settings_from_grids({rule: values})  # checks each value's range
+    return values
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything that decides a sweep's numbers except the models."""
+
+    prompts: tuple[str, ...]
+    settings: tuple[Setting, ...]
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    max_new_tokens: int = 64
+    chat_template: bool = True
+    chunk_size: int = 5
+    limit: bool = True  # score every decided position for the limit and the efficiency
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise ValueError("a sweep needs at least one prompt")
+        if len(self.prompts) > MAX_PROMPTS:
+            raise ValueError(
+                f"a sweep takes at most {MAX_PROMPTS} prompts, got {len(self.prompts)}"
+            )
+        if not self.settings:
+            raise ValueError("a sweep needs at least one setting")
+        if any(s.is_baseline for s in self.settings):
+            raise ValueError(f"{BASELINE} is always run; do not list it as a setting")
+        if not isinstance(self.sampling, SamplingSettings):
+            raise ValueError("sampling must be a SamplingSettings")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+
+    def chunks(self) -> list[tuple[int, ...]]:
+        n = len(self.prompts)
+        return [tuple(range(i, min(i + self.chunk_size, n))) for i in range(0, n, self.chunk_size)]
+
+    def decoding(self) -> dict[str, Any]:
+        """The sampling settings with the generation length and template: what a chunk's
+        numbers depend on besides the setting, the prompts and the models."""
+        return {
+            **self.sampling.to_dict(),
+            "max_new_tokens": self.max_new_tokens,
+            "chat_template": self.chat_template,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.decoding(),
+            "chunk_size": self.chunk_size,
+            "limit": self.limit,
+            "settings": [s.id for s in self.settings],
+            "prompts": list(self.prompts),
+        }
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed of prompt `index`: the same in every setting (common random numbers)."""
+    return seed + index
