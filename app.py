@@ -11,7 +11,9 @@ import os
 
 import streamlit as st
 
-from cactus_core.app.app_state import RULE_DESCRIPTIONS, AppSettings
+from cactus_core.app.settings import AppSettings, available_devices, rules_markdown
+from cactus_core.maths.rules import CactusBudget, CactusExact
+from cactus_core.maths.sampling import SamplingSettings
 from pages._common import (
     GOTO_PARAM,
     SETTINGS_ERROR_KEY,
@@ -26,10 +28,71 @@ EMBEDDED = "Embedded pair (offline)"
 CUSTOM = "Hub id or local folder"
 
 
-def _cuda_available() -> bool:
-    import torch
+def _pair_widgets() -> tuple[str, str | None, str | None, str]:
+    """Source, verifier, draft and device as typed (verifier/draft None for the embedded)."""
+    st.markdown("### Model pair")
+    source = st.radio("Source", [EMBEDDED, CUSTOM], key="sb_source")
+    verifier = draft = None
+    if source == CUSTOM:
+        verifier = st.text_input(
+            "Verifier",
+            key="sb_verifier",
+            placeholder="HuggingFaceTB/SmolLM2-1.7B-Instruct or /path/to/folder",
+        ).strip()
+        draft = st.text_input(
+            "Draft (empty: the embedded draft)",
+            key="sb_draft",
+            placeholder="HuggingFaceTB/SmolLM2-135M-Instruct or /path/to/folder",
+        ).strip()
+    device = st.selectbox("Device", available_devices(), key="sb_device")
+    return source, verifier or None, draft or None, device
 
-    return torch.cuda.is_available()
+
+def _sampling_widgets() -> dict[str, float | int]:
+    """SamplingSettings' fields, as the widgets hold them."""
+    st.markdown("### Sampling")
+    temperature = st.slider(
+        "Temperature T",
+        0.0,
+        2.0,
+        0.7,
+        0.05,
+        key="sb_temperature",
+        help="T = 0 is greedy: p and q become one-hot and every rule is exact match.",
+    )
+    top_k = st.number_input(
+        "top-k (0 = off)", 0, 1000, 0, 1, key="sb_top_k", help="Applied to p and q alike."
+    )
+    top_p = st.slider(
+        "top-p",
+        0.05,
+        1.0,
+        1.0,
+        0.01,
+        key="sb_top_p",
+        help="A draft outside q's nucleus has q_n = 0; no delta rescues it.",
+    )
+    st.markdown("### Speculation")
+    k = st.slider("k (draft tokens per round)", 1, 12, 4, key="sb_k")
+    seed = st.number_input("Seed", 0, 2**31 - 1, 0, 1, key="sb_seed")
+    return {
+        "temperature": float(temperature),
+        "top_k": int(top_k),
+        "top_p": float(top_p),
+        "k": int(k),
+        "seed": int(seed),
+    }
+
+
+def _pair_status(s: AppSettings) -> None:
+    loading = preload_pair(s)
+    warm = warm_label(s)
+    if warm:
+        st.caption(f"Loaded: {warm}")
+    elif loading:
+        st.caption("Loading the embedded pair in the background for the Decode page.")
+    else:
+        st.caption("Models load on the Decode page.")
 
 
 def sidebar() -> None:
@@ -40,79 +103,21 @@ def sidebar() -> None:
         st.session_state.update(sb_source=CUSTOM, sb_verifier=env_v, sb_draft=env_d)
 
     with st.sidebar:
-        st.markdown("### Model pair")
-        source = st.radio("Source", [EMBEDDED, CUSTOM], key="sb_source")
-        verifier = draft = None
-        if source == CUSTOM:
-            verifier = st.text_input(
-                "Verifier",
-                key="sb_verifier",
-                placeholder="HuggingFaceTB/SmolLM2-1.7B-Instruct or /path/to/folder",
-            ).strip()
-            draft = st.text_input(
-                "Draft (empty: the embedded draft)",
-                key="sb_draft",
-                placeholder="HuggingFaceTB/SmolLM2-135M-Instruct or /path/to/folder",
-            ).strip()
-        devices = ["auto", "cpu"] + (["cuda"] if _cuda_available() else [])
-        device = st.selectbox("Device", devices, key="sb_device")
-
-        st.markdown("### Sampling")
-        temperature = st.slider(
-            "Temperature T",
-            0.0,
-            2.0,
-            0.7,
-            0.05,
-            key="sb_temperature",
-            help="T = 0 is greedy: p and q become one-hot and every rule is exact match.",
-        )
-        top_k = st.number_input(
-            "top-k (0 = off)", 0, 1000, 0, 1, key="sb_top_k", help="Applied to p and q alike."
-        )
-        top_p = st.slider(
-            "top-p",
-            0.05,
-            1.0,
-            1.0,
-            0.01,
-            key="sb_top_p",
-            help="A draft outside q's nucleus has q_n = 0; no delta rescues it.",
-        )
-        st.markdown("### Speculation")
-        k = st.slider("k (draft tokens per round)", 1, 12, 4, key="sb_k")
-        seed = st.number_input("Seed", 0, 2**31 - 1, 0, 1, key="sb_seed")
-
+        source, verifier, draft, device = _pair_widgets()
+        sampling = _sampling_widgets()
         error = None
         try:
-            s = AppSettings(
-                verifier=verifier or None,
-                draft=draft or None,
-                device=device,
-                temperature=float(temperature),
-                top_k=int(top_k),
-                top_p=float(top_p),
-                k=int(k),
-                seed=int(seed),
-            )
+            s = AppSettings(verifier, draft, device, SamplingSettings(**sampling))
         except ValueError as err:
             s, error = AppSettings(device=device), str(err)
         if source == CUSTOM and not verifier:
             error = "enter a verifier (a hub id or a local folder)"
         st.session_state[SETTINGS_KEY] = s
         st.session_state[SETTINGS_ERROR_KEY] = error
-
         if error:
             st.warning(error)
         else:
-            loading = preload_pair(s)
-            warm = warm_label(s)
-            if warm:
-                st.caption(f"Loaded: {warm}")
-            elif loading:
-                st.caption("Loading the embedded pair in the background for the Decode page.")
-            else:
-                st.caption("Models load on the Decode page.")
+            _pair_status(s)
 
 
 def overview() -> None:
@@ -151,7 +156,7 @@ target, q for the draft).
         )
     with right:
         st.subheader("Rules")
-        st.markdown("\n".join(f"- **{name}**: {text}" for name, text in RULE_DESCRIPTIONS.items()))
+        st.markdown(rules_markdown())
         st.caption(
             "A round ends at the first rejection: a recovered token is drawn from the rule's "
             "residual. If all k drafts pass, a bonus token is drawn from q."
@@ -159,11 +164,11 @@ target, q for the draft).
     st.subheader("Worth knowing")
     st.markdown(
         "- The paper's closed form for h_n is a second-order Taylor approximation: KL(h ‖ q) can "
-        "exceed delta by 30% or more once h_n > 0.5. `cactus-exact` solves the binary-KL root "
-        "and never does.\n"
+        "exceed delta by 30% or more once h_n > 0.5. "
+        f"`{CactusExact.name}` solves the binary-KL root and never does.\n"
         "- Even so, the emitted pi can sit further from q than delta (five times is easy to "
         "find): the residual mixes over every possible draft. The lab computes pi exactly; "
-        "`cactus-budget` bounds KL(pi ‖ q) itself.\n"
+        f"`{CactusBudget.name}` bounds KL(pi ‖ q) itself.\n"
         "- Truncation decides what Cactus can rescue: with top-p or top-k, a draft outside q's "
         "nucleus has q_n = 0 and is rejected whatever delta is.\n"
         "- At T = 0 every rule is exact-match verification, and the output equals the "

@@ -1,8 +1,8 @@
 """App targets, measured: `.venv/bin/python benchmarks/bench_app.py [--skip-browser]`.
 
 1. Playground: the library call the delta fragment makes after a slider move
-   (app_state.compare_rules over every rule + app_state.taylor_gap) at V = 49,152. Rules that
-   do not depend on delta come from the per-(position, rule) cache, as in the app.
+   (app.playground.compare_rules over every rule + app.playground.taylor_gap) at V = 49,152.
+   Rules that do not depend on delta come from the per-(position, rule) cache, as in the app.
 2. Cold start: `streamlit run app.py` until the health endpoint answers, until the Overview is
    drawn, and until the Decode page has the embedded pair loaded (the GGUF conversion cache
    must exist; the first load ever builds it).
@@ -35,7 +35,8 @@ V = 49_152
 def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     import torch
 
-    from cactus_core.app.app_state import Position, compare_rules, playground_rules, taylor_gap
+    from cactus_core.app.playground import compare_rules, playground_rules, taylor_gap
+    from cactus_core.app.positions import Position
 
     g = torch.Generator().manual_seed(0)
     # A peaked verifier and a draft that roughly tracks it, like real next-token rows.
@@ -43,18 +44,18 @@ def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     p = torch.softmax(torch.log(q) + torch.randn(vocab, generator=g), -1)
     pos = Position(tuple(str(i) for i in range(vocab)), p, q, drafted=int(p.argmax()))
     t0 = time.perf_counter()
-    compare_rules(pos, playground_rules(0.21))
+    compare_rules(pos, playground_rules({"delta": 0.21}))
     taylor_gap(pos, 0.21)
     first = time.perf_counter() - t0
     moves = []
     for i in range(repeats):
         delta = 0.22 + 0.05 * i  # a new delta each time: cactus and cactus-exact recompute
         t0 = time.perf_counter()
-        compare_rules(pos, playground_rules(delta))
+        compare_rules(pos, playground_rules({"delta": delta}))
         taylor_gap(pos, delta)
         moves.append(time.perf_counter() - t0)
     per_rule = {}
-    for rule in playground_rules(1.7):
+    for rule in playground_rules({"delta": 1.7}):
         t0 = time.perf_counter()
         compare_rules(pos, [rule])
         per_rule[rule.label] = time.perf_counter() - t0

@@ -1,5 +1,6 @@
-"""Streamlit glue shared by the pages: the sidebar's settings, the process-wide model cache
-and the rule picker. No maths here; numbers come from cactus_core."""
+"""Streamlit glue shared by the pages: the sidebar's settings, the process-wide model cache,
+the rule picker and parameter widgets (from the rules' metadata). No maths here; numbers come
+from cactus_core."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from urllib.parse import urlparse
 
 import streamlit as st
 
-from cactus_core.app.app_state import RULE_DESCRIPTIONS, RULE_PARAMS, AppSettings, ParamSpec
+from cactus_core.app.settings import AppSettings, param_value, rules_markdown
+from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param
 
 if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
     from cactus_core.engine.models import ModelPair
@@ -136,41 +138,41 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
     return pair
 
 
-def _param_widget(spec: ParamSpec, key: str) -> float:
-    if spec.integer:
-        return st.number_input(
-            spec.label,
-            min_value=int(spec.low),
-            max_value=int(spec.high),
-            value=int(spec.default),
-            step=int(spec.step),
-            help=spec.help,
-            key=key,
-        )
-    return st.slider(
-        spec.label,
-        min_value=float(spec.low),
-        max_value=float(spec.high),
-        value=float(spec.default),
-        step=float(spec.step),
-        help=spec.help,
-        key=key,
-    )
+def param_widget(
+    param: Param, key: str, start: float | None = None, label: str | None = None
+) -> float | int:
+    """A slider over the parameter's widget range (a number box for integers), starting at
+    `start` or the parameter's default. The start goes into session state rather than the
+    widget's `value`, so a preset may set the key later without Streamlit's warning about a
+    widget given both."""
+    if key not in st.session_state:
+        st.session_state[key] = param_value(param, param.default if start is None else start)
+    low, high = param.ui
+    label = label or param.label
+    if param.integer:
+        step = int(param.step)
+        value = st.number_input(label, int(low), int(high), step=step, help=param.help, key=key)
+        return int(value)
+    value = st.slider(label, float(low), float(high), step=param.step, help=param.help, key=key)
+    return float(value)
 
 
-def rule_picker(key_prefix: str, label: str = "Rule", default: str = "cactus") -> tuple[str, dict]:
-    """A rule selectbox and its parameter widgets; returns (name, params)."""
-    names = list(RULE_PARAMS)
+def rule_picker(
+    key_prefix: str, label: str = "Rule", default: str = DEFAULT_RULE
+) -> tuple[str, dict[str, float | int]]:
+    """A rule selectbox and its parameter widgets, all from the rules' metadata; returns
+    (name, params)."""
+    names = list(RULES)
     name = st.selectbox(
         label,
         names,
         index=names.index(default),
         key=f"{key_prefix}_rule",
-        help="\n".join(f"- **{n}**: {text}" for n, text in RULE_DESCRIPTIONS.items()),
+        help=rules_markdown(),
     )
-    st.caption(RULE_DESCRIPTIONS[name])
+    st.caption(RULES[name].description)
     params = {
-        spec.name: _param_widget(spec, f"{key_prefix}_{name}_{spec.name}")
-        for spec in RULE_PARAMS[name]
+        param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
+        for param in RULES[name].params_spec
     }
     return name, params

@@ -3,204 +3,155 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from cactus_core.app import figures
-from cactus_core.app.app_state import (
-    METRIC_HELP,
+from cactus_core.app.decode_view import (
+    DecodeRequest,
     DecodeRun,
-    SpeedComparison,
-    build_rule,
-    chip_label,
-    draft_cost_ratio,
-    flipped_slots,
+    LiveStats,
+    final_stats,
     inspect_token,
-    legend_html,
     live_stats,
-    modelled_speedup,
+    measure_speed,
+    replay_headlines,
+    round_label,
     round_table,
+    timeline,
+)
+from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
+from cactus_core.app.settings import AppSettings, build_rule
+from cactus_core.app.transcript import (
+    chip_label,
+    flipped_slots,
+    legend_html,
     round_tokens,
     transcript_html,
     transcript_tokens,
 )
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
 
+if TYPE_CHECKING:
+    from cactus_core.engine.models import ModelPair
+
 INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
+RUN_COUNTER_KEY = "dec_run_counter"
 DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 
-s = settings()
-st.title("Decode")
-st.caption(
-    "Speculative decoding, round by round: the draft proposes k tokens, the verifier checks "
-    "them in one forward pass, and the rule decides which to keep. Model pair, sampling, k "
-    "and seed are in the sidebar."
-)
 
-left, right = st.columns([3, 2])
-with left:
-    prompt = st.text_area("Prompt", DEFAULT_PROMPT, height=110, key="dec_prompt")
-    chat_template = st.checkbox(
-        "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
+@dataclass
+class Form:
+    """What the user asked for on this rerun."""
+
+    request: DecodeRequest | None  # None: the prompt is empty
+    generate: bool
+    compare: bool
+
+
+@dataclass
+class Slots:
+    """Placeholders sent before any decoding starts, so a new run replaces the old one in
+    place: the browser does not keep redrawing the stale rounds while the new run streams."""
+
+    counters: DeltaGenerator
+    transcript: DeltaGenerator
+    body: DeltaGenerator
+
+
+def form(s: AppSettings) -> Form:
+    left, right = st.columns([3, 2])
+    with left:
+        prompt = st.text_area("Prompt", DEFAULT_PROMPT, height=110, key="dec_prompt")
+        chat_template = st.checkbox(
+            "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
+        )
+    with right:
+        rule_name, rule_params = rule_picker("dec")
+        max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="dec_max_new")
+    b1, b2, _ = st.columns([1, 1, 2])
+    generate = b1.button("Generate", type="primary", icon=":material/play_arrow:", key="dec_go")
+    compare = b2.button(
+        "Compare with verifier-only",
+        icon=":material/speed:",
+        key="dec_compare",
+        help=METRIC_HELP["speedup"] + " Measures the run on screen.",
     )
-with right:
-    rule_name, rule_params = rule_picker("dec")
-    max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="dec_max_new")
-
-b1, b2, _ = st.columns([1, 1, 2])
-generate = b1.button("Generate", type="primary", icon=":material/play_arrow:", key="dec_go")
-compare = b2.button(
-    "Compare with verifier-only",
-    icon=":material/speed:",
-    key="dec_compare",
-    help=METRIC_HELP["speedup"],
-)
-
-pair = get_pair(s)
-if pair is None:
-    st.stop()
-
-counters = st.empty()
-st.html(legend_html())
-transcript = st.empty()
-# Everything below the transcript, from the last finished run. A placeholder sent before any
-# decoding starts: on Generate it replaces the previous run's rounds, charts and inspector at
-# once, so the browser does not keep redrawing them (stale) while the new run streams.
-body = st.empty()
+    request = None
+    if prompt.strip():
+        request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
+    return Form(request, generate, compare)
 
 
-def show_counters(tokens_per_call, acceptance, tokens_per_s, emitted_kl, calls) -> None:
-    with counters.container():
+def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
+    with slot.container():
         c = st.columns(5)
         c[0].metric(
-            "tokens per call", f"{tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"]
+            "tokens per call", f"{live.tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"]
         )
+        acceptance = live.acceptance_rate
         c[1].metric(
             "acceptance rate",
             "–" if acceptance is None else f"{acceptance:.1%}",
             help=METRIC_HELP["acceptance rate"],
         )
-        c[2].metric("tokens/s", f"{tokens_per_s:.1f}", help=METRIC_HELP["tokens/s"])
-        c[3].metric("emitted KL (nats/token)", f"{emitted_kl:.4f}", help=METRIC_HELP["emitted KL"])
-        c[4].metric("verifier calls", f"{calls}")
+        c[2].metric("tokens/s", f"{live.tokens_per_s:.1f}", help=METRIC_HELP["tokens/s"])
+        c[3].metric(
+            "emitted KL (nats/token)", f"{live.emitted_kl:.4f}", help=METRIC_HELP["emitted KL"]
+        )
+        c[4].metric("verifier calls", f"{live.verifier_calls}")
 
 
-def run_generation() -> None:
-    from cactus_core.engine.decoder import SpeculativeDecoder
-
-    rule = build_rule(rule_name, rule_params)
-    dec = SpeculativeDecoder(
-        pair, rule, k=s.k, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p
-    )
-    stream = dec.rounds(prompt, max_new_tokens=max_new, seed=s.seed, chat_template=chat_template)
+def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun:
+    """Decode, drawing the counters and the transcript as each round finishes."""
+    stream = request.stream(pair)
     rounds = []
     start = time.perf_counter()
     for rnd in stream:
         rounds.append(rnd)
-        live = live_stats(rounds, time.perf_counter() - start)
-        show_counters(
-            live.tokens_per_call,
-            live.acceptance_rate,
-            live.tokens_per_s,
-            live.emitted_kl,
-            len(rounds),
-        )
-        transcript.html(transcript_html("", transcript_tokens(rounds)))
-    run_id = st.session_state.get("dec_run_counter", 0) + 1
-    st.session_state["dec_run_counter"] = run_id
-    st.session_state[LAST_RUN_KEY] = DecodeRun(
-        run_id=run_id,
-        prompt=prompt,
-        settings=s,
-        rule_name=rule_name,
-        rule_params=dict(rule_params),
-        max_new_tokens=max_new,
-        chat_template=chat_template,
-        output=stream.output,
-    )
-    st.session_state.pop(INSPECT_KEY, None)
+        show_counters(slots.counters, live_stats(rounds, time.perf_counter() - start))
+        slots.transcript.html(transcript_html("", transcript_tokens(rounds)))
+    run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1
+    st.session_state[RUN_COUNTER_KEY] = run_id
+    return DecodeRun(run_id=run_id, request=request, output=stream.output)
 
 
-def run_comparison() -> SpeedComparison:
-    from cactus_core.engine.decoder import SpeculativeDecoder
-
-    rule = build_rule(rule_name, rule_params)
-    # No trace recording on either side, so both clocks time decoding only.
-    dec = SpeculativeDecoder(
-        pair,
-        rule,
-        k=s.k,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        record_trace=False,
-    )
-    kw = {"max_new_tokens": max_new, "seed": s.seed, "chat_template": chat_template}
-    spec = dec.generate(prompt, **kw)
-    base = dec.generate_autoregressive(prompt, **kw)
-    return SpeedComparison(
-        speculative_tokens_per_s=spec.stats.tokens_per_s,
-        verifier_only_tokens_per_s=base.stats.tokens_per_s,
-        tokens_per_call=spec.stats.tokens_per_call,
-        k=s.k,
-        c_measured=draft_cost_ratio(spec.stats),
-    )
-
-
-if (generate or compare) and not prompt.strip():
-    st.error("Enter a prompt first.")
-    st.stop()
-try:
-    if generate:
-        run_generation()
-except ValueError as err:
-    st.error(f"Could not decode: {err}")
-    st.stop()
-
-run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
-if run is not None:
-    stats = run.output.stats
-    show_counters(
-        stats.tokens_per_call,
-        stats.acceptance_rate,
-        stats.tokens_per_s,
-        stats.mean_emitted_kl,
-        stats.verifier_calls,
-    )
-    transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
-if compare:
-    # The transcript above stays in view; the rest of the page waits for the comparison.
-    try:
-        with body.container(), st.spinner("Decoding twice: speculative, then verifier-only…"):
-            st.session_state["dec_comparison"] = run_comparison()
-    except ValueError as err:
-        st.error(f"Could not decode: {err}")
-        st.stop()
-if run is None:
-    transcript.info("Press Generate to decode the prompt.")
-    st.stop()
+def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
+    """Generate and/or compare as clicked; the error to show instead, if any."""
+    if f.generate:
+        if f.request is None:
+            return "Enter a prompt first."
+        try:
+            st.session_state[LAST_RUN_KEY] = generate(pair, f.request, slots)
+        except ValueError as err:
+            return f"Could not decode: {err}"
+        st.session_state.pop(INSPECT_KEY, None)
+    run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
+    if run is not None:
+        show_counters(slots.counters, final_stats(run.output))
+        slots.transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
+    if f.compare:
+        if run is None:
+            return "Generate first: the comparison measures the run on screen."
+        # The transcript above stays in view; the rest of the page waits for the comparison.
+        try:
+            with (
+                slots.body.container(),
+                st.spinner("Decoding twice: speculative, then verifier-only…"),
+            ):
+                run.comparison = measure_speed(pair, run.request)
+        except ValueError as err:
+            return f"Could not decode: {err}"
+    return None
 
 
-def show_run(run: DecodeRun) -> None:
-    """The finished run below the transcript: summary, speed, rounds, inspector, replay and
-    export."""
-    stats = run.output.stats
-    meta = run.trace.meta
-    st.caption(
-        f"Run {run.run_id}: {meta['rule_label']} · k = {meta['k']} · "
-        f"T = {meta['temperature']:g} · top-k {meta['top_k']} · top-p {meta['top_p']:g} · "
-        f"seed {meta['seed']} · "
-        f"{stats.new_tokens} tokens in {stats.rounds} rounds, stopped by {stats.stop_reason} · "
-        f"{meta['verifier']} verifying {meta['draft']}"
-    )
-    if stats.rejected_tokens:
-        st.caption(
-            f"{stats.rejected_q_zero} of {stats.rejected_tokens} rejected drafts sat outside q's "
-            "support (q_n = 0, cut by top-k / top-p): no delta can rescue those."
-        )
-
-    with st.expander("Speed: measured and modelled", expanded=bool(compare)):
-        cmp: SpeedComparison | None = st.session_state.get("dec_comparison")
+@st.fragment
+def speed(run: DecodeRun, expanded: bool) -> None:
+    """Measured and modelled speedup; c redraws this part alone."""
+    with st.expander("Speed: measured and modelled", expanded=expanded):
         c_value = st.number_input(
             "c: the cost of one draft step relative to one verifier step",
             min_value=0.0,
@@ -211,163 +162,160 @@ def show_run(run: DecodeRun) -> None:
             key="dec_c",
             help="0.02–0.1 is typical for a draft 10–50× smaller than the verifier on a GPU.",
         )
-        modelled = modelled_speedup(stats.tokens_per_call, run.settings.k, c_value)
+        modelled = modelled_speedup(run.output.stats.tokens_per_call, run.settings.k, c_value)
         m1, m2 = st.columns(2)
         m1.metric(
             "modelled speedup (not measured)",
             f"{modelled:.2f}×",
             help=METRIC_HELP["modelled speedup"],
         )
+        cmp = run.comparison
         if cmp is None:
             m2.metric("measured speedup", "–", help=METRIC_HELP["speedup"])
-            st.caption("Press “Compare with verifier-only” to measure on this machine.")
+            st.caption("Press “Compare with verifier-only” to measure this run on this machine.")
         else:
             m2.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
             (st.warning if cmp.speedup < 1 else st.success)(cmp.verdict())
-            with_measured_c = modelled_speedup(cmp.tokens_per_call, cmp.k, cmp.c_measured)
             st.caption(
                 f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier "
-                f"forward). The model with it: {with_measured_c:.2f}×."
+                f"forward). The model with it: {cmp.modelled_with_measured_c:.2f}×."
             )
         with st.popover("Metric definitions"):
             for name, text in METRIC_HELP.items():
                 st.markdown(f"**{name}**: {text}")
 
-    rounds = list(run.trace.rounds)
-    st.plotly_chart(
-        figures.round_timeline(
-            [r.num_accepted for r in rounds],
-            [r.k for r in rounds],
-            [r.k > 0 and r.num_accepted == r.k for r in rounds],
-        ),
-        key="dec_timeline",
-    )
 
+def chips_key(run: DecodeRun, round_index: int) -> str:
+    return f"dec_chips_{run.run_id}_{round_index}"
+
+
+def pick_token(run: DecodeRun, round_index: int) -> None:
+    """A chip was clicked: inspect its token, and clear the other rounds' chips."""
+    choice = st.session_state.get(chips_key(run, round_index))
+    if choice is None:
+        return
+    flips = flipped_slots(run.replay).get(round_index)
+    view = round_tokens(run.trace.rounds[round_index], flips)[choice]
+    # A recovered token sits at its rejected draft's slot; inspect_token shows that slot.
+    st.session_state[INSPECT_KEY] = (run.run_id, round_index, view.slot)
+    for other in range(len(run.trace.rounds)):
+        if other != round_index:
+            st.session_state[chips_key(run, other)] = None
+
+
+def rounds(run: DecodeRun) -> None:
+    st.subheader("Rounds")
+    st.caption("Expand a round and click a token to inspect it.")
     flips = flipped_slots(run.replay)
-
-    def _pick(round_index: int) -> None:
-        key = f"dec_chips_{run.run_id}_{round_index}"
-        choice = st.session_state.get(key)
-        if choice is None:
-            return
-        view = round_tokens(rounds[round_index], flips.get(round_index))[choice]
-        # A recovered token sits at its rejected draft's slot; inspect_token shows that slot.
-        st.session_state[INSPECT_KEY] = (run.run_id, round_index, view.slot)
-        # One selection at a time across the rounds' chip rows.
-        for other in range(len(rounds)):
-            if other != round_index:
-                st.session_state[f"dec_chips_{run.run_id}_{other}"] = None
-
-    col_rounds, col_inspect = st.columns([6, 5], gap="large")
-    with col_rounds:
-        st.subheader("Rounds")
-        st.caption("Expand a round and click a token to inspect it.")
-        with st.container(height=620):
-            for rnd in rounds:
-                views = round_tokens(rnd, flips.get(rnd.index))
-                accepted = f"{rnd.num_accepted}/{rnd.k} accepted" if rnd.k else "verifier only"
-                ending = "bonus" if rnd.k and rnd.num_accepted == rnd.k else "recovered"
-                label = f"Round {rnd.index + 1} · {accepted} · +{len(rnd.emitted_ids)} ({ending})"
-                if rnd.index in flips:
-                    label += " · flips under replay"
-                # Lazy: a round's chips and table are built only while it is open, so a
-                # finished run costs the browser dozens of labels, not dozens of tables.
-                exp = st.expander(
-                    label, key=f"dec_round_{run.run_id}_{rnd.index}", on_change="rerun"
+    with st.container(height=620):
+        for rnd in run.trace.rounds:
+            # Lazy: a round's chips and table are built only while it is open, so a finished
+            # run costs the browser dozens of labels, not dozens of tables.
+            exp = st.expander(
+                round_label(rnd, rnd.index in flips),
+                key=f"dec_round_{run.run_id}_{rnd.index}",
+                on_change="rerun",
+            )
+            if not exp.open:
+                continue
+            views = round_tokens(rnd, flips.get(rnd.index))
+            with exp:
+                st.pills(
+                    "Tokens",
+                    range(len(views)),
+                    format_func=lambda i, views=views: chip_label(views[i]),
+                    key=chips_key(run, rnd.index),
+                    on_change=pick_token,
+                    args=(run, rnd.index),
+                    label_visibility="collapsed",
                 )
-                if not exp.open:
-                    continue
-                with exp:
-                    st.pills(
-                        "Tokens",
-                        range(len(views)),
-                        format_func=lambda i, views=views: chip_label(views[i]),
-                        key=f"dec_chips_{run.run_id}_{rnd.index}",
-                        on_change=_pick,
-                        args=(rnd.index,),
-                        label_visibility="collapsed",
+                if rnd.k:
+                    st.dataframe(
+                        round_table(rnd),
+                        hide_index=True,
+                        column_config={
+                            c: st.column_config.NumberColumn(format="%.3f", width="small")
+                            for c in ("p_n", "q_n", "a(n)", "u")
+                        },
                     )
-                    if rnd.k:
-                        st.dataframe(
-                            round_table(rnd),
-                            hide_index=True,
-                            column_config={
-                                c: st.column_config.NumberColumn(format="%.3f", width="small")
-                                for c in ("p_n", "q_n", "a(n)", "u")
-                            },
-                        )
 
-    with col_inspect:
-        st.subheader("Inspector")
-        pick = st.session_state.get(INSPECT_KEY)
-        if pick is None or pick[0] != run.run_id:
-            st.info("Click a token in a round to see p, q, h and the residual there.")
-        else:
-            _, r_idx, slot = pick
-            view = inspect_token(run.trace, r_idx, slot)
-            st.markdown(f"**{view.title}**")
-            for note in view.notes:
-                st.caption(note)
-            if view.accept_prob is not None and view.coin is not None:
-                st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
-                k1, k2 = st.columns(2)
-                k1.metric("p_n (draft) / q_n (verifier)", f"{view.p_n:.3f} / {view.q_n:.3f}")
-                k2.metric(
-                    "h_n (rule's target)",
-                    f"{view.h_n:.3f}",
-                    help="what a(n) = min(1, h_n/p_n) uses",
-                )
-                k3, k4 = st.columns(2)
-                k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
-                k4.metric(
-                    "KL(pi ‖ q), nats",
-                    f"{view.kl_pi_q:.4f}",
-                    help="the emitted distribution at this position, exact",
-                )
-            if view.series:
-                st.plotly_chart(
-                    figures.distribution_bars(
-                        view.labels, view.series, highlight=view.highlight, title="Top tokens"
-                    ),
-                    key="dec_bars",
-                )
 
+def inspector(run: DecodeRun) -> None:
+    st.subheader("Inspector")
+    pick = st.session_state.get(INSPECT_KEY)
+    if pick is None or pick[0] != run.run_id:
+        st.info("Click a token in a round to see p, q, h and the residual there.")
+        return
+    view = inspect_token(run.trace, pick[1], pick[2])
+    st.markdown(f"**{view.title}**")
+    for note in view.notes:
+        st.caption(note)
+    if view.accept_prob is not None and view.coin is not None:
+        st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
+        k1, k2 = st.columns(2)
+        k1.metric("p_n (draft) / q_n (verifier)", f"{view.p_n:.3f} / {view.q_n:.3f}")
+        k2.metric("h_n (rule's target)", f"{view.h_n:.3f}", help="what a(n) = min(1, h_n/p_n) uses")
+        k3, k4 = st.columns(2)
+        k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
+        k4.metric(
+            "KL(pi ‖ q), nats",
+            f"{view.kl_pi_q:.4f}",
+            help="the emitted distribution at this position, exact",
+        )
+    if view.series:
+        st.plotly_chart(
+            figures.distribution_bars(
+                view.labels, view.series, highlight=view.highlight, title="Top tokens"
+            ),
+            key="dec_bars",
+        )
+
+
+def replay(run: DecodeRun) -> None:
     st.subheader("Replay")
     st.caption(
         "Judge the same drafts with the same coins under another rule or delta. Tokens whose fate "
         "flips are outlined in the transcript. Each round is judged on its own: later rounds keep "
         "the drafts that were actually made."
     )
-    rp_left, rp_right = st.columns([2, 3])
-    with rp_left:
-        replay_name, replay_params = rule_picker(
-            "replay", label="Replay under", default=run.rule_name
-        )
+    left, right = st.columns([2, 3])
+    with left:
+        name, params = rule_picker("replay", label="Replay under", default=run.rule_name)
         if st.button("Replay", icon=":material/replay:", key="dec_replay"):
             from cactus_core.engine.trace import reverify
 
-            run.replay = reverify(run.trace, build_rule(replay_name, replay_params))
+            run.replay = reverify(run.trace, build_rule(name, params))
             st.rerun()
-    with rp_right:
-        rep = run.replay
-        if rep is not None:
-            r1, r2, r3 = st.columns(3)
-            r1.metric("flipped drafts", rep.flips)
-            r2.metric(
-                "tokens per call",
-                f"{rep.tokens_per_call_after:.2f}",
-                f"{rep.tokens_per_call_after - rep.tokens_per_call_before:+.2f} vs the run",
+    if run.replay is None:
+        return
+    with right:
+        for col, card in zip(st.columns(3), replay_headlines(run.replay), strict=True):
+            col.metric(card.label, card.value, card.delta)
+        if not run.replay.decisions_exact:
+            st.caption(
+                "Some decisions are approximate: this rule needs whole rows and the trace "
+                "keeps the top rows only."
             )
-            r3.metric("replayed under", build_rule(rep.rule, rep.rule_params).label)
-            if not rep.decisions_exact:
-                st.caption(
-                    "Some decisions are approximate: this rule needs whole rows and the trace "
-                    "keeps the top rows only."
-                )
-            if st.button("Clear replay", key="dec_replay_clear"):
-                run.replay = None
-                st.rerun()
+        if st.button("Clear replay", key="dec_replay_clear"):
+            run.replay = None
+            st.rerun()
 
+
+def show_run(run: DecodeRun, compared: bool) -> None:
+    """The finished run below the transcript: summary, speed, rounds, inspector, replay and
+    export."""
+    st.caption(run.caption())
+    note = run.truncation_caption()
+    if note:
+        st.caption(note)
+    speed(run, compared)
+    st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
+    col_rounds, col_inspect = st.columns([6, 5], gap="large")
+    with col_rounds:
+        rounds(run)
+    with col_inspect:
+        inspector(run)
+    replay(run)
     st.subheader("Export")
     st.download_button(
         "Download the trace (JSON)",
@@ -380,5 +328,30 @@ def show_run(run: DecodeRun) -> None:
     )
 
 
-with body.container():
-    show_run(run)
+def main() -> None:
+    s = settings()
+    st.title("Decode")
+    st.caption(
+        "Speculative decoding, round by round: the draft proposes k tokens, the verifier checks "
+        "them in one forward pass, and the rule decides which to keep. Model pair, sampling, k "
+        "and seed are in the sidebar."
+    )
+    f = form(s)
+    pair = get_pair(s)
+    if pair is None:
+        return
+    counters = st.empty()
+    st.html(legend_html())
+    slots = Slots(counters, st.empty(), st.empty())
+    error = act(pair, f, slots)
+    run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
+    if error:
+        st.error(error)
+    elif run is None:
+        slots.transcript.info("Press Generate to decode the prompt.")
+    else:
+        with slots.body.container():
+            show_run(run, f.compare)
+
+
+main()

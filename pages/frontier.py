@@ -1,53 +1,54 @@
 """Frontier: sweep rules and their parameters, plot throughput against divergence, pick delta.
 
 Widgets and layout only: the sweep, its cache, the statistics, the limit and the figures come
-from cactus_core.experiments (sweep, frontier) and cactus_core.app.frontier_figures.
+from cactus_core.experiments (sweep_config, sweep, tune, frontier) and
+cactus_core.app.frontier_figures; the rules, their parameters and default grids from the rules'
+metadata.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
 import streamlit as st
 
 from cactus_core.app import frontier_figures as ff
-from cactus_core.app.app_state import METRIC_HELP, RULE_DESCRIPTIONS
+from cactus_core.app.metrics import METRIC_HELP
+from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.engine.prompts import builtin_prompts
 from cactus_core.experiments.sweep import (
-    BASELINE,
-    DEFAULT_GRIDS,
     METRIC_LABELS,
-    SWEPT_PARAM,
-    TUNABLE,
     Progress,
     SweepCancelled,
-    SweepConfig,
     SweepResult,
     cached_chunks,
-    parse_grid,
-    parse_prompt_file,
     run_sweep,
-    settings_from_grids,
-    tune,
 )
 from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_config import (
+    BASELINE,
+    SweepConfig,
+    parse_grid,
+    parse_prompt_file,
+    settings_from_grids,
+)
+from cactus_core.experiments.tune import TuneResult, tune
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
 from pages._common import get_pair, settings
+
+if TYPE_CHECKING:
+    from cactus_core.engine.models import ModelPair
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
+# What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
+DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
 
-st.title("Frontier")
-st.caption(
-    "Every rule setting on the same prompts, seeds and coins (common random numbers), so the "
-    "curves are smooth and every comparison is paired. Each chunk of the sweep is cached on "
-    "disk as soon as it finishes: re-running is instant and an interrupted sweep resumes. "
-    "Model pair, sampling, k and seed are in the sidebar."
-)
-
-s = settings()
 
 # ---------------------------------------------------------------------------- the sweep form
-left, right = st.columns(2)
-with left:
+def prompt_widgets() -> list[str]:
     st.markdown("##### Prompts")
     source = st.radio(
         "Prompt set", ["Built-in chat prompts", "Upload a file"], horizontal=True, key="fr_source"
@@ -74,83 +75,73 @@ with left:
         )
         prompts = prompts[:n_use]
         st.caption(f"{n_use} of {n_prompts} prompts; the first: “{prompts[0][:80]}”")
-    max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="fr_max_new")
-    chunk = st.slider(
-        "Prompts per chunk (one batched call; the unit of caching and resuming)",
-        1, 20, 5, key="fr_chunk",
-    )  # fmt: skip
-    with_limit = st.checkbox(
-        "Compute the limit (scores every decided position; the efficiency needs it)",
-        value=True,
-        key="fr_limit",
-    )
-with right:
+    return prompts
+
+
+def grid_widgets() -> tuple[dict[str, list[float]], str | None]:
+    """The rules to sweep and each one's values, from the rules' metadata; (grids, error)."""
     st.markdown("##### Rules and grids")
     rules = st.multiselect(
         "Rules",
-        list(SWEPT_PARAM),
-        default=["cactus", "tas", "interp"],
-        format_func=lambda n: f"{n} — {RULE_DESCRIPTIONS[n]}",
+        swept_rules(),
+        default=DEFAULT_SWEEP,
+        format_func=lambda n: f"{n} — {RULES[n].description}",
         key="fr_rules",
     )
     grids: dict[str, list[float]] = {}
-    grid_error = None
+    error = None
     for rule in rules:
-        param = SWEPT_PARAM[rule]
+        param = rule_class(rule).swept()
         if param is None:
             grids[rule] = []
             st.caption(f"{rule}: no parameter (one setting)")
             continue
-        default = ", ".join(f"{v:g}" for v in DEFAULT_GRIDS[rule])
-        text = st.text_input(f"{rule}: values of {param}", default, key=f"fr_grid_{rule}")
+        text = st.text_input(
+            f"{rule}: values of {param.name}", grid_text(rule), key=f"fr_grid_{rule}"
+        )
         try:
             grids[rule] = parse_grid(rule, text)
         except ValueError as err:
-            grid_error = str(err)
-            st.error(grid_error)
+            error = str(err)
+            st.error(error)
+    return grids, error
 
-config: SweepConfig | None = None
-problem = grid_error
-if not problem and not prompts:
-    problem = "Choose a prompt set (or upload a file) first."
-if not problem and not rules:
-    problem = "Pick at least one rule."
-if not problem:
+
+def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
+    """The sweep the form describes, or the reason there is none."""
+    left, right = st.columns(2)
+    with left:
+        prompts = prompt_widgets()
+        max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="fr_max_new")
+        chunk = st.slider(
+            "Prompts per chunk (one batched call; the unit of caching and resuming)",
+            1, 20, 5, key="fr_chunk",
+        )  # fmt: skip
+        with_limit = st.checkbox(
+            "Compute the limit (scores every decided position; the efficiency needs it)",
+            value=True,
+            key="fr_limit",
+        )
+    with right:
+        grids, problem = grid_widgets()
+    if problem:
+        return None, problem
+    if not prompts:
+        return None, "Choose a prompt set (or upload a file) first."
+    if not grids:
+        return None, "Pick at least one rule."
     try:
         config = SweepConfig(
             prompts=tuple(prompts),
             settings=tuple(settings_from_grids(grids)),
-            k=s.k,
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
+            sampling=s.sampling,
             max_new_tokens=max_new,
-            seed=s.seed,
             chunk_size=chunk,
             limit=with_limit,
         )
     except ValueError as err:
-        problem = str(err)
-if config is None:
-    st.info(problem)
-    st.stop()
-
-n_settings = len(config.settings)
-b1, b2, info = st.columns([1, 1, 3])
-run_clicked = b1.button("Run sweep", type="primary", icon=":material/play_arrow:", key="fr_run")
-# Any click reruns the script, which stops a sweep in progress; finished chunks stay cached.
-cancel_clicked = b2.button("Cancel", icon=":material/stop:", key="fr_cancel")
-info.caption(
-    f"{n_settings} settings + verifier-only × {len(config.prompts)} prompts, "
-    f"T = {config.temperature:g}, top-k {config.top_k}, top-p {config.top_p:g}, k = {config.k}, "
-    f"seed {config.seed}"
-)
-
-pair = get_pair(s)
-if pair is None:
-    st.stop()
-cache = SweepCache()
-done, total = cached_chunks(pair.identity, config, cache)
+        return None, str(err)
+    return config, None
 
 
 def _progress_text(p: Progress) -> str:
@@ -158,42 +149,37 @@ def _progress_text(p: Progress) -> str:
     return f"{p.done} / {p.total} chunks — {p.setting} ({where})"
 
 
-result: SweepResult | None = None
-if run_clicked:
-    bar = st.progress(done / total, text=f"{done} / {total} chunks already cached")
-    try:
-        result = run_sweep(
-            pair, config, cache, on_progress=lambda p: bar.progress(p.fraction, _progress_text(p))
-        )
-    except SweepCancelled as err:
-        st.warning(str(err))
-    bar.empty()
-elif done == total:
-    result = run_sweep(pair, config, cache)  # everything is cached: no model call
-elif cancel_clicked:
-    st.warning(f"Cancelled. {done} of {total} chunks are cached; Run sweep resumes from there.")
-elif done:
-    st.info(f"{done} of {total} chunks of this sweep are cached; Run sweep resumes from there.")
-else:
-    st.info("Set up the sweep and press Run sweep. Results are cached on disk.")
+def sweep(
+    pair: ModelPair, config: SweepConfig, cache: SweepCache, run: bool, cancelled: bool
+) -> SweepResult | None:
+    """Run (or resume) the sweep when asked, or read it whole from the cache; None until then."""
+    done, total = cached_chunks(pair.identity, config, cache)
+    if run:
+        bar = st.progress(done / total, text=f"{done} / {total} chunks already cached")
+        try:
+            return run_sweep(
+                pair,
+                config,
+                cache,
+                on_progress=lambda p: bar.progress(p.fraction, _progress_text(p)),
+            )
+        except SweepCancelled as err:
+            st.warning(str(err))
+            return None
+        finally:
+            bar.empty()
+    if done == total:
+        return run_sweep(pair, config, cache)  # everything is cached: no model call
+    if cancelled:
+        st.warning(f"Cancelled. {done} of {total} chunks are cached; Run sweep resumes from there.")
+    elif done:
+        st.info(f"{done} of {total} chunks of this sweep are cached; Run sweep resumes from there.")
+    else:
+        st.info("Set up the sweep and press Run sweep. Results are cached on disk.")
+    return None
 
-if result is None:
-    st.stop()
 
 # ---------------------------------------------------------------------------- results
-rows = result.rows()
-curve = result.pooled_limit()
-selected = st.session_state.get(SELECTED_KEY)
-if selected is not None and selected not in {r["setting"] for r in rows}:
-    selected = None
-
-st.subheader("Trade-off")
-st.caption(
-    "Error bars: 95% intervals over prompts (over chunks for tokens/s and speedup). The "
-    "dashed line is the Pareto frontier over all settings. Click a point to read its outputs."
-)
-
-
 def _remember_click(key: str) -> None:
     # Runs before the rerun, so every chart and the Outputs picker see the new selection.
     state = st.session_state.get(key)
@@ -204,117 +190,106 @@ def _remember_click(key: str) -> None:
             st.session_state[SELECTED_KEY] = data[0]
 
 
-def chart(fig, key: str) -> None:
+def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, on_select=lambda: _remember_click(key), selection_mode="points", key=key)
 
 
-tabs = st.tabs(
-    ["tokens per call", "speedup", "tokens/s", "acceptance vs the limit", "modelled speedup"]
-)
-with tabs[0]:
-    chart(ff.frontier_chart(rows, "tokens_per_call", selected=selected), CHARTS[0])
-    st.caption(METRIC_HELP["tokens per call"])
-with tabs[1]:
-    chart(ff.frontier_chart(rows, "speedup", selected=selected), CHARTS[1])
+def trade_off(result: SweepResult, config: SweepConfig, selected: str | None) -> None:
+    rows, curve = result.rows(), result.pooled_limit()
+    st.subheader("Trade-off")
     st.caption(
-        METRIC_HELP["speedup"] + " Timings exclude the lab's exact-KL bookkeeping; chunks "
-        "read from the cache keep the timings of the run that made them."
+        "Error bars: 95% intervals over prompts (over chunks for tokens/s and speedup). The "
+        "dashed line is the Pareto frontier over all settings. Click a point to read its outputs."
     )
-with tabs[2]:
-    chart(ff.frontier_chart(rows, "tokens_per_s", selected=selected), CHARTS[2])
-with tabs[3]:
-    if curve is None:
-        st.info("Tick 'Compute the limit' and rerun the sweep to see the limit.")
-    else:
-        chart(ff.acceptance_limit_chart(rows, curve, selected=selected), CHARTS[3])
+    tabs = st.tabs(
+        ["tokens per call", "speedup", "tokens/s", "acceptance vs the limit", "modelled speedup"]
+    )
+    with tabs[0]:
+        chart(ff.frontier_chart(rows, "tokens_per_call", selected=selected), CHARTS[0])
+        st.caption(METRIC_HELP["tokens per call"])
+    with tabs[1]:
+        chart(ff.frontier_chart(rows, "speedup", selected=selected), CHARTS[1])
         st.caption(
-            "The limit: the best mean acceptance any rule could reach at a given mean "
-            "KL(pi ‖ q), on the positions the runs visited (one price per nat for all of "
-            "them). Each rule's point is its exact expected acceptance sum_n p(n)·a(n) on its "
-            "own decided positions; efficiency = that ÷ the limit on the same positions."
+            METRIC_HELP["speedup"] + " Timings exclude the lab's exact-KL bookkeeping; chunks "
+            "read from the cache keep the timings of the run that made them."
         )
-with tabs[4]:
-    c = st.number_input(
-        "c = cost of a draft step ÷ cost of a verifier step",
-        0.0, 1.0, 0.05, 0.01, key="fr_cost",
-        help=METRIC_HELP["modelled speedup"],
-    )  # fmt: skip
-    chart(ff.modelled_speedup_chart(rows, config.k, c, selected=selected), CHARTS[4])
-    st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
+    with tabs[2]:
+        chart(ff.frontier_chart(rows, "tokens_per_s", selected=selected), CHARTS[2])
+    with tabs[3]:
+        if curve is None:
+            st.info("Tick 'Compute the limit' and rerun the sweep to see the limit.")
+        else:
+            chart(ff.acceptance_limit_chart(rows, curve, selected=selected), CHARTS[3])
+            st.caption(
+                "The limit: the best mean acceptance any rule could reach at a given mean "
+                "KL(pi ‖ q), on the positions the runs visited (one price per nat for all of "
+                "them). Each rule's point is its exact expected acceptance sum_n p(n)·a(n) on "
+                "its own decided positions; efficiency = that ÷ the limit on the same positions."
+            )
+    with tabs[4]:
+        c = st.number_input(
+            "c = cost of a draft step ÷ cost of a verifier step",
+            0.0, 1.0, 0.05, 0.01, key="fr_cost",
+            help=METRIC_HELP["modelled speedup"],
+        )  # fmt: skip
+        chart(ff.modelled_speedup_chart(rows, config.sampling.k, c, selected=selected), CHARTS[4])
+        st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
 
-table = [
-    {
-        "setting": r["label"],
-        "tokens/call": r["tokens_per_call"],
-        "acceptance": r["acceptance_rate"],
-        "tokens/s": r["tokens_per_s"],
-        "speedup": r["speedup"],
-        "emitted KL": r["emitted_kl"],
-        "NLL": r["nll"],
-        "limit": r["limit_acceptance"],
-        "efficiency": r["efficiency"],
-    }
-    for r in rows
-]
-st.dataframe(table, hide_index=True, key="fr_table")
-d1, d2, _ = st.columns([1, 1, 3])
-d1.download_button(
-    "Sweep as JSON", result.to_json(), "frontier.json", "application/json", key="fr_dl_json"
-)
-d2.download_button("Sweep as CSV", result.to_csv(), "frontier.csv", "text/csv", key="fr_dl_csv")
 
-# ---------------------------------------------------------------------------- clicked point
-st.subheader("Outputs")
-ids = [r["setting"] for r in rows if r["setting"] != BASELINE]
-labels = {r["setting"]: r["label"] for r in rows}
-pick = st.selectbox(
-    "Setting (or click a point)",
-    ids,
-    index=ids.index(selected) if selected in ids else 0,
-    format_func=labels.get,
-    key=f"fr_pick_{selected}",
-)
-prompt_i = st.selectbox(
-    "Prompt",
-    range(len(config.prompts)),
-    format_func=lambda i: f"{i + 1}. {config.prompts[i][:90]}",
-    key="fr_prompt",
-)
-text, base_text = result.outputs(pick, prompt_i)
-o1, o2 = st.columns(2)
-with o1, st.container(border=True):
-    st.markdown(f"**{labels[pick]}**")
-    st.text(text)
-with o2, st.container(border=True):
-    st.markdown("**verifier-only** (same prompt, same seed)")
-    st.text(base_text)
+TABLE_COLUMNS = {
+    "label": "setting",
+    "tokens_per_call": "tokens/call",
+    "acceptance_rate": "acceptance",
+    "tokens_per_s": "tokens/s",
+    "speedup": "speedup",
+    "emitted_kl": "emitted KL",
+    "nll": "NLL",
+    "limit_acceptance": "limit",
+    "efficiency": "efficiency",
+}
+
+
+def table(result: SweepResult) -> None:
+    rows = [{name: r[key] for key, name in TABLE_COLUMNS.items()} for r in result.rows()]
+    st.dataframe(rows, hide_index=True, key="fr_table")
+    d1, d2, _ = st.columns([1, 1, 3])
+    d1.download_button(
+        "Sweep as JSON", result.to_json(), "frontier.json", "application/json", key="fr_dl_json"
+    )
+    d2.download_button("Sweep as CSV", result.to_csv(), "frontier.csv", "text/csv", key="fr_dl_csv")
+
+
+def outputs(result: SweepResult, config: SweepConfig, selected: str | None) -> None:
+    """One setting's text next to verifier-only's, for the clicked (or picked) setting."""
+    st.subheader("Outputs")
+    rows = result.rows()
+    ids = [r["setting"] for r in rows if r["setting"] != BASELINE]
+    labels = {r["setting"]: r["label"] for r in rows}
+    pick = st.selectbox(
+        "Setting (or click a point)",
+        ids,
+        index=ids.index(selected) if selected in ids else 0,
+        format_func=labels.get,
+        key=f"fr_pick_{selected}",
+    )
+    prompt_i = st.selectbox(
+        "Prompt",
+        range(len(config.prompts)),
+        format_func=lambda i: f"{i + 1}. {config.prompts[i][:90]}",
+        key="fr_prompt",
+    )
+    text, base_text = result.outputs(pick, prompt_i)
+    o1, o2 = st.columns(2)
+    with o1, st.container(border=True):
+        st.markdown(f"**{labels[pick]}**")
+        st.text(text)
+    with o2, st.container(border=True):
+        st.markdown("**verifier-only** (same prompt, same seed)")
+        st.text(base_text)
+
 
 # ---------------------------------------------------------------------------- tuner
-st.subheader("Tuner: the parameter that meets a KL budget")
-tunable = [r for r in dict.fromkeys(x.setting.rule for x in result.settings) if r in TUNABLE]
-if not tunable:
-    st.info(f"Sweep one of {', '.join(TUNABLE)} to tune its parameter.")
-    st.stop()
-t1, t2, t3 = st.columns([1, 1, 1])
-t_rule = t1.selectbox("Rule", tunable, key="fr_tune_rule")
-budget = t2.number_input(
-    "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f", key="fr_budget"
-)
-go_tune = t3.button("Find the parameter", icon=":material/target:", key="fr_tune")
-sweep_key = (pair.identity, config, t_rule, budget)
-if go_tune:
-    with st.spinner("Interpolating, then confirming with one run on the same prompts…"):
-        try:
-            st.session_state[TUNED_KEY] = (
-                sweep_key,
-                tune(pair, config, budget, t_rule, result, cache),
-            )
-        except ValueError as err:
-            st.session_state.pop(TUNED_KEY, None)
-            st.error(str(err))
-tuned = st.session_state.get(TUNED_KEY)
-if tuned is not None and tuned[0] == sweep_key:
-    res = tuned[1]
+def show_tuned(res: TuneResult, result: SweepResult) -> None:
     m1, m2, m3 = st.columns(3)
     m1.metric(res.param, f"{res.value:.4g}")
     m2.metric(
@@ -324,29 +299,97 @@ if tuned is not None and tuned[0] == sweep_key:
     )
     m3.metric("tokens per call", f"{res.tokens_per_call.mean:.2f}")
     if res.confirmed:
-        st.success(
-            f"{res.param} = {res.value:.4g} met the budget on its confirming run "
-            f"({len(res.tries)} run{'s' if len(res.tries) != 1 else ''})."
-        )
+        runs = f"{len(res.tries)} run{'s' if len(res.tries) != 1 else ''}"
+        st.success(f"{res.param} = {res.value:.4g} met the budget on its confirming run ({runs}).")
     else:
         st.warning("No confirming run met the budget; this is the largest measured value that did.")
     own = [x for x in result.settings if x.setting.rule == res.rule]
-    st.plotly_chart(
-        ff.tuner_chart(
-            [x.setting.value for x in own],
-            [x.estimate("emitted_kl").mean for x in own],
-            res.kl_budget,
-            param=res.param,
-            rule=res.rule,
-            tries=res.tries,
-            chosen=res.value,
-        ),
-        key="fr_tune_chart",
+    fig = ff.tuner_chart(
+        [x.setting.value for x in own],
+        [x.estimate("emitted_kl").mean for x in own],
+        res.kl_budget,
+        param=res.param,
+        rule=res.rule,
+        tries=res.tries,
+        chosen=res.value,
     )
+    st.plotly_chart(fig, key="fr_tune_chart")
     st.markdown("CLI flags (`python -m cactus_core generate`):")
     st.code(res.cli_flags(), language="bash")
     st.download_button(
         "Tuned setting as JSON", res.to_json(), "tuned.json", "application/json", key="fr_dl_tune"
     )
 
-st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
+
+@st.fragment
+def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: SweepCache) -> None:
+    """The parameter that meets a KL budget; tuning redraws this part alone."""
+    st.subheader("Tuner: the parameter that meets a KL budget")
+    allowed = tunable_rules()
+    swept = [r for r in dict.fromkeys(x.setting.rule for x in result.settings) if r in allowed]
+    if not swept:
+        st.info(f"Sweep one of {', '.join(allowed)} to tune its parameter.")
+        return
+    t1, t2, t3 = st.columns([1, 1, 1])
+    rule = t1.selectbox("Rule", swept, key="fr_tune_rule")
+    budget = t2.number_input(
+        "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f", key="fr_budget"
+    )
+    go_tune = t3.button("Find the parameter", icon=":material/target:", key="fr_tune")
+    sweep_key = (pair.identity, config, rule, budget)
+    if go_tune:
+        with st.spinner("Interpolating, then confirming with one run on the same prompts…"):
+            try:
+                st.session_state[TUNED_KEY] = (
+                    sweep_key,
+                    tune(pair, config, budget, rule, result, cache),
+                )
+            except ValueError as err:
+                st.session_state.pop(TUNED_KEY, None)
+                st.error(str(err))
+    tuned = st.session_state.get(TUNED_KEY)
+    if tuned is not None and tuned[0] == sweep_key:
+        show_tuned(tuned[1], result)
+
+
+def main() -> None:
+    st.title("Frontier")
+    st.caption(
+        "Every rule setting on the same prompts, seeds and coins (common random numbers), so "
+        "the curves are smooth and every comparison is paired. Each chunk of the sweep is cached "
+        "on disk as soon as it finishes: re-running is instant and an interrupted sweep resumes. "
+        "Model pair, sampling, k and seed are in the sidebar."
+    )
+    s = settings()
+    config, problem = sweep_form(s)
+    if config is None:
+        st.info(problem)
+        return
+    b1, b2, info = st.columns([1, 1, 3])
+    run_clicked = b1.button("Run sweep", type="primary", icon=":material/play_arrow:", key="fr_run")
+    # Any click reruns the script, which stops a sweep in progress; finished chunks stay cached.
+    cancelled = b2.button("Cancel", icon=":material/stop:", key="fr_cancel")
+    sp = config.sampling
+    info.caption(
+        f"{len(config.settings)} settings + verifier-only × {len(config.prompts)} prompts, "
+        f"T = {sp.temperature:g}, top-k {sp.top_k}, top-p {sp.top_p:g}, k = {sp.k}, "
+        f"seed {sp.seed}"
+    )
+    pair = get_pair(s)
+    if pair is None:
+        return
+    cache = SweepCache()
+    result = sweep(pair, config, cache, run_clicked, cancelled)
+    if result is None:
+        return
+    selected = st.session_state.get(SELECTED_KEY)
+    if selected not in {r["setting"] for r in result.rows()}:
+        selected = None
+    trade_off(result, config, selected)
+    table(result)
+    outputs(result, config, selected)
+    tuner(pair, config, result, cache)
+    st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
+
+
+main()

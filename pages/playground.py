@@ -5,33 +5,48 @@ from __future__ import annotations
 import streamlit as st
 
 from cactus_core.app import figures
-from cactus_core.app.app_state import (
-    PRESETS,
-    Position,
+from cactus_core.app.decode_view import decode_positions
+from cactus_core.app.playground import (
+    ParamGroup,
+    RuleRow,
     compare_rules,
-    decode_positions,
-    display_indices,
-    parse_table,
+    headline_group,
+    headlines,
+    playground_figures,
+    playground_params,
     playground_rules,
     rule_table,
     taylor_gap,
+)
+from cactus_core.app.positions import (
+    PRESETS,
+    WORKED_EXAMPLE,
+    Position,
+    parse_table,
     truncation_warning,
     with_drafted,
 )
-from pages._common import LAST_RUN_KEY, require_entry_point
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, CactusBudget, CactusExact
+from pages._common import LAST_RUN_KEY, param_widget, require_entry_point
 
-require_entry_point()
-st.title("Playground")
-st.caption(
-    "One position of a speculative round, computed exactly: pick p (draft) and q (verifier), "
-    "the drafted token n, then move delta. Nothing here samples; every number is analytic."
-)
+PRESET_KEY = "pg_preset"
 
-SOURCES = ["Preset", "From a decode run", "Edit a table"]
+
+def _param_key(group: ParamGroup) -> str:
+    return f"pg_{group.key}"
+
+
+def _apply_preset() -> None:
+    """A preset chosen: its own parameter values (the worked example's delta) go to the
+    widgets; the others keep what the user set."""
+    preset = PRESETS[st.session_state[PRESET_KEY]]
+    for group in playground_params():
+        if group.key in preset.params:
+            st.session_state[_param_key(group)] = group.start(preset)
 
 
 def _preset() -> tuple[Position | None, str]:
-    name = st.selectbox("Preset", list(PRESETS), key="pg_preset")
+    name = st.selectbox("Preset", list(PRESETS), key=PRESET_KEY, on_change=_apply_preset)
     return PRESETS[name], name
 
 
@@ -57,7 +72,7 @@ def _from_run() -> tuple[Position | None, str]:
 
 
 def _table() -> tuple[Position | None, str]:
-    base = PRESETS["Worked example (reference README)"]
+    base = PRESETS[WORKED_EXAMPLE]
     start = {
         "token": list(base.labels),
         "p (draft)": [round(float(x), 4) for x in base.p],
@@ -82,14 +97,18 @@ def _table() -> tuple[Position | None, str]:
     return position, f"table{len(position.labels)}"
 
 
-left, right = st.columns([2, 3])
-with left:
-    source = st.radio("p and q from", SOURCES, horizontal=True, key="pg_source")
-    base, base_key = {"Preset": _preset, "From a decode run": _from_run, "Edit a table": _table}[
-        source
-    ]()
-with right:
-    if base is not None:
+SOURCES = {"Preset": _preset, "From a decode run": _from_run, "Edit a table": _table}
+
+
+def pick_position() -> Position | None:
+    """Where p and q come from, and which token was drafted; None while there is no valid pair."""
+    left, right = st.columns([2, 3])
+    with left:
+        source = st.radio("p and q from", list(SOURCES), horizontal=True, key="pg_source")
+        base, base_key = SOURCES[source]()
+    if base is None:
+        return None
+    with right:
         if base.note:
             st.info(base.note)
         drafted = st.selectbox(
@@ -107,62 +126,27 @@ with right:
         warning = truncation_warning(position)
         if warning:
             st.warning(warning)
-
-if base is None:
-    st.stop()
+    return position
 
 
-@st.fragment
-def analysis(position: Position) -> None:
+def _group_widget(group: ParamGroup, position: Position) -> float | int:
+    return param_widget(group.param, _param_key(group), group.start(position), group.label)
+
+
+def parameters(position: Position) -> dict[str, float | int]:
+    """The default rule's parameter up front, every other rule's in a popover."""
+    main = headline_group()
     c1, c2 = st.columns([3, 2])
-    delta = c1.slider(
-        "delta (nats): the Cactus divergence budget",
-        0.0,
-        2.0,
-        0.21,
-        0.01,
-        key="pg_delta",
-        help="0 is lossless speculative sampling. Used by cactus and cactus-exact.",
-    )
+    with c1:
+        values = {main.key: _group_widget(main, position)}
     with c2.popover("Other rules' parameters", width="stretch"):
-        budget = st.slider(
-            "budget (cactus-budget, optimal)", 0.0, 1.0, 0.05, 0.005, key="pg_budget"
-        )
-        interp_alpha = st.slider("alpha (interp)", 0.0, 1.0, 0.5, 0.01, key="pg_interp_alpha")
-        tas_eps = st.slider("epsilon (tas)", 0.0, 1.0, 0.09, 0.01, key="pg_tas_eps")
-        tas_alpha = st.slider("alpha (tas)", 0.0, 1.0, 0.3, 0.01, key="pg_tas_alpha")
-        k_top = st.number_input("k_top (topk)", 1, 100, 5, 1, key="pg_k_top")
+        for group in playground_params():
+            if group != main:
+                values[group.key] = _group_widget(group, position)
+    return values
 
-    rules = playground_rules(
-        delta,
-        budget=budget,
-        interp_alpha=interp_alpha,
-        tas_epsilon=tas_eps,
-        tas_alpha=tas_alpha,
-        k_top=int(k_top),
-    )
-    rows = compare_rules(position, rules)
-    by_name = {r.name: r for r in rows}
-    sps, cactus = by_name["sps"], by_name["cactus"]
 
-    m = st.columns(4)
-    m[0].metric("sps: expected acceptance", f"{sps.expected_acceptance:.1%}")
-    m[1].metric(
-        f"cactus δ={delta:.2f}: expected acceptance",
-        f"{cactus.expected_acceptance:.1%}",
-        f"{cactus.expected_acceptance - sps.expected_acceptance:+.1%} vs sps",
-    )
-    m[2].metric(
-        f"a(n) for n = {figures.display_token(position.labels[position.drafted])}",
-        f"{cactus.accept_drafted:.1%}",
-        f"{cactus.accept_drafted - sps.accept_drafted:+.1%} vs sps",
-    )
-    m[3].metric(
-        "cactus: KL(h ‖ q) / KL(pi ‖ q)",
-        f"{cactus.kl_h_q:.3f} / {cactus.kl_pi_q:.3f}",
-        help="nats. h is what this draft is verified against; pi is what is actually emitted.",
-    )
-
+def rules_table(rows: list[RuleRow]) -> None:
     st.dataframe(
         rule_table(rows),
         hide_index=True,
@@ -177,107 +161,117 @@ def analysis(position: Position) -> None:
         },
     )
 
-    shown = display_indices(position)
-    labels = [position.labels[i] for i in shown]
-    hi = shown.index(position.drafted)
-    focus_name = (
-        st.segmented_control(
-            "Rule in focus",
-            [r.name for r in rows],
-            default="cactus",
-            key="pg_focus",
-        )
-        or "cactus"
+
+def rule_figures(position: Position, rows: list[RuleRow]) -> None:
+    by_name = {r.name: r for r in rows}
+    focus_name = st.segmented_control(
+        "Rule in focus", list(by_name), default=DEFAULT_RULE, key="pg_focus"
     )
-    focus = by_name[focus_name]
+    focus = by_name[focus_name or DEFAULT_RULE]
+    data = playground_figures(position, rows, focus)
     t1, t2, t3, t4 = st.tabs(
         ["h, residual and pi", "a(n) for every n", "pi for every rule", "Every rule"]
     )
     with t1:
-        series = {
-            "p": position.p[shown],
-            "q": position.q[shown],
-            "h": focus.h[shown],
-            "residual": focus.residual[shown],
-            "pi": focus.pi[shown],
-        }
-        st.plotly_chart(
-            figures.distribution_bars(labels, series, title=focus.label, highlight=hi),
-            width="stretch",
-            key="pg_fig_dist",
+        fig = figures.distribution_bars(
+            data.labels, data.focus, title=focus.label, highlight=data.drafted
         )
+        st.plotly_chart(fig, width="stretch", key="pg_fig_dist")
     with t2:
-        st.plotly_chart(
-            figures.acceptance_by_token(
-                labels, {r.label: r.accept_all[shown] for r in rows}, drafted=hi
-            ),
-            width="stretch",
-            key="pg_fig_accept",
-        )
+        fig = figures.acceptance_by_token(data.labels, data.accept, drafted=data.drafted)
+        st.plotly_chart(fig, width="stretch", key="pg_fig_accept")
     with t3:
-        pis = {"q": position.q[shown]} | {r.label: r.pi[shown] for r in rows}
-        st.plotly_chart(
-            figures.distribution_bars(labels, pis, title="Emitted pi per rule, against q"),
-            width="stretch",
-            key="pg_fig_pi",
+        fig = figures.distribution_bars(
+            data.labels, data.pis, title="Emitted pi per rule, against q"
         )
+        st.plotly_chart(fig, width="stretch", key="pg_fig_pi")
     with t4:
-        st.plotly_chart(
-            figures.rule_summary(
-                [r.label for r in rows],
-                [r.expected_acceptance for r in rows],
-                [r.kl_pi_q for r in rows],
-            ),
-            width="stretch",
-            key="pg_fig_summary",
+        fig = figures.rule_summary(
+            [r.label for r in rows],
+            [r.expected_acceptance for r in rows],
+            [r.kl_pi_q for r in rows],
         )
-    if len(shown) < len(position.labels):
-        st.caption(f"Figures show {len(shown)} of {len(position.labels)} tokens (most mass).")
+        st.plotly_chart(fig, width="stretch", key="pg_fig_summary")
+    if data.hidden:
+        shown = len(data.labels)
+        st.caption(f"Figures show {shown} of {shown + data.hidden} tokens (most mass).")
 
+
+def taylor_section(position: Position, delta: float) -> None:
     st.subheader("Taylor closed form against the exact root")
     gap = taylor_gap(position, delta)
     g = st.columns(3)
-    g[0].metric("h_n, cactus (Taylor)", f"{gap.h_taylor:.4f}")
-    g[1].metric("h_n, cactus-exact", f"{gap.h_exact:.4f}")
+    g[0].metric(f"h_n, {gap.names[0]}", f"{gap.h_taylor:.4f}")
+    g[1].metric(f"h_n, {gap.names[1]}", f"{gap.h_exact:.4f}")
+    over = gap.overshoot
     g[2].metric(
         "KL(h ‖ q): Taylor / exact",
         f"{gap.kl_taylor_now:.4f} / {gap.kl_exact_now:.4f}",
-        f"{gap.kl_taylor_now - delta:+.4f} over delta" if gap.kl_taylor_now > delta else None,
+        None if over is None else f"{over:+.4f} over delta",
         delta_color="inverse",
     )
-    st.plotly_chart(
-        figures.taylor_gap(gap.deltas, gap.kl_taylor, gap.kl_exact, current_delta=delta),
-        width="stretch",
-        key="pg_fig_taylor",
+    fig = figures.taylor_gap(
+        gap.deltas, gap.kl_taylor, gap.kl_exact, current_delta=delta, names=gap.names
     )
+    st.plotly_chart(fig, width="stretch", key="pg_fig_taylor")
 
 
-analysis(position)
+@st.fragment
+def analysis(position: Position) -> None:
+    """Everything a parameter moves; a slider redraws this part alone."""
+    values = parameters(position)
+    rows = compare_rules(position, playground_rules(values))
+    for col, card in zip(st.columns(4), headlines(position, rows), strict=True):
+        col.metric(card.label, card.value, card.delta, help=card.help)
+    rules_table(rows)
+    rule_figures(position, rows)
+    taylor_section(position, values[headline_group().key])
 
-with st.expander("Formulas", expanded=False):
-    st.markdown("Lossless speculative sampling (`sps`) accepts the drafted n with")
-    st.latex(r"a(n) = \min\!\left(1, \frac{q_n}{p_n}\right)")
-    st.markdown("Cactus raises q at n within a divergence budget delta (the paper's closed form):")
-    st.latex(r"h_n = \min\!\left(1,\; q_n + \sqrt{2\,\delta\, q_n (1 - q_n)}\right)")
-    st.markdown("`cactus-exact` uses the exact root instead:")
-    st.latex(
-        r"h_n = \gamma \in [q_n, 1]:\quad \gamma \log\frac{\gamma}{q_n} + (1-\gamma)"
-        r"\log\frac{1-\gamma}{1-q_n} = \delta"
+
+def formulas() -> None:
+    with st.expander("Formulas", expanded=False):
+        st.markdown(f"Lossless speculative sampling (`{LOSSLESS_RULE}`) accepts the drafted n with")
+        st.latex(r"a(n) = \min\!\left(1, \frac{q_n}{p_n}\right)")
+        st.markdown(
+            "Cactus raises q at n within a divergence budget delta (the paper's closed form):"
+        )
+        st.latex(r"h_n = \min\!\left(1,\; q_n + \sqrt{2\,\delta\, q_n (1 - q_n)}\right)")
+        st.markdown(f"`{CactusExact.name}` uses the exact root instead:")
+        st.latex(
+            r"h_n = \gamma \in [q_n, 1]:\quad \gamma \log\frac{\gamma}{q_n} + (1-\gamma)"
+            r"\log\frac{1-\gamma}{1-q_n} = \delta"
+        )
+        st.markdown("The rest of h is q rescaled, and a rejection samples the residual:")
+        st.latex(
+            r"h_j = q_j \frac{1 - h_n}{1 - q_n}\ (j \ne n), \qquad a(n) = \min\!\left(1, "
+            r"\frac{h_n}{p_n}\right), \qquad r_n \propto \max(0,\, h - p)"
+        )
+        st.markdown("What is emitted, marginalised over the draft and the coin, and what it costs:")
+        st.latex(
+            r"\pi(x) = p(x)\,a(x) + \sum_n p(n)\,(1 - a(n))\, r_n(x), \qquad "
+            r"\mathbb{E}[\text{accept}] = \sum_n p(n)\, a(n), \qquad "
+            r"\mathrm{KL}(\pi \,\|\, q) = \sum_x \pi(x) \log\frac{\pi(x)}{q(x)}"
+        )
+        st.markdown(
+            "If top-k or top-p left q_n = 0, then h_n = 0 for every delta: such a draft is "
+            "always rejected. The emitted pi can sit further from q than delta, because the "
+            f"residual mixes over every possible draft; `{CactusBudget.name}` picks a "
+            "per-position delta that bounds KL(pi ‖ q) itself."
+        )
+
+
+def main() -> None:
+    require_entry_point()
+    st.title("Playground")
+    st.caption(
+        "One position of a speculative round, computed exactly: pick p (draft) and q "
+        "(verifier), the drafted token n, then move delta. Nothing here samples; every number "
+        "is analytic."
     )
-    st.markdown("The rest of h is q rescaled, and a rejection samples the residual:")
-    st.latex(
-        r"h_j = q_j \frac{1 - h_n}{1 - q_n}\ (j \ne n), \qquad a(n) = \min\!\left(1, "
-        r"\frac{h_n}{p_n}\right), \qquad r_n \propto \max(0,\, h - p)"
-    )
-    st.markdown("What is emitted, marginalised over the draft and the coin, and what it costs:")
-    st.latex(
-        r"\pi(x) = p(x)\,a(x) + \sum_n p(n)\,(1 - a(n))\, r_n(x), \qquad "
-        r"\mathbb{E}[\text{accept}] = \sum_n p(n)\, a(n), \qquad "
-        r"\mathrm{KL}(\pi \,\|\, q) = \sum_x \pi(x) \log\frac{\pi(x)}{q(x)}"
-    )
-    st.markdown(
-        "If top-k or top-p left q_n = 0, then h_n = 0 for every delta: such a draft is always "
-        "rejected. The emitted pi can sit further from q than delta, because the residual mixes "
-        "over every possible draft; `cactus-budget` picks a per-position delta that bounds "
-        "KL(pi ‖ q) itself."
-    )
+    position = pick_position()
+    if position is not None:
+        analysis(position)
+    formulas()
+
+
+main()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.app_state import LiveStats, live_stats
+from cactus_core.app.decode_view import LiveStats, live_stats
 from cactus_core.engine.decoder import SpeculativeDecoder
 from cactus_core.engine.trace import reverify
 from cactus_core.maths.rules import make_rule
@@ -71,7 +71,8 @@ def test_generate_produces_the_decoders_own_trace(pair_dirs, tiny_pair):
     at = generate(decode_page(pair_dirs, seed=3))
     run = at.session_state["decode_run"]
     # Same prompt, rule and settings straight through the library: same tokens, same fates.
-    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=0.5), k=4, temperature=0.7)
+    # the rule picker starts at the default rule with its own default parameters
+    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus"), k=4, temperature=0.7)
     want = dec.generate(run.prompt, max_new_tokens=MAX_NEW, seed=3)
     assert run.output.token_ids == want.token_ids
     assert [r.draft_fates for r in run.trace.rounds] == [r.draft_fates for r in want.trace.rounds]
@@ -213,3 +214,20 @@ def test_empty_prompt_is_an_error_not_a_traceback(pair_dirs):
     at.button(key="dec_go").click().run()
     assert not at.exception
     assert any("prompt" in e.value for e in at.error)
+
+
+def _measured_speedup(at: AppTest) -> str:
+    return next(m for m in at.metric if m.label == "measured speedup").value
+
+
+def test_measured_speedup_belongs_to_the_run_it_measured(pair_dirs):
+    # The comparison measures the run on screen; a new Generate with other settings is
+    # another run, whose speedup nobody has measured yet.
+    at = generate(decode_page(pair_dirs), open_rounds=False)
+    at.button(key="dec_compare").click().run()
+    assert not at.exception
+    assert _measured_speedup(at).endswith("×")
+    at.session_state["sb_seed"] = 7
+    generate(at, open_rounds=False)
+    assert _measured_speedup(at) == "–"
+    assert not any(v.value.startswith("Speculation is") for v in [*at.warning, *at.success])

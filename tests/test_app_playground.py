@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.app_state import PRESETS
+from cactus_core.app.positions import PRESETS, WORKED_EXAMPLE
 from cactus_core.maths.divergence import expected_acceptance
-from cactus_core.maths.rules import make_rule
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
-WORKED = PRESETS["Worked example (reference README)"]
+WORKED = PRESETS[WORKED_EXAMPLE]
 
 
 @pytest.fixture
@@ -121,3 +121,37 @@ def test_from_a_decode_run_without_one_says_so(playground):
     at.radio(key="pg_source").set_value("From a decode run").run()
     assert not at.exception
     assert any("No decode run" in i.value for i in at.info)
+
+
+def test_decode_rule_picker_is_built_from_the_rules_metadata():
+    # No pair is named, so the page draws its form and an error instead of loading models.
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["sb_source"] = "Hub id or local folder"
+    at.session_state["sb_verifier"] = ""
+    at.run()
+    at.switch_page("pages/decode.py").run()
+    assert not at.exception
+    assert at.selectbox(key="dec_rule").options == list(RULES)
+    assert at.selectbox(key="dec_rule").value == DEFAULT_RULE
+    for name, cls in RULES.items():
+        at.selectbox(key="dec_rule").set_value(name).run()
+        assert not at.exception
+        for p in cls.params_spec:
+            widget = at.get("slider") + at.get("number_input")
+            mine = [w for w in widget if w.key == f"dec_{name}_{p.name}"]
+            assert len(mine) == 1
+            assert mine[0].value == p.default
+            assert mine[0].label == p.label
+            assert mine[0].help == p.help
+
+
+def test_frontier_form_starts_from_the_rules_metadata():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["sb_source"] = "Hub id or local folder"
+    at.session_state["sb_verifier"] = ""
+    at.run()
+    at.switch_page("pages/frontier.py").run()
+    assert not at.exception
+    assert at.multiselect(key="fr_rules").value == [DEFAULT_RULE, LOSSLESS_RULE]
+    grid = RULES[DEFAULT_RULE].swept().grid
+    assert at.text_input(key=f"fr_grid_{DEFAULT_RULE}").value == ", ".join(f"{v:g}" for v in grid)

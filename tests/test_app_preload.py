@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core.app.app_state import AppSettings
+from cactus_core.app.settings import AppSettings
 from cactus_core.engine import models
 from pages import _common
 

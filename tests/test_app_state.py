@@ -4,32 +4,62 @@ views. The numbers a page shows must be the library's numbers."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from cactus_core.app import app_state as S
+from cactus_core.app import decode_view as D
+from cactus_core.app import metrics as M
+from cactus_core.app import playground as P
+from cactus_core.app import positions as S
+from cactus_core.app import settings as A
+from cactus_core.app import transcript as T
 from cactus_core.engine.decoder import SpeculativeDecoder
 from cactus_core.engine.trace import reverify
 from cactus_core.maths.divergence import expected_acceptance, kl
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import RULE_NAMES, make_rule
+from cactus_core.maths.rules import RULES, make_rule
+from cactus_core.maths.sampling import SamplingSettings
 
-WORKED = S.PRESETS["Worked example (reference README)"]
+WORKED = S.PRESETS[S.WORKED_EXAMPLE]
 
 
-def test_rule_params_cover_every_rule_and_build():
-    assert set(S.RULE_PARAMS) == set(RULE_NAMES)
-    for name in RULE_NAMES:
-        rule = S.build_rule(name)
-        assert rule.name == name
-        for spec in S.RULE_PARAMS[name]:
-            make_rule(name, **{spec.name: spec.low})
-            make_rule(name, **{spec.name: spec.high})
+def test_widgets_start_at_the_rules_defaults_inside_what_make_rule_accepts():
+    for name, cls in RULES.items():
+        defaults = A.default_params(name)
+        assert defaults == {p.name: p.default for p in cls.params_spec}
+        assert A.build_rule(name) == make_rule(name)
+        for p in cls.params_spec:
+            assert p.low <= p.ui[0] <= p.default <= p.ui[1] <= p.high
+            make_rule(name, **{p.name: A.param_value(p, p.ui[0])})
+            make_rule(name, **{p.name: A.param_value(p, p.ui[1])})
+    # widgets hand back floats; integer parameters get integers
+    assert A.build_rule("topk", {"k_top": 7.0}).params["k_top"] == 7
+
+
+def test_playground_offers_every_parameter_of_every_rule_once():
+    groups = P.playground_params()
+    seen = sorted((r, g.param.name) for g in groups for r in g.rules)
+    assert seen == sorted((n, p.name) for n, c in RULES.items() for p in c.params_spec)
+    assert len({g.key for g in groups}) == len(groups)
+    # rules declaring the same parameter share one widget; different ones with one name don't
+    shared = {g.key: g.rules for g in groups}
+    assert shared["delta"] == ("cactus", "cactus-exact")
+    assert {"tas_alpha", "interp_alpha"} <= set(shared)
+    assert P.playground_rules() == [make_rule(n) for n in RULES]
+    assert P.headline_group().key == "delta"
+
+
+def test_the_worked_example_carries_its_own_delta():
+    group = P.headline_group()
+    assert group.start(WORKED) == 0.21
+    other = S.PRESETS["Flat verifier, peaky draft"]
+    assert group.start(other) == group.param.default
 
 
 def test_worked_example_matches_the_design_notes():
-    rows = {r.name: r for r in S.compare_rules(WORKED, S.playground_rules(0.21))}
+    rows = {r.name: r for r in P.compare_rules(WORKED, P.playground_rules(WORKED.params))}
     assert rows["sps"].accept_drafted == pytest.approx(0.4375, abs=1e-6)
     cactus = rows["cactus"]
     assert cactus.accept_drafted == pytest.approx(0.824, abs=1e-3)
@@ -43,8 +73,8 @@ def test_compare_rules_equals_the_library(delta):
     q = torch.softmax(torch.randn(40, generator=g) * 2, -1)
     p = torch.softmax(torch.randn(40, generator=g) * 2, -1)
     pos = S.Position(tuple(f"t{i}" for i in range(40)), p, q, drafted=int(p.argmax()))
-    rules = S.playground_rules(delta, budget=0.1)
-    for rule, row in zip(rules, S.compare_rules(pos, rules), strict=True):
+    rules = P.playground_rules({"delta": delta, "budget": 0.1})
+    for rule, row in zip(rules, P.compare_rules(pos, rules), strict=True):
         n = torch.tensor(pos.drafted)
         assert row.expected_acceptance == pytest.approx(
             float(expected_acceptance(rule, p, q)), abs=1e-6
@@ -70,7 +100,7 @@ def test_taylor_gap_on_the_lump_equals_the_full_vocabulary():
     p = torch.softmax(torch.randn(500, generator=g) * 3, -1)
     n = int(q.argmax())  # a large q_n, where the closed form overshoots
     pos = S.Position(tuple(map(str, range(500))), p, q, drafted=n)
-    gap = S.taylor_gap(pos, 0.8)
+    gap = P.taylor_gap(pos, 0.8)
     for name, h_now, kl_now in (
         ("cactus", gap.h_taylor, gap.kl_taylor_now),
         ("cactus-exact", gap.h_exact, gap.kl_exact_now),
@@ -88,9 +118,9 @@ def test_truncation_warning_only_when_q_n_is_zero():
     assert "no mass" in S.truncation_warning(nucleus)
     assert S.truncation_warning(WORKED) is None
     # and indeed no delta rescues it
-    for rule in S.playground_rules(3.0):
+    for rule in P.playground_rules({"delta": 3.0}):
         if rule.name.startswith("cactus") or rule.name == "sps":
-            row = S.compare_rules(nucleus, [rule])[0]
+            row = P.compare_rules(nucleus, [rule])[0]
             assert row.accept_drafted == 0.0
 
 
@@ -125,40 +155,61 @@ def test_parse_table_normalises_and_says_so():
 
 
 def test_modelled_speedup():
-    assert S.modelled_speedup(3.0, 4, 0.05) == pytest.approx(2.5)
+    assert M.modelled_speedup(3.0, 4, 0.05) == pytest.approx(2.5)
     with pytest.raises(ValueError, match="c"):
-        S.modelled_speedup(3.0, 4, -1)
+        M.modelled_speedup(3.0, 4, -1)
 
 
 def test_speed_comparison_says_plainly_when_slower():
-    slow = S.SpeedComparison(5.0, 10.0, 2.0, 4, 0.3)
+    slow = M.SpeedComparison(5.0, 10.0, 2.0, 4, 0.3)
     assert slow.speedup == 0.5
     assert slow.verdict().startswith("Speculation is slower here: 0.50×")
-    assert S.SpeedComparison(20.0, 10.0, 2.0, 4, 0.3).verdict().startswith("Speculation is faster")
+    assert M.SpeedComparison(20.0, 10.0, 2.0, 4, 0.3).verdict().startswith("Speculation is faster")
 
 
 def test_settings_validation():
-    assert S.AppSettings().pair_label == "embedded pair"
+    s = A.AppSettings()
+    assert s.pair_label == "embedded pair"
+    assert s.sampling == SamplingSettings()
+    assert s.decoder_kwargs() == {"k": 4, "temperature": 0.7, "top_k": 0, "top_p": 1.0}
     with pytest.raises(ValueError, match="draft needs a verifier"):
-        S.AppSettings(draft="x")
-    with pytest.raises(ValueError, match="top_p"):
-        S.AppSettings(top_p=0.0)
+        A.AppSettings(draft="x")
+    with pytest.raises(ValueError, match="SamplingSettings"):
+        A.AppSettings(sampling={"top_p": 0.5})
+    with pytest.raises(ValueError, match="top_p"):  # SamplingSettings checks its own fields
+        A.AppSettings(sampling=SamplingSettings(top_p=0.0))
+
+
+def test_taylor_gap_overshoot_only_when_the_closed_form_exceeds_delta():
+    pos = S.Position(("a", "b"), torch.tensor([0.2, 0.8]), torch.tensor([0.6, 0.4]), 0)
+    high = P.taylor_gap(pos, 0.2)  # h_n ≈ 0.91 < 1: the closed form overshoots
+    assert high.kl_taylor_now > 0.2
+    assert high.overshoot == pytest.approx(high.kl_taylor_now - 0.2)
+    assert P.taylor_gap(pos, 0.0).overshoot is None
+
+
+def test_headlines_compare_the_default_rule_with_the_lossless_one():
+    rows = P.compare_rules(WORKED, P.playground_rules(WORKED.params))
+    cards = P.headlines(WORKED, rows)
+    assert cards[0].label == "sps: expected acceptance"
+    assert cards[1].label == "cactus δ=0.21: expected acceptance"
+    assert cards[2].value == "82.4%" and cards[2].delta == "+38.6% vs sps"
 
 
 def test_chip_label_escapes_markdown_and_marks_fate():
-    t = S.TokenView("*a_b [x]", "rejected", 0, 0)
-    label = S.chip_label(t)
+    t = T.TokenView("*a_b [x]", "rejected", 0, 0)
+    label = T.chip_label(t)
     assert label.startswith("✗ :red-background[:red[~~")
     assert "\\*a\\_b" in label and "\\[x\\]" in label
-    assert S.chip_label(S.TokenView(" ", "accepted", 0, 0)) == "✓ :green-background[:green[␣]]"
+    assert T.chip_label(T.TokenView(" ", "accepted", 0, 0)) == "✓ :green-background[:green[␣]]"
 
 
 def test_transcript_html_escapes_and_strikes_rejected():
-    html = S.transcript_html("", [S.TokenView("<b>", "rejected", 0, 0, flipped=True)])
+    html = T.transcript_html("", [T.TokenView("<b>", "rejected", 0, 0, flipped=True)])
     assert "&lt;b&gt;" in html and "<b>" not in html
     assert "line-through" in html and "dashed" in html
     with pytest.raises(ValueError, match="unknown fate"):
-        S.transcript_html("", [S.TokenView("x", "eaten", 0, 0)])
+        T.transcript_html("", [T.TokenView("x", "eaten", 0, 0)])
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +219,7 @@ def decoded(tiny_pair):
 
 
 def test_transcript_tokens_emit_exactly_the_output(decoded):
-    views = S.transcript_tokens(decoded.trace.rounds)
+    views = T.transcript_tokens(decoded.trace.rounds)
     emitted = [v.text for v in views if v.fate != "rejected"]
     assert "".join(emitted) == "".join(t for r in decoded.trace.rounds for t in r.emitted_text)
     rejected = sum(1 for v in views if v.fate == "rejected")
@@ -180,7 +231,7 @@ def test_transcript_tokens_emit_exactly_the_output(decoded):
 
 
 def test_live_stats_agree_with_the_decoder(decoded):
-    live = S.live_stats(decoded.trace.rounds, decoded.stats.wall_s)
+    live = D.live_stats(decoded.trace.rounds, decoded.stats.wall_s)
     assert live.tokens == decoded.stats.new_tokens
     assert live.tokens_per_call == pytest.approx(decoded.stats.tokens_per_call)
     assert live.acceptance_rate == pytest.approx(decoded.stats.acceptance_rate)
@@ -188,7 +239,7 @@ def test_live_stats_agree_with_the_decoder(decoded):
 
 
 def test_trace_position_is_a_distribution_pair_with_the_drafted_token(decoded):
-    choices = S.decode_positions(decoded.trace)
+    choices = D.decode_positions(decoded.trace)
     assert choices
     for choice in choices[:5]:
         pos = choice.position(decoded.trace)
@@ -197,14 +248,14 @@ def test_trace_position_is_a_distribution_pair_with_the_drafted_token(decoded):
         rnd = decoded.trace.rounds[choice.round_index]
         assert pos.labels[pos.drafted] == rnd.draft_text[choice.slot]
         # The tiny vocabulary (259) fits in the kept rows, so a(n) is the decoder's exactly.
-        row = S.compare_rules(pos, [decoded.trace.rule])[0]
+        row = P.compare_rules(pos, [decoded.trace.rule])[0]
         assert row.accept_drafted == pytest.approx(rnd.accept_probs[choice.slot], abs=1e-4)
 
 
 def test_inspect_every_token_of_every_round(decoded):
     for rnd in decoded.trace.rounds:
-        for view in S.round_tokens(rnd):
-            ins = S.inspect_token(decoded.trace, rnd.index, view.slot)
+        for view in T.round_tokens(rnd):
+            ins = D.inspect_token(decoded.trace, rnd.index, view.slot)
             assert ins.title
             if view.fate in ("accepted", "rejected", "dropped"):
                 assert ins.accept_prob == rnd.accept_probs[view.slot]
@@ -218,7 +269,41 @@ def test_inspect_every_token_of_every_round(decoded):
 
 def test_flipped_slots_follow_the_replay(decoded):
     replay = reverify(decoded.trace, make_rule("cactus", delta=3.0))
-    flips = S.flipped_slots(replay)
+    flips = T.flipped_slots(replay)
     assert sum(len(v) for v in flips.values()) == replay.flips
-    views = S.transcript_tokens(decoded.trace.rounds, replay)
+    views = T.transcript_tokens(decoded.trace.rounds, replay)
     assert any(v.flipped for v in views) == (replay.flips > 0)
+
+
+def test_speed_comparison_from_the_two_runs_stats():
+    spec = SimpleNamespace(
+        tokens_per_s=30.0,
+        tokens_per_call=2.5,
+        draft_calls=10,
+        draft_s=0.1,
+        verifier_calls=5,
+        verify_s=0.5,
+    )
+    cmp = M.speed_comparison(spec, SimpleNamespace(tokens_per_s=20.0), k=4)
+    assert cmp.speedup == pytest.approx(1.5)
+    assert cmp.c_measured == pytest.approx(0.01 / 0.1)
+    assert cmp.modelled_with_measured_c == pytest.approx(2.5 / 1.4)
+
+
+def test_a_decode_request_needs_a_prompt():
+    with pytest.raises(ValueError, match="prompt"):
+        D.DecodeRequest("  ", A.AppSettings(), "sps", {}, 8, True)
+
+
+def test_playground_figures_keep_the_drafted_token_and_count_the_hidden_ones():
+    g = torch.Generator().manual_seed(1)
+    q = torch.softmax(torch.randn(30, generator=g) * 2, -1)
+    p = torch.softmax(torch.randn(30, generator=g) * 2, -1)
+    pos = S.Position(tuple(f"t{i}" for i in range(30)), p, q, drafted=int(q.argmin()))
+    rows = P.compare_rules(pos, P.playground_rules())
+    data = P.playground_figures(pos, rows, rows[1])
+    assert data.labels[data.drafted] == pos.labels[pos.drafted]
+    assert len(data.labels) + data.hidden == 30
+    assert set(data.focus) == {"p", "q", "h", "residual", "pi"}
+    assert list(data.accept) == [r.label for r in rows]
+    assert list(data.pis) == ["q", *(r.label for r in rows)]

@@ -135,13 +135,14 @@ def test_every_page_in_a_real_browser(server, browser):
         s.open("playground")
         s.page.get_by_text("Taylor closed form against the exact root").wait_for()
         before = s.metric("cactus δ=0.21")
-        thumb = s.page.get_by_role("slider", name="delta (nats): the Cactus divergence budget")
+        # the worked example starts at its own delta, 0.21, not the rules' default
+        thumb = s.page.get_by_role("slider", name="δ (nats): cactus, cactus-exact")
         thumb.focus()
         for _ in range(29):
-            thumb.press("ArrowRight")  # delta 0.21 -> 0.50
-        s.page.locator('[data-testid="stMetric"]', has_text="cactus δ=0.50").wait_for()
+            thumb.press("ArrowRight")  # delta 0.21 -> 0.50 (step 0.01)
+        s.page.locator('[data-testid="stMetric"]', has_text="cactus δ=0.5:").wait_for()
         s.idle()
-        after = s.metric("cactus δ=0.50")
+        after = s.metric("cactus δ=0.5:")
         assert (before, after) == ("85.9%", "100.0%")
         s.check()
         s.shot("playground")

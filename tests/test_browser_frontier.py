@@ -79,10 +79,9 @@ def _sweep_click_and_read(page, url: str) -> None:
     page.get_by_role("heading", name="Frontier").wait_for()
     _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
     _slider_to_start(page, "Max new tokens")  # 8 tokens
+    # the form starts with the default rule and the lossless one (one setting)
     _fill(page, "cactus: values of delta", "0, 1")
-    _fill(page, "tas: values of epsilon", "0.05")
-    _fill(page, "interp: values of alpha", "0.5")
-    page.get_by_text("4 settings + verifier-only × 2 prompts").wait_for()
+    page.get_by_text("3 settings + verifier-only × 2 prompts").wait_for()
     page.get_by_role("button", name="Run sweep").click()
 
     plot = page.locator(".js-plotly-plot").first

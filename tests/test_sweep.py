@@ -240,7 +240,8 @@ def test_cache_key_covers_the_model_and_the_sampling(
         run_sweep(other_pair, replace(config, prompts=PROMPTS[:1]), cache)
     assert calls["n"] > 0  # another model pair is another key
     with count_forwards(tiny_pair) as calls:
-        run_sweep(tiny_pair, replace(config, prompts=PROMPTS[:1], temperature=0.9), cache)
+        hotter = replace(config.sampling, temperature=0.9)
+        run_sweep(tiny_pair, replace(config, prompts=PROMPTS[:1], sampling=hotter), cache)
     assert calls["n"] > 0
 
 

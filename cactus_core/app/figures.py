@@ -256,9 +256,11 @@ def taylor_gap(
     kl_exact: Sequence[float],
     *,
     current_delta: float | None = None,
+    names: tuple[str, str] = ("Taylor closed form", "exact binary-KL root"),
     title: str = "KL(h ‖ q) against the budget delta",
 ) -> go.Figure:
-    """KL(h ‖ q) of the closed form (cactus) and the exact root (cactus-exact) against delta.
+    """KL(h ‖ q) of Cactus's closed form and of its exact root against delta (`names` are the
+    two curves' legend entries).
 
     The dashed diagonal is KL = delta: the closed form crosses above it, the exact root never.
     """
@@ -272,14 +274,14 @@ def taylor_gap(
     fig.add_scatter(
         x=d,
         y=_as_list(kl_taylor, "kl_taylor"),
-        name="cactus (Taylor closed form)",
+        name=names[0],
         mode="lines",
         line={"color": RULE_PALETTE[1], "width": 3},
     )
     fig.add_scatter(
         x=d,
         y=_as_list(kl_exact, "kl_exact"),
-        name="cactus-exact (binary-KL root)",
+        name=names[1],
         mode="lines",
         line={"color": RULE_PALETTE[0], "width": 3},
     )

@@ -15,9 +15,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.app.figures import RULE_PALETTE
-from cactus_core.experiments.frontier import LimitCurve, pareto_front
+from cactus_core.experiments.frontier import pareto_front
 from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
-from cactus_core.maths.rules import RULE_NAMES
+from cactus_core.maths.limit import LimitCurve
+from cactus_core.maths.rules import DEFAULT_RULE, RULE_NAMES
 
 Row = Mapping[str, Any]
 
@@ -91,36 +92,7 @@ def frontier_chart(
         raise ValueError("no rows to plot: run a sweep first")
     fig = go.Figure()
     for rule, group in _by_rule(rows).items():
-        pts = sorted(
-            (
-                r
-                for r in group
-                if math.isfinite(_num(r.get(x))) and math.isfinite(_num(r.get(metric)))
-            ),
-            key=lambda r: (_num(r[x]), _num(r.get("value"))),
-        )
-        if not pts:
-            continue
-        colour = rule_colour(rule)
-        fig.add_scatter(
-            x=[_num(r[x]) for r in pts],
-            y=[_num(r[metric]) for r in pts],
-            mode="markers" if rule == BASELINE else "lines+markers",
-            name=rule,
-            marker={
-                "color": colour,
-                "size": 10 if rule == BASELINE else 8,
-                "symbol": "diamond" if rule == BASELINE else "circle",
-            },
-            line={"color": colour, "width": 1.5},
-            error_y=_errors(pts, metric),
-            customdata=[[r["setting"], r["label"]] for r in pts],
-            hovertemplate=(
-                "<b>%{customdata[1]}</b><br>"
-                + f"{METRIC_LABELS.get(x, x)}: %{{x:.4f}}<br>"
-                + f"{METRIC_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
-            ),
-        )
+        _add_rule(fig, rule, group, metric, x)
     if front:
         _add_front(fig, rows, metric, x)
     if limit_curve is not None:
@@ -133,20 +105,7 @@ def frontier_chart(
             hovertemplate="limit<br>KL %{x:.4f}: acceptance %{y:.3f}<extra></extra>",
         )
     if selected is not None:
-        hit = [r for r in rows if r["setting"] == selected]
-        if hit and math.isfinite(_num(hit[0].get(metric))):
-            fig.add_scatter(
-                x=[_num(hit[0][x])],
-                y=[_num(hit[0][metric])],
-                mode="markers",
-                name="selected",
-                marker={
-                    "size": 18,
-                    "color": "rgba(0,0,0,0)",
-                    "line": {"color": "#d62728", "width": 2},
-                },
-                hoverinfo="skip",
-            )
+        _add_ring(fig, rows, selected, metric, x)
     name = METRIC_LABELS.get(metric, metric)
     fig.update_layout(
         _LAYOUT,
@@ -156,6 +115,51 @@ def frontier_chart(
         clickmode="event+select",
     )
     return fig
+
+
+def _add_rule(fig: go.Figure, rule: str, group: Sequence[Row], metric: str, x: str) -> None:
+    """One rule's settings as a line of points, each carrying its setting id for clicks."""
+    pts = sorted(
+        (r for r in group if _finite_point(r, x, metric)),
+        key=lambda r: (_num(r[x]), _num(r.get("value"))),
+    )
+    if not pts:
+        return
+    colour = rule_colour(rule)
+    baseline = rule == BASELINE
+    fig.add_scatter(
+        x=[_num(r[x]) for r in pts],
+        y=[_num(r[metric]) for r in pts],
+        mode="markers" if baseline else "lines+markers",
+        name=rule,
+        marker={
+            "color": colour,
+            "size": 10 if baseline else 8,
+            "symbol": "diamond" if baseline else "circle",
+        },
+        line={"color": colour, "width": 1.5},
+        error_y=_errors(pts, metric),
+        customdata=[[r["setting"], r["label"]] for r in pts],
+        hovertemplate=(
+            "<b>%{customdata[1]}</b><br>"
+            + f"{METRIC_LABELS.get(x, x)}: %{{x:.4f}}<br>"
+            + f"{METRIC_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
+        ),
+    )
+
+
+def _add_ring(fig: go.Figure, rows: Sequence[Row], selected: str, metric: str, x: str) -> None:
+    hit = [r for r in rows if r["setting"] == selected]
+    if not hit or not math.isfinite(_num(hit[0].get(metric))):
+        return
+    fig.add_scatter(
+        x=[_num(hit[0][x])],
+        y=[_num(hit[0][metric])],
+        mode="markers",
+        name="selected",
+        marker={"size": 18, "color": "rgba(0,0,0,0)", "line": {"color": "#d62728", "width": 2}},
+        hoverinfo="skip",
+    )
 
 
 def _add_front(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None:
@@ -251,7 +255,7 @@ def tuner_chart(
     budget: float,
     *,
     param: str = "delta",
-    rule: str = "cactus",
+    rule: str = DEFAULT_RULE,
     tries: Sequence[tuple[float, float]] = (),
     chosen: float | None = None,
 ) -> go.Figure:

@@ -1,0 +1,375 @@
+"""The Decode page's runs and its views of a trace: live counters, round tables, positions
+for the Playground and the token inspector. A run keeps everything measured about it (its
+replay, its speed comparison), so nothing outlives the run it describes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cactus_core.app.metrics import Headline, SpeedComparison, speed_comparison
+from cactus_core.app.playground import compare_rules
+from cactus_core.app.positions import Position, display_indices
+from cactus_core.app.settings import AppSettings, build_rule
+from cactus_core.app.transcript import FATE_LABELS, show_text
+from cactus_core.maths.rules import Rule, lossless_rule
+
+if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
+    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.generation import DecodeStream, GenerationOutput
+    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.trace import Replay, RoundTrace, Trace
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What Generate decodes: the prompt, the sidebar's settings and the rule picked."""
+
+    prompt: str
+    settings: AppSettings
+    rule_name: str
+    rule_params: dict[str, float]
+    max_new_tokens: int
+    chat_template: bool
+
+    def __post_init__(self) -> None:
+        if not self.prompt.strip():
+            raise ValueError("Enter a prompt first.")
+
+    def rule(self) -> Rule:
+        return build_rule(self.rule_name, self.rule_params)
+
+    def decoder(self, pair: ModelPair, record_trace: bool = True) -> SpeculativeDecoder:
+        from cactus_core.engine.decoder import SpeculativeDecoder
+
+        return SpeculativeDecoder(
+            pair, self.rule(), record_trace=record_trace, **self.settings.decoder_kwargs()
+        )
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.settings.seed,
+            "chat_template": self.chat_template,
+        }
+
+    def stream(self, pair: ModelPair) -> DecodeStream:
+        """The rounds as they finish; the stream's `.output` holds the result once exhausted."""
+        return self.decoder(pair).rounds(self.prompt, **self.generate_kwargs())
+
+
+@dataclass
+class DecodeRun:
+    """One Generate click: the request, the decoder's output (trace and stats), and what was
+    measured about this run since (a replay, a speed comparison)."""
+
+    run_id: int
+    request: DecodeRequest
+    output: GenerationOutput
+    comparison: SpeedComparison | None = None
+    replay: Replay | None = None
+
+    @property
+    def trace(self) -> Trace:
+        return self.output.trace
+
+    @property
+    def prompt(self) -> str:
+        return self.request.prompt
+
+    @property
+    def settings(self) -> AppSettings:
+        return self.request.settings
+
+    @property
+    def rule_name(self) -> str:
+        return self.request.rule_name
+
+    def caption(self) -> str:
+        stats, meta = self.output.stats, self.trace.meta
+        return (
+            f"Run {self.run_id}: {meta['rule_label']} · k = {meta['k']} · "
+            f"T = {meta['temperature']:g} · top-k {meta['top_k']} · top-p {meta['top_p']:g} · "
+            f"seed {meta['seed']} · {stats.new_tokens} tokens in {stats.rounds} rounds, "
+            f"stopped by {stats.stop_reason} · {meta['verifier']} verifying {meta['draft']}"
+        )
+
+    def truncation_caption(self) -> str | None:
+        stats = self.output.stats
+        if not stats.rejected_tokens:
+            return None
+        return (
+            f"{stats.rejected_q_zero} of {stats.rejected_tokens} rejected drafts sat outside q's "
+            "support (q_n = 0, cut by top-k / top-p): no delta can rescue those."
+        )
+
+
+def measure_speed(pair: ModelPair, request: DecodeRequest) -> SpeedComparison:
+    """Speculative, then verifier-only decoding of the request, back to back. Neither records
+    a trace, so both clocks time decoding only."""
+    dec = request.decoder(pair, record_trace=False)
+    spec = dec.generate(request.prompt, **request.generate_kwargs())
+    base = dec.generate_autoregressive(request.prompt, **request.generate_kwargs())
+    return speed_comparison(spec.stats, base.stats, request.settings.k)
+
+
+def replay_headlines(replay: Replay) -> list[Headline]:
+    """What a replay changed, as metric cards."""
+    change = replay.tokens_per_call_after - replay.tokens_per_call_before
+    return [
+        Headline("flipped drafts", str(replay.flips)),
+        Headline(
+            "tokens per call", f"{replay.tokens_per_call_after:.2f}", f"{change:+.2f} vs the run"
+        ),
+        Headline("replayed under", build_rule(replay.rule, replay.rule_params).label),
+    ]
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    tokens: int
+    tokens_per_call: float
+    acceptance_rate: float | None
+    tokens_per_s: float
+    emitted_kl: float
+    verifier_calls: int = 0
+
+
+def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
+    """The counters while rounds stream in, with the same definitions as GenerationStats."""
+    tokens = sum(len(r.emitted_ids) for r in rounds)
+    calls = len(rounds)
+    decided = sum(min(r.num_accepted + 1, r.k) for r in rounds if r.k)
+    accepted = sum(r.num_accepted for r in rounds if r.k)
+    kl_sum = 0.0
+    for r in rounds:
+        for pos in r.positions[: min(len(r.emitted_ids), r.k)]:
+            if pos.kl_pi_q is not None:
+                kl_sum += pos.kl_pi_q
+    return LiveStats(
+        tokens=tokens,
+        tokens_per_call=tokens / calls if calls else 0.0,
+        acceptance_rate=accepted / decided if decided else None,
+        tokens_per_s=tokens / elapsed_s if elapsed_s > 0 else 0.0,
+        emitted_kl=kl_sum / tokens if tokens else 0.0,
+        verifier_calls=calls,
+    )
+
+
+def final_stats(output: GenerationOutput) -> LiveStats:
+    """The finished run's counters, in the live counters' shape."""
+    s = output.stats
+    return LiveStats(
+        tokens=s.new_tokens,
+        tokens_per_call=s.tokens_per_call,
+        acceptance_rate=s.acceptance_rate,
+        tokens_per_s=s.tokens_per_s,
+        emitted_kl=s.mean_emitted_kl,
+        verifier_calls=s.verifier_calls,
+    )
+
+
+def round_label(rnd: RoundTrace, flipped: bool) -> str:
+    """A round's expander label: how many drafts passed and how it ended."""
+    accepted = f"{rnd.num_accepted}/{rnd.k} accepted" if rnd.k else "verifier only"
+    ending = "bonus" if rnd.k and rnd.num_accepted == rnd.k else "recovered"
+    label = f"Round {rnd.index + 1} · {accepted} · +{len(rnd.emitted_ids)} ({ending})"
+    return label + (" · flips under replay" if flipped else "")
+
+
+def timeline(rounds: list[RoundTrace]) -> tuple[list[int], list[int], list[bool]]:
+    """Accepted drafts, drafted tokens and whether a bonus was drawn, per round."""
+    return (
+        [r.num_accepted for r in rounds],
+        [r.k for r in rounds],
+        [r.k > 0 and r.num_accepted == r.k for r in rounds],
+    )
+
+
+def round_table(rnd: RoundTrace) -> list[dict[str, object]]:
+    """One row per drafted slot of a round, for st.dataframe (h_n is in the inspector)."""
+    rows = []
+    for j in range(rnd.k):
+        pos = rnd.positions[j] if j < len(rnd.positions) else None
+        rows.append(
+            {
+                "drafted": show_text(rnd.draft_text[j]),
+                "fate": rnd.draft_fates[j],
+                "p_n": None if pos is None else pos.p_n,
+                "q_n": None if pos is None else pos.q_n,
+                "a(n)": rnd.accept_probs[j],
+                "u": rnd.accept_coins[j],
+            }
+        )
+    return rows
+
+
+def trace_position(trace: Trace, round_index: int, slot: int) -> Position:
+    """A drafted position of a trace as a Position over a reduced vocabulary.
+
+    The trace keeps the top-M entries of p and q (plus the drafted token's exact p_n, q_n).
+    The reduced vocabulary is their union plus one "(rest)" token holding each row's remaining
+    mass, so rule maths on it is exact for the kept tokens' own a(n) and approximate elsewhere.
+    """
+    rnd = trace.rounds[round_index]
+    if not 0 <= slot < rnd.k:
+        raise ValueError(f"slot {slot} is not a drafted slot of round {round_index} (k = {rnd.k})")
+    pos = rnd.positions[slot]
+    ids = list(dict.fromkeys([*pos.replay_q_ids, *pos.replay_p_ids]))
+    p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
+    q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
+    pv = torch.tensor([p.get(i, 0.0) for i in ids], dtype=torch.float64)
+    qv = torch.tensor([q.get(i, 0.0) for i in ids], dtype=torch.float64)
+    labels = [trace.text(i) for i in ids]
+    rest_p, rest_q = max(0.0, 1.0 - float(pv.sum())), max(0.0, 1.0 - float(qv.sum()))
+    if rest_p > 1e-6 or rest_q > 1e-6:
+        pv = torch.cat([pv, torch.tensor([rest_p], dtype=torch.float64)])
+        qv = torch.cat([qv, torch.tensor([rest_q], dtype=torch.float64)])
+        labels.append("(rest)")
+    return Position(
+        labels=tuple(labels),
+        p=(pv / pv.sum()).float(),
+        q=(qv / qv.sum()).float(),
+        drafted=ids.index(pos.draft_id),
+        note=f"Round {round_index + 1}, slot {slot + 1} of the last decode run "
+        f"(drafted {show_text(rnd.draft_text[slot])!r}, {rnd.draft_fates[slot]}).",
+    )
+
+
+@dataclass(frozen=True)
+class DecodeChoice:
+    title: str
+    round_index: int
+    slot: int
+
+    def position(self, trace: Trace) -> Position:
+        return trace_position(trace, self.round_index, self.slot)
+
+
+def decode_positions(trace: Trace) -> list[DecodeChoice]:
+    """Every judged drafted position of a trace (accepted or rejected), for a picker."""
+    out = []
+    for rnd in trace.rounds:
+        for j in range(rnd.k):
+            fate = rnd.draft_fates[j]
+            if fate == "dropped" or j >= len(rnd.positions):
+                continue
+            text = show_text(rnd.draft_text[j])
+            out.append(
+                DecodeChoice(
+                    f"round {rnd.index + 1}, slot {j + 1}: {text!r} ({fate})", rnd.index, j
+                )
+            )
+    return out
+
+
+@dataclass
+class Inspection:
+    """What the token inspector shows for one token of a round."""
+
+    title: str
+    labels: list[str]
+    series: dict[str, list[float]]
+    highlight: int | None
+    accept_prob: float | None = None
+    coin: float | None = None
+    kl_h_q: float | None = None
+    kl_pi_q: float | None = None
+    p_n: float | None = None
+    q_n: float | None = None
+    h_n: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def judging_rule(trace: Trace) -> Rule:
+    """The rule the decoder judged with: exact match (the lossless rule) at T = 0, else the
+    trace's rule."""
+    if float(trace.meta["temperature"]) == 0.0:
+        return lossless_rule()
+    return trace.rule
+
+
+def inspect_token(trace: Trace, round_index: int, slot: int, top: int = 12) -> Inspection:
+    """The inspector for slot `slot` of round `round_index`.
+
+    A drafted slot (accepted, rejected or dropped) shows p, q, h and the residual there, the
+    coin against a(n) and both KLs. The recovered token lives at the rejected draft's slot,
+    so it shows that slot with the recovered token marked. A bonus (or verifier-only) token
+    shows q, the distribution it was drawn from.
+    """
+    rnd = trace.rounds[round_index]
+    if rnd.k == 0 or slot >= rnd.k:
+        return _inspect_emitted(trace, rnd, top)
+    return _inspect_draft(trace, rnd, slot, top)
+
+
+def _inspect_emitted(trace: Trace, rnd: RoundTrace, top: int) -> Inspection:
+    pos = rnd.positions[-1] if rnd.positions else None
+    fate = rnd.emitted_fates[-1] if rnd.emitted_fates else "bonus"
+    text = rnd.emitted_text[-1] if rnd.emitted_text else trace.text(rnd.next_id)
+    title = f"Round {rnd.index + 1}: {show_text(text)!r}, {FATE_LABELS[fate]}"
+    if pos is None or not pos.q_ids:
+        return Inspection(title, [], {}, None, notes=["This trace kept no rows here."])
+    labels = [trace.text(i) for i in pos.q_ids[:top]]
+    hi = pos.q_ids.index(rnd.next_id) if rnd.next_id in pos.q_ids[:top] else None
+    return Inspection(
+        title,
+        labels,
+        {"q": list(pos.q_probs[:top])},
+        hi,
+        notes=["No rule applies to this token: it is drawn from q itself."],
+    )
+
+
+def _draft_notes(trace: Trace, rnd: RoundTrace, slot: int, position: Position) -> list[str]:
+    fate, m = rnd.draft_fates[slot], rnd.num_accepted
+    notes = []
+    if fate == "rejected" and len(rnd.emitted_ids) > m:
+        notes.append(
+            f"Rejected, so the round ended with {show_text(rnd.emitted_text[m])!r} drawn from "
+            f"the residual r_n (coin u' = {rnd.sample_coin:.3f})."
+        )
+    if fate == "dropped":
+        notes.append("Drafted after a rejection in this round: never judged, never emitted.")
+    if rnd.positions[slot].q_n == 0.0:
+        notes.append(
+            "q_n = 0: the verifier's truncation (top-k / top-p) cut this token, so no delta "
+            "can accept it."
+        )
+    if position.labels[-1] == "(rest)":
+        notes.append(
+            "Bars and the residual use the trace's top rows of p and q (the rest of the "
+            "vocabulary lumped); a(n), u and both KLs are the decoder's exact values."
+        )
+    if float(trace.meta["temperature"]) == 0.0:
+        notes.append("T = 0: p and q are one-hot and every rule is exact-match verification.")
+    return notes
+
+
+def _inspect_draft(trace: Trace, rnd: RoundTrace, slot: int, top: int) -> Inspection:
+    pos = rnd.positions[slot]
+    position = trace_position(trace, rnd.index, slot)
+    row = compare_rules(position, [judging_rule(trace)])[0]
+    shown = [i for i in display_indices(position, top) if position.labels[i] != "(rest)"]
+    title = f"Round {rnd.index + 1}, slot {slot + 1}: {show_text(rnd.draft_text[slot])!r}, "
+    return Inspection(
+        title=title + FATE_LABELS[rnd.draft_fates[slot]],
+        labels=[position.labels[i] for i in shown],
+        series={
+            "p": position.p[shown].tolist(),
+            "q": position.q[shown].tolist(),
+            "h": row.h[shown].tolist(),
+            "residual": row.residual[shown].tolist(),
+        },
+        highlight=shown.index(position.drafted),
+        accept_prob=rnd.accept_probs[slot],
+        coin=rnd.accept_coins[slot],
+        kl_h_q=pos.kl_h_q,
+        kl_pi_q=pos.kl_pi_q,
+        p_n=pos.p_n,
+        q_n=pos.q_n,
+        h_n=pos.h_n,
+        notes=_draft_notes(trace, rnd, slot, position),
+    )

@@ -1,0 +1,103 @@
+"""The metrics the pages show, defined once (docs: DESIGN.md, "Metrics"), and the speed model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+METRIC_HELP: dict[str, str] = {
+    "tokens per call": (
+        "Emitted tokens ÷ verifier forward passes, including the recovered or bonus token "
+        "(vLLM's mean acceptance length). At most k + 1."
+    ),
+    "acceptance rate": (
+        "Accepted draft tokens ÷ draft tokens that got an accept/reject decision; drafts after "
+        "a rejection in the same round get none."
+    ),
+    "tokens/s": "Emitted tokens ÷ wall-clock seconds of the generation, on this machine.",
+    "emitted KL": (
+        "Mean over positions of KL(pi ‖ q) in nats, computed exactly from the full p and q, "
+        "not estimated from samples."
+    ),
+    "speedup": (
+        "Tokens/s of speculative decoding ÷ tokens/s of verifier-only sampling, same prompt and "
+        "settings, measured back to back here."
+    ),
+    "modelled speedup": (
+        "Tokens per call ÷ (1 + k·c), c = the cost of a draft step relative to a verifier step. "
+        "A model of other hardware, not a measurement."
+    ),
+}
+
+
+def modelled_speedup(tokens_per_call: float, k: int, c: float) -> float:
+    """tokens per call ÷ (1 + k·c): the speedup if a draft step costs c verifier steps."""
+    if c < 0 or not math.isfinite(c):
+        raise ValueError(f"draft cost ratio c must be a finite number ≥ 0, got {c}")
+    if k < 1:
+        raise ValueError(f"k must be ≥ 1, got {k}")
+    return tokens_per_call / (1.0 + k * c)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One metric card: label, value, and the change to show under it."""
+
+    label: str
+    value: str
+    delta: str | None = None
+    help: str | None = None
+
+
+@dataclass
+class SpeedComparison:
+    """Speculative against verifier-only decoding, same prompt and settings, back to back."""
+
+    speculative_tokens_per_s: float
+    verifier_only_tokens_per_s: float
+    tokens_per_call: float
+    k: int
+    c_measured: float  # draft step ÷ verifier step, wall time on this machine
+
+    @property
+    def speedup(self) -> float:
+        if self.verifier_only_tokens_per_s <= 0:
+            return 0.0
+        return self.speculative_tokens_per_s / self.verifier_only_tokens_per_s
+
+    @property
+    def modelled_with_measured_c(self) -> float:
+        return modelled_speedup(self.tokens_per_call, self.k, self.c_measured)
+
+    def verdict(self) -> str:
+        s = self.speedup
+        if s < 1:
+            return (
+                f"Speculation is slower here: {s:.2f}× the verifier-only speed "
+                f"({self.speculative_tokens_per_s:.1f} against "
+                f"{self.verifier_only_tokens_per_s:.1f} tokens/s)."
+            )
+        return (
+            f"Speculation is faster here: {s:.2f}× ({self.speculative_tokens_per_s:.1f} against "
+            f"{self.verifier_only_tokens_per_s:.1f} tokens/s)."
+        )
+
+
+def draft_cost_ratio(stats: Any) -> float:
+    """c measured: mean wall time of a draft forward ÷ that of a verifier forward (0 if
+    either is unknown)."""
+    if not (stats.draft_calls and stats.verifier_calls and stats.verify_s > 0):
+        return 0.0
+    return (stats.draft_s / stats.draft_calls) / (stats.verify_s / stats.verifier_calls)
+
+
+def speed_comparison(spec_stats: Any, base_stats: Any, k: int) -> SpeedComparison:
+    """The comparison from a speculative and a verifier-only run's GenerationStats."""
+    return SpeedComparison(
+        speculative_tokens_per_s=spec_stats.tokens_per_s,
+        verifier_only_tokens_per_s=base_stats.tokens_per_s,
+        tokens_per_call=spec_stats.tokens_per_call,
+        k=k,
+        c_measured=draft_cost_ratio(spec_stats),
+    )

@@ -1,0 +1,276 @@
+"""The Playground's numbers: every rule side by side at one position, with the widgets'
+parameters read from the rules' metadata, and the Taylor closed form against the exact root."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from cactus_core.app.figures import display_token
+from cactus_core.app.metrics import Headline
+from cactus_core.app.positions import Position, display_indices
+from cactus_core.app.settings import param_value
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.rules import (
+    DEFAULT_RULE,
+    LOSSLESS_RULE,
+    RULES,
+    Cactus,
+    CactusExact,
+    Param,
+    Rule,
+    make_rule,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Parameters: one widget per distinct Param, shared by the rules that declare the same one
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """One Playground widget: a parameter and the rules that take it (cactus and cactus-exact
+    share delta; tas's alpha and interp's alpha are different parameters and get two)."""
+
+    key: str  # the widget's key suffix and the key of playground_rules' values
+    param: Param
+    rules: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.param.label}: {', '.join(self.rules)}"
+
+    def start(self, position: Position) -> float | int:
+        """Where the widget starts: the example's own value if it has one, else the default."""
+        return param_value(self.param, position.params.get(self.key, self.param.default))
+
+
+@lru_cache(maxsize=1)
+def playground_params() -> tuple[ParamGroup, ...]:
+    """Every rule parameter once, in the registry's order. The key is the parameter's name
+    unless two different parameters share that name; then the first rule's name prefixes it."""
+    users: dict[Param, list[str]] = {}
+    for name, cls in RULES.items():
+        for param in cls.params_spec:
+            users.setdefault(param, []).append(name)
+    names = Counter(param.name for param in users)
+    return tuple(
+        ParamGroup(
+            param.name if names[param.name] == 1 else f"{rules[0]}_{param.name}",
+            param,
+            tuple(rules),
+        )
+        for param, rules in users.items()
+    )
+
+
+def headline_group() -> ParamGroup:
+    """The parameter the Playground shows first: the default rule's swept one."""
+    swept = RULES[DEFAULT_RULE].swept()
+    return next(g for g in playground_params() if g.param == swept)
+
+
+def playground_rules(values: Mapping[str, float] | None = None) -> list[Rule]:
+    """Every rule, its parameters taken from `values` (keyed by ParamGroup.key) or defaulted."""
+    values = values or {}
+    key = {(r, g.param.name): g.key for g in playground_params() for r in g.rules}
+    rules = []
+    for name, cls in RULES.items():
+        params = {}
+        for p in cls.params_spec:
+            params[p.name] = param_value(p, values.get(key[name, p.name], p.default))
+        rules.append(make_rule(name, **params))
+    return rules
+
+
+# ---------------------------------------------------------------------------------------------
+# Every rule at one position
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    """One rule at one position. Vectors are [V] float32 on the CPU."""
+
+    name: str
+    label: str
+    accept_drafted: float  # a(n) for the drafted n
+    expected_acceptance: float  # Σ_n p(n)·a(n)
+    kl_h_q: float  # KL(h ‖ q) for the drafted n
+    kl_pi_q: float  # KL(pi ‖ q), pi exact
+    h: torch.Tensor
+    residual: torch.Tensor
+    accept_all: torch.Tensor  # a(n) for every possible n
+    pi: torch.Tensor
+
+
+def compare_rules(position: Position, rules: Sequence[Rule]) -> list[RuleRow]:
+    """Each rule's h, a(n), residual, pi and divergences at one position.
+
+    Rows are cached per (position, rule), so when one slider moves only the rules it feeds are
+    recomputed; the rest come back at once.
+    """
+    return [_rule_row(position, rule) for rule in rules]
+
+
+# A row holds six [V] float32 vectors (1.2 MB at V = 49,152); 48 rows bound the cache.
+@lru_cache(maxsize=48)
+def _rule_row(position: Position, rule: Rule) -> RuleRow:
+    p, q = position.p, position.q
+    n = torch.tensor(position.drafted)
+    h = rule.adjusted_target(q, p, n)
+    accept_all, pi = rule.accept_probs_all_and_emitted(p, q)
+    return RuleRow(
+        name=rule.name,
+        label=rule.label,
+        accept_drafted=float(accept_all[position.drafted]),
+        # Σ_n p(n)·a(n), as divergence.expected_acceptance, reusing the a(n) already computed
+        expected_acceptance=float((p * accept_all).sum()),
+        kl_h_q=float(kl(h, q)),
+        kl_pi_q=float(kl(pi, q)),
+        h=h,
+        residual=rule.residual(q, p, n),
+        accept_all=accept_all,
+        pi=pi,
+    )
+
+
+def rule_table(rows: Sequence[RuleRow]) -> list[dict[str, object]]:
+    """Rows for st.dataframe: one dict per rule."""
+    return [
+        {
+            "rule": r.label,
+            "a(n), drafted": r.accept_drafted,
+            "expected acceptance": r.expected_acceptance,
+            "KL(h ‖ q)": r.kl_h_q,
+            "KL(pi ‖ q)": r.kl_pi_q,
+        }
+        for r in rows
+    ]
+
+
+def headlines(position: Position, rows: Sequence[RuleRow]) -> list[Headline]:
+    """The default rule against the lossless one at this position."""
+    by_name = {r.name: r for r in rows}
+    base, main = by_name[LOSSLESS_RULE], by_name[DEFAULT_RULE]
+    token = display_token(position.labels[position.drafted])
+    gain = main.expected_acceptance - base.expected_acceptance
+    return [
+        Headline(f"{base.label}: expected acceptance", f"{base.expected_acceptance:.1%}"),
+        Headline(
+            f"{main.label}: expected acceptance",
+            f"{main.expected_acceptance:.1%}",
+            f"{gain:+.1%} vs {base.name}",
+        ),
+        Headline(
+            f"a(n) for n = {token}",
+            f"{main.accept_drafted:.1%}",
+            f"{main.accept_drafted - base.accept_drafted:+.1%} vs {base.name}",
+        ),
+        Headline(
+            f"{main.name}: KL(h ‖ q) / KL(pi ‖ q)",
+            f"{main.kl_h_q:.3f} / {main.kl_pi_q:.3f}",
+            help="nats. h is what this draft is verified against; pi is what is actually emitted.",
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class PlaygroundFigures:
+    """What the Playground's four tabs plot, cut to the tokens a figure shows."""
+
+    labels: list[str]
+    drafted: int  # index of the drafted token among `labels`
+    hidden: int  # tokens left out of the figures
+    focus: dict[str, torch.Tensor]  # p, q, and the focused rule's h, residual, pi
+    accept: dict[str, torch.Tensor]  # a(n) for every shown n, per rule label
+    pis: dict[str, torch.Tensor]  # q, then pi per rule label
+
+
+def playground_figures(
+    position: Position, rows: Sequence[RuleRow], focus: RuleRow
+) -> PlaygroundFigures:
+    shown = display_indices(position)
+    series = {"p": position.p, "q": position.q, "h": focus.h}
+    series |= {"residual": focus.residual, "pi": focus.pi}
+    return PlaygroundFigures(
+        labels=[position.labels[i] for i in shown],
+        drafted=shown.index(position.drafted),
+        hidden=len(position.labels) - len(shown),
+        focus={k: v[shown] for k, v in series.items()},
+        accept={r.label: r.accept_all[shown] for r in rows},
+        pis={"q": position.q[shown]} | {r.label: r.pi[shown] for r in rows},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The closed form against the exact root
+
+
+@dataclass(frozen=True)
+class TaylorGap:
+    delta: float  # the chosen delta
+    deltas: list[float]
+    kl_taylor: list[float]  # KL(h ‖ q) with the closed form
+    kl_exact: list[float]  # KL(h ‖ q) with the exact root
+    h_taylor: float  # h_n at the chosen delta
+    h_exact: float
+    kl_taylor_now: float
+    kl_exact_now: float
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The two curves' legend entries."""
+        return (f"{Cactus.name} (Taylor closed form)", f"{CactusExact.name} (binary-KL root)")
+
+    @property
+    def overshoot(self) -> float | None:
+        """How far the closed form's KL(h ‖ q) exceeds delta now (None when it does not)."""
+        over = self.kl_taylor_now - self.delta
+        return over if over > 0 else None
+
+
+def _lump(position: Position) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two-token lump (n, everything else) of p and q, float64."""
+    n = position.drafted
+    qn, pn = float(position.q[n]), float(position.p[n])
+    q2 = torch.tensor([qn, max(0.0, 1.0 - qn)], dtype=torch.float64)
+    p2 = torch.tensor([pn, max(0.0, 1.0 - pn)], dtype=torch.float64)
+    return p2 / p2.sum(), q2 / q2.sum()
+
+
+def _h_and_kl(name: str, delta: float, p2: torch.Tensor, q2: torch.Tensor) -> tuple[float, float]:
+    param = RULES[name].swept()
+    h = make_rule(name, **{param.name: delta}).adjusted_target(q2, p2, torch.tensor(0))
+    return float(h[0]), float(kl(h, q2))
+
+
+@lru_cache(maxsize=64)
+def _gap_curve(pn: float, qn: float, grid: int, high: float) -> tuple[list, list, list]:
+    p2 = torch.tensor([pn, 1.0 - pn], dtype=torch.float64)
+    q2 = torch.tensor([qn, 1.0 - qn], dtype=torch.float64)
+    deltas = [high * i / (grid - 1) for i in range(grid)]
+    kt = [_h_and_kl(Cactus.name, d, p2, q2)[1] for d in deltas]
+    ke = [_h_and_kl(CactusExact.name, d, p2, q2)[1] for d in deltas]
+    return deltas, kt, ke
+
+
+def taylor_gap(
+    position: Position, delta: float, grid: int = 31, high: float | None = None
+) -> TaylorGap:
+    """KL(h ‖ q) of the closed form and the exact root over a delta grid (up to the widgets'
+    top, by default), and both at the chosen delta.
+
+    For the Cactus family h is q rescaled off n, so h_n and KL(h ‖ q) depend only on q_n (the
+    KL is the binary KL(h_n ‖ q_n)). The rules therefore run on the two-token lump (n, rest),
+    which gives the same numbers as the full vocabulary at any V. The curve does not depend on
+    the chosen delta and is cached per position.
+    """
+    high = Cactus.swept().ui[1] if high is None else high
+    p2, q2 = _lump(position)
+    deltas, kt, ke = _gap_curve(float(p2[0]), float(q2[0]), grid, high)
+    ht, klt = _h_and_kl(Cactus.name, delta, p2, q2)
+    he, kle = _h_and_kl(CactusExact.name, delta, p2, q2)
+    return TaylorGap(delta, list(deltas), list(kt), list(ke), ht, he, klt, kle)

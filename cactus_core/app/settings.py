@@ -1,0 +1,105 @@
+"""What the sidebar holds, and the rules as the widgets offer them (all from the metadata)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
+from cactus_core.maths.sampling import SamplingSettings
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """The sidebar: which pair, on which device, sampled how. verifier None: the embedded pair;
+    draft None: the embedded draft (it needs a verifier with SmolLM2's tokenizer). Sampling is
+    validated by SamplingSettings itself, so the app cannot accept what the decoder refuses."""
+
+    verifier: str | None = None
+    draft: str | None = None
+    device: str = "auto"
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+
+    def __post_init__(self) -> None:
+        if self.verifier is None and self.draft is not None:
+            raise ValueError("a draft needs a verifier; leave both empty for the embedded pair")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be {', '.join(DEVICES)}, got {self.device!r}")
+        if not isinstance(self.sampling, SamplingSettings):
+            raise ValueError("sampling must be a SamplingSettings")
+
+    @property
+    def k(self) -> int:
+        return self.sampling.k
+
+    @property
+    def seed(self) -> int:
+        return self.sampling.seed
+
+    def decoder_kwargs(self) -> dict[str, Any]:
+        """SpeculativeDecoder's sampling keywords (the seed goes to generate instead)."""
+        s = self.sampling
+        return {"k": s.k, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+
+    @property
+    def pair_key(self) -> tuple[str | None, str | None, str]:
+        """What identifies a loaded pair: the cache key for the process-wide model cache."""
+        return (self.verifier, self.draft, self.device)
+
+    @property
+    def pair_label(self) -> str:
+        if self.verifier is None:
+            return "embedded pair"
+        return f"{self.verifier} + {self.draft or 'the embedded draft'}"
+
+
+def available_devices() -> list[str]:
+    """The devices the sidebar offers: cuda only where there is one."""
+    import torch
+
+    return [d for d in DEVICES if d != "cuda" or torch.cuda.is_available()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules as widgets see them
+
+
+def rules_markdown() -> str:
+    """A bullet list of every rule and what it verifies against."""
+    return "\n".join(f"- **{name}**: {cls.description}" for name, cls in RULES.items())
+
+
+def param_value(param: Param, value: float) -> float | int:
+    """A widget's value as make_rule wants it (widgets hand back floats for integers)."""
+    return int(value) if param.integer else float(value)
+
+
+def default_params(name: str) -> dict[str, float | int]:
+    """The parameters a rule starts from: one default per parameter, the rule's own."""
+    return {p.name: param_value(p, p.default) for p in rule_class(name).params_spec}
+
+
+def build_rule(name: str, params: dict[str, float] | None = None) -> Rule:
+    """make_rule from widget values, converted to the parameters' types."""
+    specs = {p.name: p for p in rule_class(name).params_spec}
+    given = {k: param_value(specs[k], v) if k in specs else v for k, v in (params or {}).items()}
+    return make_rule(name, **given)
+
+
+def swept_rules() -> list[str]:
+    """Every rule a sweep can run, in the registry's order."""
+    return list(RULES)
+
+
+def tunable_rules() -> list[str]:
+    """The rules whose first parameter trades KL for acceptance monotonically (the tuner's)."""
+    return [name for name, cls in RULES.items() if cls.tunable]
+
+
+def grid_text(name: str) -> str | None:
+    """The default sweep grid of a rule as the grid box shows it; None for a rule without a
+    parameter (one setting)."""
+    param = rule_class(name).swept()
+    return None if param is None else ", ".join(f"{v:g}" for v in param.grid)
