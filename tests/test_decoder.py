@@ -1,7 +1,10 @@
 """Speculative decoder on the tiny random pair: greedy equivalence, exact KV-cache rollback,
-batching, the sampling distribution, stopping, streaming and input checks."""
+batching, the sampling distribution, stopping, streaming, input checks, the sampling settings
+value and the round's single host sync."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -9,9 +12,10 @@ from scipy.stats import chisquare
 
 from cactus_core.engine.decoder import K_MAX, SpeculativeDecoder, summarize
 from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.round import to_host
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import RULE_NAMES, make_rule
-from cactus_core.maths.sampling import logits_to_probs
+from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, make_rule
+from cactus_core.maths.sampling import SEED_MAX, SamplingSettings, logits_to_probs
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 
@@ -286,6 +290,11 @@ def test_bad_input_raises_value_error(tiny_pair):
         SpeculativeDecoder(tiny_pair, "nope")
     with pytest.raises(ValueError, match="top_k"):
         SpeculativeDecoder(tiny_pair, "sps", top_k=-1)
+    for bad in (-1, SEED_MAX + 1, 1.5, True):
+        with pytest.raises(ValueError, match="seed"):
+            dec.generate("hi", seed=bad)
+    with pytest.raises(ValueError, match="seed"):
+        dec.rounds("hi", seed=-1)
 
 
 @pytest.mark.cuda
@@ -400,3 +409,69 @@ def test_lazy_head_computes_rows_only_up_to_the_first_rejection(tiny_pair, monke
     assert rows_per_round[: len(rounds)] == [r.num_accepted + 1 for r in rounds]
     assert any(r.num_accepted < r.k for r in rounds)
     assert sum(rows_per_round) < len(rounds) * 5
+
+
+def test_sampling_settings_value_drives_the_decoder(tiny_pair):
+    settings = SamplingSettings(temperature=0.9, top_k=40, top_p=0.95, k=3)
+    by_value = SpeculativeDecoder(tiny_pair, "cactus", sampling=settings)
+    by_keywords = SpeculativeDecoder(
+        tiny_pair, "cactus", k=3, temperature=0.9, top_k=40, top_p=0.95
+    )
+    assert by_value.sampling == by_keywords.sampling == settings
+    assert (by_value.k, by_value.temperature, by_value.top_k, by_value.top_p) == (3, 0.9, 40, 0.95)
+    a = by_value.generate(PROMPTS[0], max_new_tokens=20, seed=2)
+    b = by_keywords.generate(PROMPTS[0], max_new_tokens=20, seed=2)
+    assert a.token_ids == b.token_ids
+    assert a.trace.meta["k"] == 3 and a.trace.meta["top_k"] == 40
+    with pytest.raises(ValueError, match="either"):
+        SpeculativeDecoder(tiny_pair, "cactus", k=5, sampling=settings)
+    with pytest.raises(ValueError, match="SamplingSettings"):
+        SpeculativeDecoder(tiny_pair, "cactus", sampling={"k": 3})
+    # The conflict check compares the keywords with SamplingSettings' defaults.
+    params = inspect.signature(SpeculativeDecoder).parameters
+    defaults = SamplingSettings()
+    for name in ("k", "temperature", "top_k", "top_p"):
+        assert params[name].default == getattr(defaults, name)
+
+
+def test_greedy_judges_with_the_lossless_rule(tiny_pair):
+    for rule in ("cactus", "tas", "interp"):
+        dec = SpeculativeDecoder(tiny_pair, rule, temperature=0.0)
+        assert dec.judge.lossless and dec.judge.name == LOSSLESS_RULE
+        assert dec.rule.name == rule  # the trace still names the rule asked for
+        warm = SpeculativeDecoder(tiny_pair, rule, temperature=0.5)
+        assert warm.judge is warm.rule
+
+
+def test_to_host_reads_named_columns_back():
+    rows = to_host(
+        m=torch.tensor([2, 0]),
+        ids=torch.tensor([[5, 7, -1], [3, -1, -1]]),
+        coin=torch.tensor([0.25, 0.5]),
+        probs=torch.tensor([[0.5, float("nan")], [1.0, 0.125]], dtype=torch.float64),
+    )
+    assert rows[0]["m"] == 2 and isinstance(rows[0]["m"], int)
+    assert rows[0]["ids"] == [5, 7, -1] and all(isinstance(t, int) for t in rows[0]["ids"])
+    assert rows[1] == {"m": 0, "ids": [3, -1, -1], "coin": 0.5, "probs": [1.0, 0.125]}
+    assert rows[0]["probs"][0] == 0.5 and rows[0]["probs"][1] != rows[0]["probs"][1]  # NaN
+
+
+def test_one_host_transfer_per_round(tiny_pair, monkeypatch):
+    """The round's bookkeeping reaches the host in one .tolist(), not one per field."""
+    calls = []
+    original = torch.Tensor.tolist
+
+    def counting(self):
+        calls.append(self.shape)
+        return original(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counting)
+    dec = SpeculativeDecoder(tiny_pair, "cactus", record_trace=False, measure_kl=False)
+    for lazy in (False, True):
+        dec.lazy_head = lazy
+        calls.clear()
+        out = dec.generate(PROMPTS[0], max_new_tokens=30, seed=1)
+        assert len(calls) == out.stats.rounds
+        calls.clear()
+        plain = dec.generate_autoregressive(PROMPTS[0], max_new_tokens=10, seed=1)
+        assert len(calls) == plain.stats.rounds

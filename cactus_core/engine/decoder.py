@@ -1,9 +1,11 @@
 """KV-cached speculative decoding with any acceptance rule, traced round by round.
 
-A round: the draft proposes k tokens (k draft forwards), the verifier scores all of them plus
-the next position in one forward, and the rule accepts a prefix; a rejection is replaced by a
-token from the rule's residual, and a fully accepted draft earns a bonus token from q. Both
-models keep their KV caches across rounds and roll back what the round rejected
+A round, in named steps (`_spec_round`; the steps live in `round.py`): draw the coins; draft
+(the draft proposes k tokens in k forwards); verify (the verifier scores all of them plus the
+next position in one forward, and the rule accepts a prefix: a rejection is replaced by a token
+from the rule's residual, and a fully accepted draft earns a bonus token from q); bring the
+round's numbers to the host in one sync; record (emitted KL, trace rows, stats). Both models
+keep their KV caches across rounds and roll back what the round rejected
 (`kv_cache.SequenceCache`), so the prefix is encoded once.
 
 The caches hold every committed token except the last one: that one (and, after a fully
@@ -18,9 +20,9 @@ happens in the round. A prompt decoded alone with seed s + i therefore meets the
 row i of a batch decoded with seed s, and gets the same tokens as long as the batched forwards
 agree with the single ones to within float rounding (they do on the CPU in the tests).
 
-Temperature 0: p and q are one-hot, and the decoder verifies with exact match (the `sps` rule,
-which for one-hot p and q accepts the draft iff it is the verifier's argmax and otherwise emits
-that argmax), whatever rule it was given. Any other choice would let a rule emit a token greedy
+Temperature 0: p and q are one-hot, and the decoder judges with `lossless_rule()` (which for
+one-hot p and q accepts the draft iff it is the verifier's argmax and otherwise emits that
+argmax), whatever rule it was given. Any other choice would let a rule emit a token greedy
 decoding never would (interp accepts a mismatch with probability alpha; cactus with q_n = 0
 never does, but tas and topk judge thresholds, not equality). So at T = 0 every rule returns the
 verifier's own greedy output, and the emitted KL is 0.
@@ -28,130 +30,67 @@ verifier's own greedy output, and the emitted KL is 0.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.engine.generation import (
+    DecodeStream,
+    GenerationOutput,
+    GenerationStats,
+    summarize,
+)
 from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.recording import (
+    count_draft,
+    draft_round_trace,
+    emitted_kl,
+    plain_round_trace,
+    position_traces,
+    top_entries,
+    zero_kl,
+)
+from cactus_core.engine.round import (
+    Draft,
+    HostRound,
+    Verdict,
+    draft_tokens,
+    draw_coins,
+    logprobs,
+    round_to_host,
+    to_host,
+    verify_draft,
+)
 from cactus_core.engine.trace import PositionTrace, RoundTrace, Trace
-from cactus_core.maths.divergence import kl
-from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import Rule, make_rule
-from cactus_core.maths.sampling import logits_to_probs, sample_from_probs
-from cactus_core.maths.verify import verify, verify_sequential
+from cactus_core.maths.rules import LOSSLESS_RULE, Rule, lossless_rule, make_rule
+from cactus_core.maths.sampling import K_MAX, SamplingSettings, sample_from_probs
 
 if TYPE_CHECKING:
     from cactus_core.engine.models import ModelPair
 
-K_MAX = 16
+__all__ = [
+    "K_MAX",
+    "DecodeStream",
+    "GenerationOutput",
+    "GenerationStats",
+    "OnRound",
+    "Probe",
+    "SpeculativeDecoder",
+    "summarize",
+]
+
 OnRound = Callable[[RoundTrace, int], None]
 # probe(row, round, p [d, V], q [d, V]) sees the full rows of the d positions decided in one
 # round of one sequence (instrumentation such as the sweep's limit; it must not keep the rows).
 Probe = Callable[[int, int, torch.Tensor, torch.Tensor], None]
-
-
-@dataclass
-class GenerationStats:
-    """Counts for one sequence. In a batch the time fields are the batch's (one clock)."""
-
-    new_tokens: int = 0
-    rounds: int = 0
-    verifier_calls: int = 0  # decoding forwards of the verifier (the prefill is not counted)
-    draft_calls: int = 0  # decoding forwards of the draft (k per speculative round)
-    drafted_tokens: int = 0
-    decided_tokens: int = 0  # drafted tokens that got an accept/reject decision
-    accepted_tokens: int = 0
-    rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
-    kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
-    nll_sum: float = 0.0  # the verifier's NLL of the emitted tokens (T = 1, nats)
-    kl_measured: bool = True
-    stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
-    batch_size: int = 1
-    batch_new_tokens: int = 0
-    wall_s: float = 0.0  # prefill + decoding (time spent in on_round is left out)
-    prefill_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    record_s: float = 0.0  # emitted KL and trace recording
-
-    @property
-    def tokens_per_call(self) -> float:
-        """Emitted tokens ÷ verifier forwards (vLLM's mean acceptance length)."""
-        return self.new_tokens / self.verifier_calls if self.verifier_calls else 0.0
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted ÷ decided drafted tokens; None when nothing was drafted."""
-        return self.accepted_tokens / self.decided_tokens if self.decided_tokens else None
-
-    @property
-    def rejected_tokens(self) -> int:
-        return self.decided_tokens - self.accepted_tokens
-
-    @property
-    def mean_emitted_kl(self) -> float | None:
-        """Mean KL(pi ‖ q) per emitted token (bonus and verifier-only tokens count 0); None
-        when the decoder ran with measure_kl=False."""
-        if not self.kl_measured:
-            return None
-        return self.kl_sum / self.new_tokens if self.new_tokens else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        """New tokens ÷ wall time (prefill included); in a batch, the batch's throughput."""
-        return self.batch_new_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        derived = ("tokens_per_call", "acceptance_rate", "mean_emitted_kl", "tokens_per_s")
-        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
-
-
-@dataclass
-class GenerationOutput:
-    prompt: str
-    prompt_ids: list[int]
-    token_ids: list[int]  # the new tokens only
-    text: str  # the new tokens decoded, special tokens left out
-    stats: GenerationStats
-    trace: Trace
-
-
-def summarize(outputs: list[GenerationOutput]) -> dict[str, Any]:
-    """Pooled metrics over several outputs (token-weighted; times add up unless the outputs
-    come from one batch, whose single clock is counted once)."""
-    stats = [o.stats for o in outputs]
-    tokens = sum(s.new_tokens for s in stats)
-    decided = sum(s.decided_tokens for s in stats)
-    rejected = sum(s.rejected_tokens for s in stats)
-    calls = sum(s.verifier_calls for s in stats)
-    # Outputs of one batch share one clock: count each batch's time once.
-    clocks: dict[Any, tuple[float, float]] = {}
-    for i, o in enumerate(outputs):
-        key = o.trace.meta.get("batch", {}).get("id", ("single", i))
-        clocks[key] = (o.stats.wall_s, o.stats.record_s)
-    wall = sum(w for w, _ in clocks.values())
-    return {
-        "sequences": len(outputs),
-        "new_tokens": tokens,
-        "verifier_calls": calls,
-        "draft_calls": sum(s.draft_calls for s in stats),
-        "tokens_per_call": tokens / calls if calls else 0.0,
-        "acceptance_rate": sum(s.accepted_tokens for s in stats) / decided if decided else None,
-        "mean_emitted_kl": (
-            (sum(s.kl_sum for s in stats) / tokens if tokens else 0.0)
-            if all(s.kl_measured for s in stats)
-            else None
-        ),
-        "rejected_q_zero_share": (
-            sum(s.rejected_q_zero for s in stats) / rejected if rejected else None
-        ),
-        "wall_s": wall,
-        "tokens_per_s": tokens / wall if wall > 0 else 0.0,
-        "record_s": sum(r for _, r in clocks.values()),
-    }
+# What a round hands the loop per row: the round and KL(pi ‖ q) at its drafted positions.
+RoundEvent = tuple[RoundTrace, list[float | None]]
+# Yields (row index, round) as rounds finish; returns the outputs in prompt order.
+Events = Generator[tuple[int, RoundTrace], None, list[GenerationOutput]]
 
 
 @dataclass(eq=False)
@@ -172,29 +111,11 @@ class _Row:
         return self.tokens[len(self.prompt_ids) :]
 
 
-class DecodeStream:
-    """Iterator over the rounds of one generation (`SpeculativeDecoder.rounds`); once it is
-    exhausted, `.output` holds the GenerationOutput."""
-
-    def __init__(self, events: Iterator[tuple[int, RoundTrace]]) -> None:
-        self._events = events
-        self.output: GenerationOutput | None = None
-
-    def __iter__(self) -> Iterator[RoundTrace]:
-        try:
-            while True:
-                _, rnd = next(self._events)
-                yield rnd
-        except StopIteration as stop:
-            self.output = stop.value[0]
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+def _check_int(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        span = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {span}, got {value}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
     return value
 
 
@@ -203,8 +124,22 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass
+class _Clock:
+    """Seconds spent per phase of the decoding loop, summed over its rounds."""
+
+    draft: float = 0.0
+    verify: float = 0.0
+    record: float = 0.0  # emitted KL and trace recording
+
+
 class SpeculativeDecoder:
     """Speculative decoding of `pair.verifier` with `pair.draft` under an acceptance rule.
+
+    Sampling (k, temperature, top_k, top_p) comes either from the keywords or, as one value,
+    from `sampling` (then leave the keywords at their defaults); it is validated once, by
+    `SamplingSettings`, and exposed as `self.sampling`. Its seed field is not read: each
+    generate call takes its own seed.
 
     record_trace=False keeps only the cheap per-round fields (drafts, fates, coins, emitted
     tokens) and skips the top-N / replay rows. measure_kl=False (with record_trace=False) also
@@ -219,7 +154,7 @@ class SpeculativeDecoder:
     def __init__(
         self,
         pair: ModelPair,
-        rule: Rule | str = "sps",
+        rule: Rule | str = LOSSLESS_RULE,
         k: int = 4,
         temperature: float = 0.7,
         top_k: int = 0,
@@ -230,22 +165,15 @@ class SpeculativeDecoder:
         measure_kl: bool = True,
         probe: Probe | None = None,
         lazy_head: bool | None = None,
+        *,
+        sampling: SamplingSettings | None = None,
     ) -> None:
         self.pair = pair
         self.probe = probe
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
-        self.k = _check_int("k", k, 1, K_MAX)
-        if isinstance(temperature, bool) or not isinstance(temperature, int | float):
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-        if not temperature >= 0 or temperature == float("inf"):
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        self.temperature = float(temperature)
-        self.top_k = _check_int("top_k", top_k, 0)
-        if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
-        self.top_p = float(top_p)
+        self.sampling = _sampling(sampling, k, temperature, top_k, top_p)
         self.trace_top_n = _check_int("trace_top_n", trace_top_n, 1)
         self.replay_top_m = _check_int("replay_top_m", replay_top_m, 1)
         self.record_trace = bool(record_trace)
@@ -260,8 +188,24 @@ class SpeculativeDecoder:
             )
         self.eos_ids = _eos_ids(pair)
         # At T = 0 every rule verifies by exact match (see the module docstring).
-        self.judge = make_rule("sps") if self.temperature == 0 else self.rule
+        self.judge = lossless_rule() if self.sampling.greedy else self.rule
         self._texts: dict[int, str] = {}
+
+    @property
+    def k(self) -> int:
+        return self.sampling.k
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
+
+    @property
+    def top_k(self) -> int:
+        return self.sampling.top_k
+
+    @property
+    def top_p(self) -> float:
+        return self.sampling.top_p
 
     # -- public API -----------------------------------------------------------------------
     def generate(
@@ -334,7 +278,8 @@ class SpeculativeDecoder:
         speculative: bool,
     ) -> list[_Row]:
         _check_int("max_new_tokens", max_new_tokens, 1)
-        _check_int("seed", seed, 0)
+        # SamplingSettings owns the seed's bounds (those of torch's manual_seed).
+        seed = dataclasses.replace(self.sampling, seed=seed).seed
         if not prompts:
             raise ValueError("no prompts given")
         ctx = self.pair.context_length
@@ -388,9 +333,7 @@ class SpeculativeDecoder:
 
     # -- the loop ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(
-        self, rows: list[_Row], max_new_tokens: int, speculative: bool
-    ) -> Iterator[tuple[int, RoundTrace]]:
+    def _decode(self, rows: list[_Row], max_new_tokens: int, speculative: bool) -> Events:
         """Yields (row index, round) as rounds finish; returns the outputs in prompt order."""
         start = time.perf_counter()
         batch_id = time.time_ns()
@@ -405,7 +348,7 @@ class SpeculativeDecoder:
         _sync(self.device)
         prefill_s = time.perf_counter() - start
         active = list(rows)
-        clock = {"draft": 0.0, "verify": 0.0, "record": 0.0}
+        clock = _Clock()
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
         while active:
             room = min(ctx - len(r.tokens) for r in active)
@@ -435,17 +378,29 @@ class SpeculativeDecoder:
                 if draft is not None:
                     draft.keep([len(r.tokens) - len(r.pending) for r in active])
         wall = time.perf_counter() - start - paused
+        self._finish(rows, batch_id, speculative, wall, prefill_s, clock)
+        return [self._output(r) for r in rows]
+
+    def _finish(
+        self,
+        rows: list[_Row],
+        batch_id: int,
+        speculative: bool,
+        wall: float,
+        prefill_s: float,
+        clock: _Clock,
+    ) -> None:
+        """Stamp the batch's clock and counts on every row's stats and trace."""
         total = sum(len(r.generated) for r in rows)
         for r in rows:
             s = r.stats
             s.batch_size, s.batch_new_tokens = len(rows), total
-            exact_zero = not speculative or self.temperature == 0 or self.judge.name == "sps"
+            exact_zero = not speculative or self.judge.lossless
             s.kl_measured = self.measure_kl or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
-            s.draft_s, s.verify_s, s.record_s = clock["draft"], clock["verify"], clock["record"]
+            s.draft_s, s.verify_s, s.record_s = clock.draft, clock.verify, clock.record
             r.trace.meta["batch"] = {"id": batch_id, "size": len(rows), "row": r.index}
             self._fill_texts(r.trace)
-        return [self._output(r) for r in rows]
 
     def _spec_round(
         self,
@@ -453,183 +408,77 @@ class SpeculativeDecoder:
         verifier: SequenceCache,
         draft: SequenceCache,
         k: int,
-        clock: dict[str, float],
-    ) -> list[tuple[RoundTrace, list[float | None]]]:
-        """One speculative round for every row: the rounds and KL(pi ‖ q) at the k positions."""
-        dev = self.device
+        clock: _Clock,
+    ) -> list[RoundEvent]:
+        """One speculative round for every row: draft, verify, fetch, record, emit."""
+        probs = self.sampling.probs
         t0 = time.perf_counter()
-        # [B, 2k+1]: k draft coins, k accept coins, one sample coin, drawn whatever happens.
-        coins = torch.stack(
-            [torch.rand(2 * k + 1, generator=r.generator, device=dev) for r in rows]
-        )
-        # Draft: k forwards. The first one also encodes what the draft has not seen yet.
-        width = max(len(r.pending) for r in rows)
-        ids = torch.tensor([[0] * (width - len(r.pending)) + r.pending for r in rows], device=dev)
-        holes = None
-        if any(len(r.pending) < width for r in rows):
-            holes = [[j >= width - len(r.pending) for j in range(width)] for r in rows]
-        logits = draft.step(ids, holes, 1)[:, -1]
-        probs, drafts = [], []
-        for i in range(k):
-            p = self._probs(logits)  # [B, V]
-            n = sample_from_probs(p, coins[:, i])  # [B]
-            probs.append(p)
-            drafts.append(n)
-            if i < k - 1:
-                logits = draft.step(n[:, None], None, 1)[:, -1]
-        p_all = torch.stack(probs, 1)  # [B, k, V]
-        n_all = torch.stack(drafts, 1)  # [B, k]
+        coins = draw_coins([r.generator for r in rows], k, self.device)
+        drafted = draft_tokens(draft, [r.pending for r in rows], coins.draft, probs)
         if self.record_trace:
-            _sync(dev)
+            _sync(self.device)  # so that draft_s is the drafting's own time
         t1 = time.perf_counter()
-        # Verify: one forward over [last token, d_1 .. d_k] gives q at k + 1 positions; J of
-        # them get a head (all k + 1, or up to the first rejection when lazy).
-        last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)
-        v_ids = torch.cat([last, n_all], 1)  # [B, k+1]
-        uniforms, sample_uniforms = coins[:, k : 2 * k], coins[:, 2 * k]
-        if self._lazy_head(len(rows), verifier):
-            hidden = verifier.step_hidden(v_ids)  # [B, k+1, H]
-            head_rows: list[torch.Tensor] = []
-
-            def q_row(j: int) -> torch.Tensor:
-                head_rows.append(verifier.logits(hidden[:, j : j + 1]))  # [B, 1, V]
-                return self._probs(head_rows[-1])[:, 0]
-
-            res, q_all = verify_sequential(
-                self.judge, p_all, n_all, q_row, uniforms, sample_uniforms
-            )  # q_all [B, J, V]
-            v_logits = torch.cat(head_rows, 1)  # [B, J, V]
-        else:
-            v_logits = verifier.step(v_ids, None, k + 1)  # [B, k+1, V]
-            q_all = self._probs(v_logits)
-            res = verify(
-                self.judge,
-                p_all,
-                n_all,
-                q_all,
-                uniforms=uniforms,
-                sample_uniforms=sample_uniforms,
-                validate=False,  # the rows come straight from logits_to_probs
-            )
-        j = q_all.shape[1]
-        q_n = q_all[:, :k].gather(-1, n_all[:, : min(j, k), None])[..., 0]  # [B, min(J, k)]
-        logp = _logprobs(v_logits, res.output_token_ids[:, :j].clamp_min(0))  # [B, J]
-        host = torch.cat(
-            [
-                res.num_accepted[:, None].to(torch.float64),
-                res.output_token_ids.to(torch.float64),
-                n_all.to(torch.float64),
-                res.accept_probs.to(torch.float64),
-                coins.to(torch.float64),
-                _pad(q_n.to(torch.float64), k),
-                _pad(logp, k + 1),
-            ],
-            1,
-        ).tolist()  # one host sync for everything the bookkeeping needs
+        last = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)  # [B, 1]
+        lazy = self._lazy_head(len(rows), verifier)
+        verdict = verify_draft(self.judge, verifier, last, drafted, coins, probs, lazy)
+        host = round_to_host(drafted, verdict, coins)  # the round's one host sync
         t2 = time.perf_counter()
-        # KL(pi ‖ q) only where a decision was made (positions 0..min(m, k-1)): drafts dropped
-        # after a rejection were never verified, and skipping them saves an O(V log V) pass each.
-        decided = [min(int(h[0]) + 1, k) for h in host]
-        kl_pi = self._emitted_kl(p_all, q_all[:, :k], decided)
-        if self.probe is not None:
-            for b, (row, d) in enumerate(zip(rows, decided, strict=True)):
-                self.probe(row.index, row.stats.rounds, p_all[b, :d], q_all[b, :d])
-        positions = (
-            self._positions(p_all, q_all, n_all, kl_pi) if self.record_trace else [[] for _ in rows]
-        )
+        kl_pi, positions = self._record(rows, drafted, verdict, host)
         t3 = time.perf_counter()
-        clock["draft"] += t1 - t0
-        clock["verify"] += t2 - t1
-        clock["record"] += t3 - t2
+        clock.draft += t1 - t0
+        clock.verify += t2 - t1
+        clock.record += t3 - t2
         out = []
-        for b, row in enumerate(rows):
-            h = host[b]
-            m = int(h[0])
-            out_ids = [int(x) for x in h[1 : k + 2]]
-            d_ids = [int(x) for x in h[k + 2 : 2 * k + 2]]
-            a = h[2 * k + 2 : 3 * k + 2]
-            u = h[3 * k + 2 : 5 * k + 3]
-            q_n = h[5 * k + 3 : 6 * k + 3]
-            logp = h[6 * k + 3 : 7 * k + 4]
-            fates = ["accepted"] * m + (["rejected"] if m < k else []) + ["dropped"] * (k - m - 1)
-            st = row.stats
-            st.draft_calls += k
-            st.drafted_tokens += k
-            st.decided_tokens += min(m + 1, k)
-            st.accepted_tokens += m
-            st.rejected_q_zero += int(m < k and q_n[m] == 0.0)
-            emitted = out_ids[: m + 1]
-            rnd = RoundTrace(
-                index=st.rounds,
-                k=k,
-                draft_ids=d_ids,
-                draft_text=[self._text(t) for t in d_ids],
-                draft_fates=fates,
-                accept_probs=a,
-                accept_coins=u[k : 2 * k],
-                num_accepted=m,
-                next_id=out_ids[m],
-                sample_coin=u[2 * k],
-                emitted_ids=emitted,
-                emitted_text=[],
-                emitted_fates=["accepted"] * m + ["recovered" if m < k else "bonus"],
-                draft_s=t1 - t0,
-                verify_s=t2 - t1,
-                positions=positions[b],
-                emitted_logprobs=logp[: m + 1],
-            )
-            out.append((rnd, kl_pi[b]))
+        for row, h, pos, kl_row in zip(rows, host, positions, kl_pi, strict=True):
+            count_draft(row.stats, h)
+            rnd = draft_round_trace(row.stats.rounds, h, pos, self._text, t1 - t0, t2 - t1)
+            out.append((rnd, kl_row))
         return out
 
+    def _record(
+        self, rows: list[_Row], drafted: Draft, verdict: Verdict, host: list[HostRound]
+    ) -> tuple[list[list[float | None]], list[list[PositionTrace]]]:
+        """KL(pi ‖ q) at each row's decided positions, the probe, and the trace rows."""
+        decided = [h.decided for h in host]
+        k = drafted.ids.shape[1]
+        if self.judge.lossless or not self.measure_kl:
+            kl_pi = zero_kl(k, decided)  # pi = q, or not asked for
+        else:
+            kl_pi = emitted_kl(self.judge, drafted.probs, verdict.q[:, :k], decided)
+        if self.probe is not None:
+            for b, (row, d) in enumerate(zip(rows, decided, strict=True)):
+                self.probe(row.index, row.stats.rounds, drafted.probs[b, :d], verdict.q[b, :d])
+        if not self.record_trace:
+            return kl_pi, [[] for _ in rows]
+        p, q, n = drafted.probs, verdict.q, drafted.ids
+        top_n, top_m = self.trace_top_n, self.replay_top_m
+        return kl_pi, position_traces(self.judge, p, q, n, kl_pi, top_n, top_m)
+
     def _plain_round(
-        self, rows: list[_Row], verifier: SequenceCache, clock: dict[str, float]
-    ) -> list[tuple[RoundTrace, list[float]]]:
+        self, rows: list[_Row], verifier: SequenceCache, clock: _Clock
+    ) -> list[RoundEvent]:
         """One verifier-only step (generate_autoregressive, or when the context leaves no
         room for drafting)."""
         dev = self.device
         t0 = time.perf_counter()
         coins = torch.stack([torch.rand(1, generator=r.generator, device=dev) for r in rows])
-        last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)
+        last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)  # [B, 1]
         v_logits = verifier.step(last, None, 1)  # [B, 1, V]
-        q = self._probs(v_logits)
-        tok = sample_from_probs(q[:, 0], coins[:, 0])
-        host = torch.stack(
-            [
-                tok.to(torch.float64),
-                coins[:, 0].to(torch.float64),
-                _logprobs(v_logits, tok[:, None])[:, 0],
-            ],
-            1,
-        ).tolist()  # one host sync
+        q = self.sampling.probs(v_logits)  # [B, 1, V]
+        tok = sample_from_probs(q[:, 0], coins[:, 0])  # [B]
+        host = to_host(token=tok, coin=coins[:, 0], logprob=logprobs(v_logits, tok[:, None])[:, 0])
         t1 = time.perf_counter()
         positions: list[list[PositionTrace]] = [[] for _ in rows]
         if self.record_trace:
-            top_q = self._top(q, self.trace_top_n)
+            top_q = top_entries(q, self.trace_top_n)
             positions = [[PositionTrace(q_ids=t[0][0], q_probs=t[0][1])] for t in top_q]
         t2 = time.perf_counter()
-        clock["verify"] += t1 - t0
-        clock["record"] += t2 - t1
+        clock.verify += t1 - t0
+        clock.record += t2 - t1
         out = []
-        for b, row in enumerate(rows):
-            rnd = RoundTrace(
-                index=row.stats.rounds,
-                k=0,
-                draft_ids=[],
-                draft_text=[],
-                draft_fates=[],
-                accept_probs=[],
-                accept_coins=[],
-                num_accepted=0,
-                next_id=int(host[b][0]),
-                sample_coin=host[b][1],
-                emitted_ids=[int(host[b][0])],
-                emitted_text=[],
-                emitted_fates=["sampled"],
-                draft_s=0.0,
-                verify_s=t1 - t0,
-                positions=positions[b],
-                emitted_logprobs=[host[b][2]],
-            )
+        for row, h, pos in zip(rows, host, positions, strict=True):
+            rnd = plain_round_trace(row.stats.rounds, h["token"], h["coin"], h["logprob"], pos)
+            rnd.verify_s = t1 - t0  # the batch's one verifier step
             out.append((rnd, [0.0]))
         return out
 
@@ -689,73 +538,6 @@ class SpeculativeDecoder:
             return self.lazy_head
         return batch == 1 and self.device.type == "cpu"
 
-    # -- maths helpers ----------------------------------------------------------------------
-    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
-
-    def _emitted_kl(
-        self, p: torch.Tensor, q: torch.Tensor, decided: list[int]
-    ) -> list[list[float | None]]:
-        """KL(pi ‖ q) at the first decided[b] drafted positions of row b, exact from the full
-        rows, None after them; 0 where pi = q (T = 0, sps) or when not measured."""
-        b, k = p.shape[:2]
-        if self.temperature == 0 or self.judge.name == "sps" or not self.measure_kl:
-            return [[0.0] * d + [None] * (k - d) for d in decided]
-        rows = torch.tensor([i for i in range(b) for _ in range(decided[i])], device=p.device)
-        cols = torch.tensor([j for i in range(b) for j in range(decided[i])], device=p.device)
-        p_d, q_d = p[rows, cols], q[rows, cols]  # [N, V], N = sum(decided)
-        values, out = kl(emitted_distribution(self.judge, p_d, q_d), q_d).tolist(), []
-        for d in decided:
-            out.append(values[:d] + [None] * (k - d))
-            values = values[d:]
-        return out
-
-    def _positions(
-        self, p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, kl_pi: list[list[float | None]]
-    ) -> list[list[PositionTrace]]:
-        """Top-N of p, q, h, the divergences and the replay rows, per row and position."""
-        k = p.shape[1]
-        qk = q[:, :k]
-        h = self.judge.adjusted_target(qk, p, n, validate=False)  # [B, k, V]
-        kl_h = kl(h, qk).tolist()
-        g = n[..., None]
-        pn, qn, hn = (x.gather(-1, g)[..., 0].tolist() for x in (p, qk, h))
-        top_n, top_m = self.trace_top_n, self.replay_top_m
-        tp, tq, th = self._top(p, top_n), self._top(q, top_n), self._top(h, top_n)
-        rp, rq = self._top(p, top_m), self._top(q, top_m)
-        ids = n.tolist()
-        out = []
-        for b in range(p.shape[0]):
-            row = []
-            for j in range(k + 1):
-                pos = PositionTrace(q_ids=tq[b][j][0], q_probs=tq[b][j][1])
-                pos.replay_q_ids, pos.replay_q_probs = rq[b][j]
-                if j < k:
-                    d = ids[b][j]
-                    pos.p_ids, pos.p_probs = tp[b][j]
-                    pos.h_ids, pos.h_probs = th[b][j]
-                    pos.draft_id, pos.p_n, pos.q_n, pos.h_n = d, pn[b][j], qn[b][j], hn[b][j]
-                    pos.kl_h_q, pos.kl_pi_q = kl_h[b][j], kl_pi[b][j]
-                    pos.replay_p_ids, pos.replay_p_probs = rp[b][j]
-                    _ensure(pos.replay_p_ids, pos.replay_p_probs, d, pn[b][j])
-                    _ensure(pos.replay_q_ids, pos.replay_q_probs, d, qn[b][j])
-                row.append(pos)
-            out.append(row)
-        return out
-
-    @staticmethod
-    def _top(x: torch.Tensor, n: int) -> list[list[tuple[list[int], list[float]]]]:
-        """[B, J, V] -> per row and position (ids, probs) of the n largest, zeros left out."""
-        vals, ids = x.topk(min(n, x.shape[-1]), dim=-1)
-        out = []
-        for vb, ib in zip(vals.tolist(), ids.tolist(), strict=True):
-            row = []
-            for v, i in zip(vb, ib, strict=True):
-                cut = sum(1 for x in v if x > 0)  # topk sorts, so the zeros are at the end
-                row.append((i[:cut], v[:cut]))
-            out.append(row)
-        return out
-
     # -- text -------------------------------------------------------------------------------
     def _text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
@@ -781,22 +563,19 @@ class SpeculativeDecoder:
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
 
 
-def _pad(x: torch.Tensor, width: int) -> torch.Tensor:
-    """[B, w] -> [B, width], NaN after column w (positions that got no verifier row)."""
-    return torch.cat([x, x.new_full((x.shape[0], width - x.shape[1]), float("nan"))], 1)
-
-
-def _logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[ids] at T = 1: logits [B, J, V], ids [B, J] -> [B, J] float64."""
-    picked = logits.gather(-1, ids[..., None])[..., 0]
-    return (picked - torch.logsumexp(logits, -1)).to(torch.float64)
-
-
-def _ensure(ids: list[int], probs: list[float], token: int, prob: float) -> None:
-    """Make sure the drafted token is among a replay row's kept entries (with its exact prob)."""
-    if token not in ids:
-        ids.append(token)
-        probs.append(prob)
+def _sampling(
+    sampling: SamplingSettings | None, k: int, temperature: float, top_k: int, top_p: float
+) -> SamplingSettings:
+    """The one SamplingSettings of a decoder; it validates k, temperature, top_k, top_p."""
+    if sampling is None:
+        return SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, k=k)
+    if not isinstance(sampling, SamplingSettings):
+        raise ValueError(f"sampling must be a SamplingSettings, got {sampling!r}")
+    d = SamplingSettings()  # the signature's defaults are these (tested)
+    if (k, temperature, top_k, top_p) != (d.k, d.temperature, d.top_k, d.top_p):
+        # Silently preferring one of two conflicting values would hide a caller's mistake.
+        raise ValueError("give k, temperature, top_k and top_p either in sampling= or as keywords")
+    return sampling
 
 
 def _vocab_size(model: torch.nn.Module) -> int:

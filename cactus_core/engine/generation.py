@@ -1,0 +1,129 @@
+"""What a generation hands back: per-sequence counts (`GenerationStats`), the output
+(`GenerationOutput`), pooled metrics over several outputs (`summarize`) and the round iterator
+of a streaming generation (`DecodeStream`). The metrics follow DESIGN.md's definitions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cactus_core.engine.trace import RoundTrace, Trace
+
+
+@dataclass
+class GenerationStats:
+    """Counts for one sequence. In a batch the time fields are the batch's (one clock)."""
+
+    new_tokens: int = 0
+    rounds: int = 0
+    verifier_calls: int = 0  # decoding forwards of the verifier (the prefill is not counted)
+    draft_calls: int = 0  # decoding forwards of the draft (k per speculative round)
+    drafted_tokens: int = 0
+    decided_tokens: int = 0  # drafted tokens that got an accept/reject decision
+    accepted_tokens: int = 0
+    rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
+    kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
+    nll_sum: float = 0.0  # the verifier's NLL of the emitted tokens (T = 1, nats)
+    kl_measured: bool = True
+    stop_reason: str = ""  # "eos", "max_new_tokens" or "context"
+    batch_size: int = 1
+    batch_new_tokens: int = 0
+    wall_s: float = 0.0  # prefill + decoding (time spent in on_round is left out)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    record_s: float = 0.0  # emitted KL and trace recording
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Emitted tokens ÷ verifier forwards (vLLM's mean acceptance length)."""
+        return self.new_tokens / self.verifier_calls if self.verifier_calls else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted ÷ decided drafted tokens; None when nothing was drafted."""
+        return self.accepted_tokens / self.decided_tokens if self.decided_tokens else None
+
+    @property
+    def rejected_tokens(self) -> int:
+        return self.decided_tokens - self.accepted_tokens
+
+    @property
+    def mean_emitted_kl(self) -> float | None:
+        """Mean KL(pi ‖ q) per emitted token (bonus and verifier-only tokens count 0); None
+        when the decoder ran with measure_kl=False."""
+        if not self.kl_measured:
+            return None
+        return self.kl_sum / self.new_tokens if self.new_tokens else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """New tokens ÷ wall time (prefill included); in a batch, the batch's throughput."""
+        return self.batch_new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        derived = ("tokens_per_call", "acceptance_rate", "mean_emitted_kl", "tokens_per_s")
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+
+
+@dataclass
+class GenerationOutput:
+    prompt: str
+    prompt_ids: list[int]
+    token_ids: list[int]  # the new tokens only
+    text: str  # the new tokens decoded, special tokens left out
+    stats: GenerationStats
+    trace: Trace
+
+
+def summarize(outputs: list[GenerationOutput]) -> dict[str, Any]:
+    """Pooled metrics over several outputs (token-weighted; times add up unless the outputs
+    come from one batch, whose single clock is counted once)."""
+    stats = [o.stats for o in outputs]
+    tokens = sum(s.new_tokens for s in stats)
+    decided = sum(s.decided_tokens for s in stats)
+    rejected = sum(s.rejected_tokens for s in stats)
+    calls = sum(s.verifier_calls for s in stats)
+    # Outputs of one batch share one clock: count each batch's time once.
+    clocks: dict[Any, tuple[float, float]] = {}
+    for i, o in enumerate(outputs):
+        key = o.trace.meta.get("batch", {}).get("id", ("single", i))
+        clocks[key] = (o.stats.wall_s, o.stats.record_s)
+    wall = sum(w for w, _ in clocks.values())
+    return {
+        "sequences": len(outputs),
+        "new_tokens": tokens,
+        "verifier_calls": calls,
+        "draft_calls": sum(s.draft_calls for s in stats),
+        "tokens_per_call": tokens / calls if calls else 0.0,
+        "acceptance_rate": sum(s.accepted_tokens for s in stats) / decided if decided else None,
+        "mean_emitted_kl": (
+            (sum(s.kl_sum for s in stats) / tokens if tokens else 0.0)
+            if all(s.kl_measured for s in stats)
+            else None
+        ),
+        "rejected_q_zero_share": (
+            sum(s.rejected_q_zero for s in stats) / rejected if rejected else None
+        ),
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        "record_s": sum(r for _, r in clocks.values()),
+    }
+
+
+class DecodeStream:
+    """Iterator over the rounds of one generation (`SpeculativeDecoder.rounds`); once it is
+    exhausted, `.output` holds the GenerationOutput."""
+
+    def __init__(self, events: Iterator[tuple[int, RoundTrace]]) -> None:
+        self._events = events
+        self.output: GenerationOutput | None = None
+
+    def __iter__(self) -> Iterator[RoundTrace]:
+        try:
+            while True:
+                _, rnd = next(self._events)
+                yield rnd
+        except StopIteration as stop:
+            self.output = stop.value[0]

@@ -1,0 +1,172 @@
+"""What a round records: its `RoundTrace` and draft counts, the exact emitted KL(pi ‖ q) at
+the decided positions, and the per-position trace rows (top-N of p, q and h, replay rows) that
+the Decode page's inspector and trace replay read.
+
+Shapes: B = sequences, k = draft length, J = verifier positions (k + 1 with a full trace), V =
+vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from cactus_core.engine.generation import GenerationStats
+from cactus_core.engine.round import HostRound
+from cactus_core.engine.trace import PositionTrace, RoundTrace
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.rules import Rule
+
+TopRows = list[list[tuple[list[int], list[float]]]]  # [B][J] -> (ids, probs)
+
+
+def emitted_kl(
+    judge: Rule, p: torch.Tensor, q: torch.Tensor, decided: list[int]
+) -> list[list[float | None]]:
+    """KL(pi ‖ q) at the first decided[b] drafted positions of row b (p, q [B, k, V]), exact
+    from the full rows, None after them: drafts dropped after a rejection were never verified,
+    and skipping them saves an O(V log V) pass each."""
+    b, k = p.shape[:2]
+    rows = torch.tensor([i for i in range(b) for _ in range(decided[i])], device=p.device)
+    cols = torch.tensor([j for i in range(b) for j in range(decided[i])], device=p.device)
+    p_d, q_d = p[rows, cols], q[rows, cols]  # [N, V], N = sum(decided)
+    values, out = kl(emitted_distribution(judge, p_d, q_d), q_d).tolist(), []
+    for d in decided:
+        out.append(values[:d] + [None] * (k - d))
+        values = values[d:]
+    return out
+
+
+def zero_kl(k: int, decided: list[int]) -> list[list[float | None]]:
+    """`emitted_kl` where pi = q (a lossless judge) or where KL is not measured."""
+    return [[0.0] * d + [None] * (k - d) for d in decided]
+
+
+def position_traces(
+    judge: Rule,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    n: torch.Tensor,
+    kl_pi: list[list[float | None]],
+    top_n: int,
+    top_m: int,
+) -> list[list[PositionTrace]]:
+    """Top-N of p, q, h, the divergences and the top-M replay rows, per row and position:
+    p [B, k, V], q [B, k+1, V], n [B, k] -> [B][k + 1]."""
+    k = p.shape[1]
+    qk = q[:, :k]
+    h = judge.adjusted_target(qk, p, n, validate=False)  # [B, k, V]
+    kl_h = kl(h, qk).tolist()
+    g = n[..., None]
+    pn, qn, hn = (x.gather(-1, g)[..., 0].tolist() for x in (p, qk, h))
+    tp, tq, th = top_entries(p, top_n), top_entries(q, top_n), top_entries(h, top_n)
+    rp, rq = top_entries(p, top_m), top_entries(q, top_m)
+    ids = n.tolist()
+    out = []
+    for b in range(p.shape[0]):
+        row = []
+        for j in range(k + 1):
+            pos = PositionTrace(q_ids=tq[b][j][0], q_probs=tq[b][j][1])
+            pos.replay_q_ids, pos.replay_q_probs = rq[b][j]
+            if j < k:
+                d = ids[b][j]
+                pos.p_ids, pos.p_probs = tp[b][j]
+                pos.h_ids, pos.h_probs = th[b][j]
+                pos.draft_id, pos.p_n, pos.q_n, pos.h_n = d, pn[b][j], qn[b][j], hn[b][j]
+                pos.kl_h_q, pos.kl_pi_q = kl_h[b][j], kl_pi[b][j]
+                pos.replay_p_ids, pos.replay_p_probs = rp[b][j]
+                _ensure(pos.replay_p_ids, pos.replay_p_probs, d, pn[b][j])
+                _ensure(pos.replay_q_ids, pos.replay_q_probs, d, qn[b][j])
+            row.append(pos)
+        out.append(row)
+    return out
+
+
+def top_entries(x: torch.Tensor, n: int) -> TopRows:
+    """[B, J, V] -> per row and position (ids, probs) of the n largest, zeros left out."""
+    vals, ids = x.topk(min(n, x.shape[-1]), dim=-1)
+    out = []
+    for vb, ib in zip(vals.tolist(), ids.tolist(), strict=True):
+        row = []
+        for v, i in zip(vb, ib, strict=True):
+            cut = sum(1 for x in v if x > 0)  # topk sorts, so the zeros are at the end
+            row.append((i[:cut], v[:cut]))
+        out.append(row)
+    return out
+
+
+def _ensure(ids: list[int], probs: list[float], token: int, prob: float) -> None:
+    """Make sure the drafted token is among a replay row's kept entries (with its exact prob):
+    replay rebuilds the row from these entries and must find p_n and q_n there."""
+    if token not in ids:
+        ids.append(token)
+        probs.append(prob)
+
+
+def draft_round_trace(
+    index: int,
+    h: HostRound,
+    positions: list[PositionTrace],
+    text: Callable[[int], str],
+    draft_s: float,
+    verify_s: float,
+) -> RoundTrace:
+    """A speculative round's trace, before `_commit` cuts it at EOS or the budget."""
+    k, m = h.k, h.num_accepted
+    dropped = ["dropped"] * (k - m - 1)  # drafts after the rejection got no decision
+    return RoundTrace(
+        index=index,
+        k=k,
+        draft_ids=h.draft_ids,
+        draft_text=[text(t) for t in h.draft_ids],
+        draft_fates=["accepted"] * m + (["rejected"] if m < k else []) + dropped,
+        accept_probs=h.accept_probs,
+        accept_coins=h.accept_coins,
+        num_accepted=m,
+        next_id=h.output_ids[m],
+        sample_coin=h.sample_coin,
+        emitted_ids=h.emitted_ids,
+        emitted_text=[],
+        emitted_fates=["accepted"] * m + ["recovered" if m < k else "bonus"],
+        draft_s=draft_s,
+        verify_s=verify_s,
+        positions=positions,
+        emitted_logprobs=h.logprobs[: m + 1],
+    )
+
+
+def plain_round_trace(
+    index: int, token: int, coin: float, logprob: float, positions: list[PositionTrace]
+) -> RoundTrace:
+    """A verifier-only step's trace: one sampled token, no draft."""
+    return RoundTrace(
+        index=index,
+        k=0,
+        draft_ids=[],
+        draft_text=[],
+        draft_fates=[],
+        accept_probs=[],
+        accept_coins=[],
+        num_accepted=0,
+        next_id=token,
+        sample_coin=coin,
+        emitted_ids=[token],
+        emitted_text=[],
+        emitted_fates=["sampled"],
+        draft_s=0.0,
+        verify_s=0.0,
+        positions=positions,
+        emitted_logprobs=[logprob],
+    )
+
+
+def count_draft(st: GenerationStats, h: HostRound) -> None:
+    """Add a speculative round's draft counts (`_commit` adds the emitted ones)."""
+    m = h.num_accepted
+    st.draft_calls += h.k
+    st.drafted_tokens += h.k
+    st.decided_tokens += h.decided
+    st.accepted_tokens += m
+    st.rejected_q_zero += int(m < h.k and h.q_n[m] == 0.0)
