@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import shlex
 import sys
 import time
@@ -28,7 +30,7 @@ from cactus_core.maths.rules import (
     make_rule,
     rule_class,
 )
-from cactus_core.maths.sampling import SamplingSettings
+from cactus_core.maths.sampling import SEED_MAX, SamplingSettings
 
 
 def _flag(name: str) -> str:
@@ -40,6 +42,37 @@ def _progress(message: str) -> None:
 
 
 # -- shared arguments ---------------------------------------------------------------------------
+
+
+def check_output_path(path: str | None, flag: str) -> None:
+    """ValueError unless `path` looks writable: a file (not a folder) in an existing folder.
+
+    Checked before the models load, so a typo in an output path fails in a second instead of
+    after a long run whose results it would lose.
+    """
+    if path is None or path == "-":
+        return
+    target = os.path.expanduser(path)
+    if os.path.isdir(target):
+        raise ValueError(f"{flag} {path!r} is a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path!r}: the folder {folder!r} does not exist")
+    if os.path.exists(target):
+        writable = os.access(target, os.W_OK)
+    else:
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    if not writable:
+        raise ValueError(f"{flag} {path!r}: no permission to write there")
+
+
+def check_seed_range(seed: int, rows: int, flag: str = "--seed") -> None:
+    """Row i uses seed + i; all of them must fit torch's seed range."""
+    if seed < 0 or seed + max(rows - 1, 0) > SEED_MAX:
+        raise ValueError(
+            f"{flag} must be an integer in [0, {SEED_MAX - max(rows - 1, 0)}] for {rows} "
+            f"prompt(s), got {seed}"
+        )
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -145,6 +178,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     rule = rule_from_args(args)
     sampling = sampling_from_args(args)
+    check_output_path(args.trace, "--trace")
     pair = load_pair_from_args(args)
     dec = SpeculativeDecoder(
         pair,
@@ -251,6 +285,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"unknown rows {unknown}; rows are: {', '.join(r.label for r in rows)}"
             )
         rows = [r for r in rows if r.label in args.rows]
+    _check_bench_args(args, len(prompts))
     pair = load_pair_from_args(args)
     command = "python -m cactus_core " + shlex.join(args.argv)
     report: dict[str, Any] = {
@@ -292,6 +327,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
     return 0
+
+
+def _check_bench_args(args: argparse.Namespace, prompts: int) -> None:
+    """Everything the bench needs, checked before the models load and the work starts."""
+    if not math.isfinite(args.c) or args.c < 0:
+        raise ValueError(f"--c (a draft step's cost in verifier steps) must be >= 0, got {args.c}")
+    for top_p in args.top_p:
+        SamplingSettings(temperature=args.temperature, top_p=top_p, k=args.k, seed=args.seed)
+    check_seed_range(args.seed, prompts)
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    check_output_path(args.out, "--out")
 
 
 def _threads() -> int:
@@ -370,7 +417,6 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
     from cactus_core.experiments.sweep_config import (
         SweepConfig,
         parse_grid,
-        parse_prompt_file,
         settings_from_grids,
     )
 
@@ -384,13 +430,10 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         if not sep:
             raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
         grids[rule.strip()] = parse_grid(rule.strip(), values)
-    if args.prompts:
-        with open(args.prompts, "rb") as f:
-            prompts = parse_prompt_file(args.prompts, f.read())
-    else:
-        prompts = builtin_prompts()
+    prompts = _read_prompts(args.prompts) if args.prompts else builtin_prompts()
     if args.n_prompts < 1:
         raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
+    check_seed_range(args.seed, min(len(prompts), args.n_prompts))
     return SweepConfig(
         prompts=tuple(prompts[: args.n_prompts]),
         settings=tuple(settings_from_grids(grids)),
@@ -400,6 +443,19 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         chunk_size=args.chunk_size,
         limit=not args.no_limit,
     )
+
+
+def _read_prompts(path: str) -> list[str]:
+    from cactus_core.experiments.sweep_config import MAX_PROMPT_FILE_BYTES, parse_prompt_file
+
+    if os.path.isdir(path):
+        raise ValueError(f"--prompts {path!r} is a folder; give a .jsonl or .txt file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
+    except OSError as exc:
+        raise ValueError(f"--prompts {path!r}: cannot read it ({exc.strerror or exc})") from None
+    return parse_prompt_file(path, data)
 
 
 def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
@@ -425,6 +481,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from cactus_core.experiments.tune import tune
 
     config = sweep_config_from_args(args)
+    check_output_path(args.output, "--output")
+    check_output_path(args.html, "--html")
     pair = load_pair_from_args(args)
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
     start = time.perf_counter()
@@ -497,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     try:
         return args.handler(args)
-    except ValueError as exc:
-        parser.exit(2, f"error: {exc}\n")
+    except (ValueError, OSError) as exc:
+        # One line, no traceback: every check of the arguments and of the inputs raises
+        # ValueError (ModelLoadError is one), and a write that fails despite the early path
+        # checks is an OSError.
+        message = " ".join(str(exc).split())
+        parser.exit(2, f"error: {message}\n")
     return 0

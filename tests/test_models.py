@@ -196,11 +196,12 @@ def _record_from_pretrained(monkeypatch) -> list[dict]:
     return calls
 
 
-def test_trust_remote_code_is_never_passed_unless_asked(tiny_dirs, monkeypatch):
+def test_trust_remote_code_is_always_passed_explicitly(tiny_dirs, monkeypatch):
+    # Left unset, transformers asks on stdin whether to run a folder's own Python (issue 15).
     calls = _record_from_pretrained(monkeypatch)
     load_pair(tiny_dirs["verifier"], tiny_dirs["draft"], device="cpu")
     assert len(calls) == 4
-    assert all("trust_remote_code" not in kw for kw in calls)
+    assert all(kw.get("trust_remote_code") is False for kw in calls)
     calls.clear()
     load_pair(tiny_dirs["verifier"], tiny_dirs["draft"], device="cpu", trust_remote_code=True)
     assert len(calls) == 4

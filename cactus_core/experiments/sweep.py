@@ -34,7 +34,7 @@ from cactus_core.experiments.frontier import (
     dominance_check,
     mean_ci,
 )
-from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_cache import SweepCache, code_version
 from cactus_core.experiments.sweep_config import (
     BASELINE,
     Setting,
@@ -351,7 +351,10 @@ def _chunk_payload(
     pair_identity: str, config: SweepConfig, setting: Setting, idx: tuple[int, ...]
 ) -> dict:
     return {
+        # The pair's identity names each model with the hash of its weights and its hub
+        # revision; code_version covers the code that computes the numbers.
         "model": pair_identity,
+        "code": code_version(),
         "setting": setting.to_dict(),
         "sampling": config.decoding(),
         "limit": config.limit,

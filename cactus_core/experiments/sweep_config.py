@@ -30,6 +30,7 @@ def parse_prompt_file(name: str, data: bytes) -> list[str]:
     .jsonl: one prompt a line, a JSON object with a string "prompt" field (the built-in file's
     format) or a bare JSON string. .txt: one prompt a line, with the two characters \\n read as
     a newline. Blank lines are skipped. Files over 5 MB or with over 1,000 prompts are refused.
+    Any bad input ends in a ValueError (tests/test_hardening.py fuzzes it), never another error.
     """
     if len(data) > MAX_PROMPT_FILE_BYTES:
         raise ValueError(
@@ -62,10 +63,17 @@ def parse_prompt_file(name: str, data: bytes) -> list[str]:
 
 
 def _jsonl_prompt(name: str, number: int, line: str) -> str:
+    where = f"{name}, line {number}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{name}, line {number}: not valid JSON ({err.msg})") from None
+        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+    except RecursionError:
+        # json's scanner recurses once per bracket: 100k brackets overflow the stack.
+        raise ValueError(f"{where}: the JSON is nested too deeply") from None
+    except ValueError:
+        # e.g. an integer longer than Python's int string limit
+        raise ValueError(f"{where}: not valid JSON (a value is too large)") from None
     if isinstance(obj, dict):
         if "prompt" not in obj:
             raise ValueError(f'{name}, line {number}: the JSON object has no "prompt" field')
@@ -77,6 +85,14 @@ def _jsonl_prompt(name: str, number: int, line: str) -> str:
         )
     if not obj.strip():
         raise ValueError(f"{name}, line {number}: the prompt is empty")
+    try:
+        # JSON's \\ud800 escapes can spell a lone surrogate, which no tokenizer can encode.
+        obj.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name}, line {number}: the prompt is not valid Unicode (a lone surrogate at "
+            f"character {err.start + 1})"
+        ) from None
     return obj
 
 
@@ -158,9 +174,18 @@ def settings_from_grids(grids: dict[str, Sequence[float]]) -> list[Setting]:
         if not grid:
             raise ValueError(f"rule {rule!r}: give at least one value of {param.name}")
         for value in grid:
-            v = int(value) if param.integer else float(value)
-            out.append(Setting.of(rule, **{param.name: v}))
+            out.append(Setting.of(rule, **{param.name: _grid_value(rule, param, value)}))
     return list(dict.fromkeys(out))  # drop repeats, keep order
+
+
+def _grid_value(rule: str, param: Any, value: float) -> float | int:
+    """The value as the parameter takes it; an integer parameter refuses 2.7 rather than
+    rounding it to 2 behind the user's back."""
+    if not param.integer:
+        return float(value)
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise ValueError(f"rule {rule!r}: {param.name} must be a whole number, got {value!r}")
+    return int(value)
 
 
 def parse_grid(rule: str, text: str) -> list[float]:

@@ -47,7 +47,8 @@ class Interp(Rule):
 
     def _target(self, q, p, n, qn, pn, stats):
         alpha = self.params["alpha"]
-        return torch.where(q > 0, alpha * p + (1 - alpha) * q, torch.zeros_like(q))
+        # in place on one fresh buffer: torch.where over [B, V] is several times slower on CPU
+        return (q > 0).to(p.dtype).mul_(p).mul_(alpha).add_(q, alpha=1 - alpha)
 
     def residual_weights(self, q, p, n, qn, pn, stats):
         w = self._target(q, p, n, qn, pn, stats).sub_(p).clamp_min_(0.0)
