@@ -87,12 +87,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(
-    p: argparse.ArgumentParser, top_p_default: float = 1.0, max_new_tokens: int = 128
+    p: argparse.ArgumentParser, max_new_tokens: int = 128, top_p_tables: bool = False
 ) -> None:
-    """The SamplingSettings fields as flags, plus the generation length and chat template."""
+    """The SamplingSettings fields as flags, plus the generation length and chat template.
+    top_p_tables: --top-p takes several values, one table each (the benchmark)."""
     g = p.add_argument_group("sampling")
     for name, kind, default, text in SamplingSettings.field_specs():
-        default = top_p_default if name == "top_p" else default
+        if name == "top_p" and top_p_tables:
+            g.add_argument(
+                "--top-p", type=float, nargs="+", default=[1.0, 0.95], help="one table each"
+            )
+            continue
         g.add_argument(_flag(name), type=kind, default=default, help=f"{text} (default {default})")
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     g.add_argument("--no-chat-template", action="store_true", help="encode the prompt as raw text")
@@ -100,8 +105,8 @@ def add_sampling_args(
 
 def sampling_from_args(args: argparse.Namespace, **override: Any) -> SamplingSettings:
     """SamplingSettings from the parsed flags (ValueError, naming the field, if out of range)."""
-    names = [name for name, *_ in SamplingSettings.field_specs()]
-    return SamplingSettings(**{n: getattr(args, n) for n in names}, **override)
+    values = {name: getattr(args, name) for name, *_ in SamplingSettings.field_specs()}
+    return SamplingSettings(**{**values, **override})
 
 
 def _rule_params() -> dict[str, tuple[bool, list[str]]]:
@@ -180,15 +185,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = sampling_from_args(args)
     check_output_path(args.trace, "--trace")
     pair = load_pair_from_args(args)
-    dec = SpeculativeDecoder(
-        pair,
-        rule,
-        k=sampling.k,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        record_trace=args.trace is not None,
-    )
+    dec = SpeculativeDecoder(pair, rule, sampling=sampling, record_trace=args.trace is not None)
 
     def stream(rnd, _row) -> None:
         # Progress: the text as it is decided, on stderr so stdout stays clean for --json.
@@ -234,17 +231,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="tokens/s, tokens per call, acceptance and KL per rule")
     add_model_args(p)
     p.add_argument("--prompts", type=int, default=None, help="use the first N built-in prompts")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument(
-        "--top-p",
-        type=float,
-        nargs="+",
-        default=[1.0, 0.95],
-        help="one table per value (default: 1.0 0.95)",
-    )
-    p.add_argument("--seed", type=int, default=0)
+    add_sampling_args(p, top_p_tables=True)
     p.add_argument(
         "--c",
         type=float,
@@ -295,8 +282,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "threads": _threads(),
         "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens,
-        "temperature": args.temperature,
-        "k": args.k,
+        "sampling": sampling_from_args(args, top_p=1.0).to_dict() | {"top_p": args.top_p},
         "c": args.c,
         "tables": {},
     }
@@ -304,11 +290,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         summaries = run_bench(
             pair,
             prompts,
+            sampling_from_args(args, top_p=top_p),
             max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_p=top_p,
-            k=args.k,
-            seed=args.seed,
+            chat_template=not args.no_chat_template,
             rows=rows,
             c=args.c,
             progress=_progress,

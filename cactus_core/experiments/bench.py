@@ -31,6 +31,7 @@ from cactus_core.maths.rules import (
     lossless_rule,
     make_rule,
 )
+from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
     from cactus_core.engine.models import ModelPair
@@ -139,12 +140,11 @@ def hf_assisted_generate(
     pair: ModelPair,
     prompt_ids: list[int],
     max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    k: int,
-    seed: int,
+    sampling: SamplingSettings,
+    row: int = 0,
 ) -> tuple[list[int], int]:
-    """transformers' assisted generation on the pair: (new token ids, verifier forwards)."""
+    """transformers' assisted generation on the pair, seeded with sampling.seed + row, at the
+    same k, temperature, top-k and top-p: (new token ids, verifier forwards)."""
     calls = [0]
     hook = pair.verifier.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     config = pair.draft.generation_config
@@ -156,20 +156,20 @@ def hf_assisted_generate(
             "assistant_confidence_threshold",
         )
     }
-    config.num_assistant_tokens = k
+    config.num_assistant_tokens = sampling.k
     config.num_assistant_tokens_schedule = "constant"
     config.assistant_confidence_threshold = 0.0
     try:
-        torch.manual_seed(seed)
+        torch.manual_seed(sampling.seed + row)
         ids = torch.tensor([prompt_ids], device=pair.device)
         out = pair.verifier.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             assistant_model=pair.draft,
             do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=0,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
             max_new_tokens=max_new_tokens,
             pad_token_id=pair.tokenizer.pad_token_id or pair.tokenizer.eos_token_id,
         )
@@ -183,11 +183,9 @@ def hf_assisted_generate(
 def run_bench(
     pair: ModelPair,
     prompts: list[str],
+    sampling: SamplingSettings | None = None,
     max_new_tokens: int = 128,
-    temperature: float = 0.7,
-    top_p: float = 1.0,
-    k: int = 4,
-    seed: int = 0,
+    chat_template: bool = True,
     rows: list[BenchRow] | None = None,
     c: float = 0.05,
     progress: Callable[[str], None] | None = None,
@@ -196,16 +194,12 @@ def run_bench(
     draft step in verifier steps (ValueError otherwise, before any decoding: c = -1/k would
     divide the modelled speedup by zero after the whole bench, and c < 0 makes it negative)."""
     check_cost(c)
+    sampling = sampling if sampling is not None else SamplingSettings()
     rows = rows if rows is not None else default_rows()
     results = {row.label: RowResult(row.label) for row in rows}
     decoders = {
         row.label: SpeculativeDecoder(
-            pair,
-            row.rule or lossless_rule(),
-            k=k,
-            temperature=temperature,
-            top_p=top_p,
-            record_trace=row.record_trace,
+            pair, row.rule or lossless_rule(), sampling=sampling, record_trace=row.record_trace
         )
         for row in rows
         if row.kind != "hf-assisted"
@@ -214,11 +208,9 @@ def run_bench(
         for row in rows:
             res = results[row.label]
             if row.kind == "hf-assisted":
-                ids = pair.encode_prompt(prompt)
+                ids = pair.encode_prompt(prompt, chat_template=chat_template)
                 start = time.perf_counter()
-                new, calls = hf_assisted_generate(
-                    pair, ids, max_new_tokens, temperature, top_p, k, seed + i
-                )
+                new, calls = hf_assisted_generate(pair, ids, max_new_tokens, sampling, i)
                 res.wall_s.append(time.perf_counter() - start)
                 res.record_s.append(0.0)
                 res.new_tokens.append(len(new))
@@ -226,7 +218,12 @@ def run_bench(
             else:
                 dec = decoders[row.label]
                 run = dec.generate_autoregressive if row.kind == "verifier-only" else dec.generate
-                out = run(prompt, max_new_tokens=max_new_tokens, seed=seed + i)
+                out = run(
+                    prompt,
+                    max_new_tokens=max_new_tokens,
+                    seed=sampling.seed + i,
+                    chat_template=chat_template,
+                )
                 st = out.stats
                 res.wall_s.append(st.wall_s)
                 res.new_tokens.append(st.new_tokens)
@@ -239,11 +236,11 @@ def run_bench(
             if progress is not None:
                 rate = res.new_tokens[-1] / res.wall_s[-1] if res.wall_s[-1] > 0 else 0.0
                 progress(
-                    f"[top-p {top_p:g}] prompt {i + 1}/{len(prompts)} {row.label}: "
+                    f"[top-p {sampling.top_p:g}] prompt {i + 1}/{len(prompts)} {row.label}: "
                     f"{res.new_tokens[-1]} tokens, {rate:.2f} tokens/s"
                 )
     base = results.get(VERIFIER_ONLY)
-    return [results[row.label].summary(base, k, c) for row in rows]
+    return [results[row.label].summary(base, sampling.k, c) for row in rows]
 
 
 def check_cost(c: float) -> float:
