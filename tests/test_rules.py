@@ -194,3 +194,29 @@ def test_rule_methods_reject_bad_input(name: str) -> None:
         rule.accept_probs(q, p, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="token ids"):
         rule.accept_probs(q, p, torch.tensor(3))
+
+
+def test_cactus_exact_root_reaches_float64_rounding():
+    """The root of KL(h_n ‖ q_n) = delta, checked against a 200-step bisection, for q near
+    exp(−delta) too (the root near 1, where Newton used to stop 1.4e-4 short)."""
+    from cactus_core.maths.rules import cactus_exact_h
+
+    q = torch.cat(
+        [
+            torch.logspace(-12, 0, 2000, dtype=torch.float64)[:-1],
+            torch.tensor([0.366, 0.3679, 0.1353, 0.5, 0.9], dtype=torch.float64),
+        ]
+    )
+    for delta in (1e-4, 0.1, 1.0, 2.0, 5.0):
+        lo, hi = q.clone(), torch.ones_like(q)
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            div = mid * torch.log(mid / q) + (1 - mid) * (torch.log1p(-mid) - torch.log1p(-q))
+            lo, hi = torch.where(div > delta, lo, mid), torch.where(div > delta, mid, hi)
+        root = torch.where(-torch.log(q) <= delta, torch.ones_like(q), lo)
+        got = cactus_exact_h(q, delta)
+        assert float((got - root).abs().max()) < 1e-12, delta
+        inside = got < 1
+        g, qq = got[inside], q[inside]
+        div = g * torch.log(g / qq) + (1 - g) * (torch.log1p(-g) - torch.log1p(-qq))
+        assert bool((div <= delta * (1 + 1e-12)).all())  # never over the budget (to rounding)
