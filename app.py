@@ -7,11 +7,19 @@ The Overview page is defined here; the others live in pages/.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import streamlit as st
 
-from cactus_core.app.settings import AppSettings, available_devices, rules_markdown
+from cactus_core.app.settings import (
+    AppSettings,
+    available_devices,
+    public_draft_choices,
+    public_pair,
+    rules_markdown,
+)
+from cactus_core.engine.deployment import DeploymentPolicy, deployment_policy
 from cactus_core.maths.rules import CactusBudget, CactusExact
 from cactus_core.maths.sampling import SamplingSettings
 from pages._common import (
@@ -19,6 +27,7 @@ from pages._common import (
     SETTINGS_ERROR_KEY,
     SETTINGS_KEY,
     preload_pair,
+    set_pair_error_slot,
     warm_label,
 )
 
@@ -28,11 +37,14 @@ EMBEDDED = "Embedded pair (offline)"
 CUSTOM = "Hub id or local folder"
 
 
-def _pair_widgets() -> tuple[str, str | None, str | None, str]:
-    """Source, verifier, draft and device as typed (verifier/draft None for the embedded)."""
+def _pair_widgets(policy: DeploymentPolicy) -> tuple[dict[str, str | None], str | None]:
+    """The pair as AppSettings' keywords (verifier/draft None: embedded; labels where a public
+    server names them) and what is missing, if anything."""
     st.markdown("### Model pair")
+    if policy.public:
+        return _offered_pair(policy.choices())
     source = st.radio("Source", [EMBEDDED, CUSTOM], key="sb_source")
-    verifier = draft = None
+    verifier = draft = ""
     if source == CUSTOM:
         verifier = st.text_input(
             "Verifier",
@@ -44,8 +56,34 @@ def _pair_widgets() -> tuple[str, str | None, str | None, str]:
             key="sb_draft",
             placeholder="HuggingFaceTB/SmolLM2-135M-Instruct or /path/to/folder",
         ).strip()
-    device = st.selectbox("Device", available_devices(), key="sb_device")
-    return source, verifier or None, draft or None, device
+    missing = None
+    if source == CUSTOM and not verifier:
+        missing = "enter a verifier (a hub id or a local folder)"
+    return {"verifier": verifier or None, "draft": draft or None}, missing
+
+
+def _offered_pair(choices: dict[str, str | None]) -> tuple[dict[str, str | None], str | None]:
+    """A public server: only the models its operator offers, picked by label. There is no
+    free-text field, so a visitor cannot name (or probe) anything on the server's disk."""
+    v_label = st.selectbox(
+        "Model", list(choices), key="sb_offer_verifier", help="The models this server offers."
+    )
+    d_label = None
+    if choices.get(v_label) is not None:
+        d_label = st.selectbox(
+            "Draft", public_draft_choices(choices), key="sb_offer_draft",
+            help="It must share the verifier's tokenizer.",
+        )  # fmt: skip
+    try:
+        pick = public_pair(choices, v_label, d_label)
+    except ValueError as err:
+        return {}, str(err)
+    return {
+        "verifier": pick.verifier,
+        "draft": pick.draft,
+        "verifier_label": pick.verifier_label,
+        "draft_label": pick.draft_label,
+    }, None
 
 
 def _sampling_widgets() -> dict[str, float | int]:
@@ -95,29 +133,46 @@ def _pair_status(s: AppSettings) -> None:
         st.caption("Models load on the Decode page.")
 
 
-def sidebar() -> None:
-    """Draw the shared settings and store an AppSettings (or the reason there is none)."""
-    # Tests and demos can point the app at another pair without clicking through the sidebar.
+def _policy() -> DeploymentPolicy | None:
+    """This server's deployment policy; None (and no page at all) when a setting is malformed:
+    the app must not fall back to allowing everything. The reason goes to the server log only
+    (the value may be the operator's path)."""
+    try:
+        return deployment_policy()
+    except ValueError:
+        logging.getLogger(__name__).exception("invalid deployment settings")
+        st.error("This server's model settings are invalid; its operator's log says why.")
+        return None
+
+
+def sidebar() -> bool:
+    """Draw the shared settings and store an AppSettings (or the reason there is none); False
+    when the server's settings allow no page to run."""
+    policy = _policy()
+    if policy is None:
+        return False
+    # Tests and demos can point the app at another pair without clicking through the sidebar
+    # (the operator's environment, so never on a public server, which offers a fixed list).
     env_v, env_d = os.environ.get("CACTUS_LAB_VERIFIER"), os.environ.get("CACTUS_LAB_DRAFT")
-    if env_v and env_d and "sb_source" not in st.session_state:
+    if not policy.public and env_v and env_d and "sb_source" not in st.session_state:
         st.session_state.update(sb_source=CUSTOM, sb_verifier=env_v, sb_draft=env_d)
 
     with st.sidebar:
-        source, verifier, draft, device = _pair_widgets()
+        pair, error = _pair_widgets(policy)
+        set_pair_error_slot(st.empty())  # a page's load error shows here, by the picker
+        device = st.selectbox("Device", available_devices(), key="sb_device")
         sampling = _sampling_widgets()
-        error = None
         try:
-            s = AppSettings(verifier, draft, device, SamplingSettings(**sampling))
+            s = AppSettings(device=device, sampling=SamplingSettings(**sampling), **pair)
         except ValueError as err:
-            s, error = AppSettings(device=device), str(err)
-        if source == CUSTOM and not verifier:
-            error = "enter a verifier (a hub id or a local folder)"
+            s, error = AppSettings(device=device), error or str(err)
         st.session_state[SETTINGS_KEY] = s
         st.session_state[SETTINGS_ERROR_KEY] = error
         if error:
             st.warning(error)
         else:
             _pair_status(s)
+    return True
 
 
 def overview() -> None:
@@ -204,5 +259,5 @@ if goto is not None:
     target = next((p for p, _ in PAGES if p.url_path == goto), None)
     if target is not None and target is not page:
         st.switch_page(target)
-sidebar()
-page.run()
+if sidebar():
+    page.run()

@@ -4,15 +4,20 @@ from cactus_core."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
+from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings, param_value, rules_markdown
+from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, ModelLoadError, deployment_policy
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param
 
 if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
@@ -23,9 +28,7 @@ SETTINGS_ERROR_KEY = "settings_error"
 GOTO_PARAM = "goto"  # query parameter: the page to open after a detour through app.py
 LAST_RUN_KEY = "decode_run"  # the last DecodeRun of this session (Decode and Playground)
 
-# Labels of pairs this process has loaded, so the sidebar can say what is warm without
-# triggering a load (st.cache_resource offers no "is it cached?" query).
-_WARM: dict[tuple[str | None, str | None, str], str] = {}
+log = logging.getLogger(__name__)
 
 
 def settings() -> AppSettings:
@@ -49,17 +52,48 @@ def require_entry_point() -> None:
     st.switch_page("app.py", query_params={GOTO_PARAM: path} if path else None)
 
 
+# Where in the sidebar a load error goes: app.py sets it under the pair picker on every run,
+# before the page runs (each session's script runs in its own thread).
+_PAIR_SLOT = threading.local()
+
+
+def set_pair_error_slot(slot: DeltaGenerator) -> None:
+    _PAIR_SLOT.value = slot
+
+
 def warm_label(s: AppSettings) -> str | None:
-    return _WARM.get(s.pair_key)
+    """What the sidebar says is loaded: only a pair the cache holds right now."""
+    return _PAIRS.label(s.pair_key)
 
 
 # Two entries: one for the embedded pair and one for a pair the user is trying, so that two
 # sessions on different pairs don't evict each other on every click, while memory stays bound.
-@st.cache_resource(show_spinner=False, max_entries=2)
+# "Warm" is "in this cache" (cactus_core/app/pair_cache.py), so nothing lists an evicted pair.
+_PAIRS: PairCache[ModelPair] = PairCache(max_entries=2)
+
+
 def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPair:
     from cactus_core.engine.models import load_pair
 
     return load_pair(verifier=verifier, draft=draft, device=device)
+
+
+def _cached_pair(s: AppSettings) -> ModelPair:
+    """The pair from the process-wide cache, loading it (once, whoever asks) if need be. A
+    public server names the models by the operator's labels, never by their paths."""
+
+    def load() -> ModelPair:
+        pair = _load_pair(*s.pair_key)
+        if deployment_policy().public:
+            names = {}
+            if s.verifier is not None and s.verifier_label:
+                names["verifier_name"] = s.verifier_label
+            if s.draft is not None and s.draft_label:
+                names["draft_name"] = s.draft_label
+            pair = replace(pair, **names)
+        return pair
+
+    return _PAIRS.get(s.pair_key, load, label=_warm_text)
 
 
 PRELOAD_ENV = "CACTUS_LAB_PRELOAD"  # "0" turns the start-up load off (the tests do)
@@ -74,11 +108,11 @@ def preload_pair(s: AppSettings) -> bool:
 
     Only the embedded pair, and only when its conversion is cached: a pair typed into the
     sidebar loads when a page asks for it, and a first conversion (half a minute of both
-    cores) never starts behind the user's back. _load_pair's cache lets a page that asks
+    cores) never starts behind the user's back. The pair cache lets a page that asks
     meanwhile wait for this same load instead of starting another. Returns True while that
     load may still be running.
     """
-    if os.environ.get(PRELOAD_ENV, "1") == "0" or s.pair_key in _WARM:
+    if os.environ.get(PRELOAD_ENV, "1") == "0" or s.pair_key in _PAIRS:
         return False
     if s.verifier is not None or s.draft is not None:
         return False
@@ -86,53 +120,77 @@ def preload_pair(s: AppSettings) -> bool:
         state = _PRELOADS.get(s.pair_key)
         if state is None:
             _PRELOADS[s.pair_key] = state = "running"
-            threading.Thread(
-                target=_preload, args=(s.pair_key,), daemon=True, name="preload"
-            ).start()
+            threading.Thread(target=_preload, args=(s,), daemon=True, name="preload").start()
     return state == "running"
 
 
-def _preload(key: tuple[str | None, str | None, str]) -> None:
+def _preload(s: AppSettings) -> None:
     from cactus_core.engine.models import embedded_cache_ready
 
     state = "skipped"
     try:
         if embedded_cache_ready():
-            _WARM[key] = _warm_text(_load_pair(*key))
+            _cached_pair(s)
             state = "done"
-    except (OSError, ValueError, RuntimeError, ImportError):
-        pass  # get_pair shows the error when a page asks for the pair
+    except Exception:  # get_pair shows the error when a page asks for the pair
+        log.warning("preloading the embedded pair failed", exc_info=True)
     finally:
-        _PRELOADS[key] = state
+        _PRELOADS[s.pair_key] = state
 
 
 def _warm_text(pair: ModelPair) -> str:
     return f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
 
 
+def load_error_message(s: AppSettings, err: BaseException) -> str:
+    """What a visitor reads when a load fails. Public: the one fixed sentence, whatever
+    happened (so it cannot tell whether a path exists). Otherwise the library's own message
+    for a ModelLoadError (written to name the folder and the field, never file contents), and
+    only the kind of error for anything else; the details go to the server log."""
+    if deployment_policy().public:
+        return PUBLIC_LOAD_ERROR
+    if isinstance(err, ModelLoadError):
+        return f"Could not load {s.pair_label}: {err}"
+    return (
+        f"Could not load {s.pair_label}: {type(err).__name__} while reading the model files "
+        "(the details are in the server log)"
+    )
+
+
 def get_pair(s: AppSettings | None = None) -> ModelPair | None:
     """The model pair the sidebar names, loaded once per process.
 
-    Shows a status box while loading. On failure shows an error and returns None.
+    Shows a status box while loading. On failure shows the error there and in the sidebar
+    under the pair picker, and returns None; nothing about a load escapes as an exception.
     """
     s = s or settings()
     err = st.session_state.get(SETTINGS_ERROR_KEY)
     if err:
         st.error(f"Model settings: {err}")
         return None
-    if s.pair_key in _WARM:
-        return _load_pair(*s.pair_key)
-    with st.status(f"Loading the {s.pair_label} on {s.device}…", expanded=False) as box:
-        start = time.perf_counter()
-        try:
-            pair = _load_pair(*s.pair_key)
-        except (OSError, ValueError, RuntimeError, ImportError) as err:
-            box.update(label="Could not load the model pair", state="error", expanded=True)
-            st.error(f"Could not load {s.pair_label}: {err}")
-            return None
-        _WARM[s.pair_key] = _warm_text(pair)
+    if s.pair_key in _PAIRS:
+        box = None
+    else:
+        box = st.status(f"Loading the {s.pair_label} on {s.device}…", expanded=False)
+    start = time.perf_counter()
+    try:
+        # Inside the error handling even when warm: the pair may be evicted meanwhile, and
+        # then this loads it again, which can fail (its folder may be gone).
+        pair = _cached_pair(s)
+    except Exception as error:  # any load failure is a message, not a traceback
+        log.warning("could not load %s", s.pair_key, exc_info=True)
+        message = load_error_message(s, error)
+        if box is None:
+            box = st.status("Loading…")
+        box.update(label="Could not load the model pair", state="error", expanded=True)
+        box.error(message)
+        # and next to the picker, where it is fixed
+        (getattr(_PAIR_SLOT, "value", None) or st.sidebar).error(message)
+        return None
+    if box is not None:
         box.update(
-            label=f"Loaded {_WARM[s.pair_key]} in {time.perf_counter() - start:.1f} s",
+            label=f"Loaded {_PAIRS.label(s.pair_key) or s.pair_label} in "
+            f"{time.perf_counter() - start:.1f} s",
             state="complete",
         )
     return pair

@@ -23,6 +23,7 @@ from cactus_core.app.decode_view import (
     round_table,
     timeline,
 )
+from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
 from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.transcript import (
@@ -47,9 +48,10 @@ DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three se
 class Form:
     """What the user asked for on this rerun."""
 
-    request: DecodeRequest | None  # None: the prompt is empty
+    request: DecodeRequest | None  # None: see `problem`
     generate: bool
     compare: bool
+    problem: str = "Enter a prompt first."
 
 
 @dataclass
@@ -65,7 +67,15 @@ class Slots:
 def form(s: AppSettings) -> Form:
     left, right = st.columns([3, 2])
     with left:
-        prompt = st.text_area("Prompt", DEFAULT_PROMPT, height=110, key="dec_prompt")
+        prompt = st.text_area(
+            "Prompt",
+            DEFAULT_PROMPT,
+            height=110,
+            max_chars=MAX_PROMPT_CHARS,
+            key="dec_prompt",
+            help=f"At most {MAX_PROMPT_TOKENS:,} tokens (with the chat template), so that one "
+            "prompt's prefill takes seconds, not minutes. The CLI has no cap.",
+        )
         chat_template = st.checkbox(
             "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
         )
@@ -80,9 +90,10 @@ def form(s: AppSettings) -> Form:
         key="dec_compare",
         help=METRIC_HELP["speedup"] + " Measures the run on screen.",
     )
-    request = None
-    if prompt.strip():
+    try:
         request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
+    except ValueError as err:  # empty, or over the app's length cap
+        return Form(None, generate, compare, str(err))
     return Form(request, generate, compare)
 
 
@@ -123,7 +134,7 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
     """Generate and/or compare as clicked; the error to show instead, if any."""
     if f.generate:
         if f.request is None:
-            return "Enter a prompt first."
+            return f.problem
         try:
             st.session_state[LAST_RUN_KEY] = generate(pair, f.request, slots)
         except ValueError as err:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from cactus_core.app import frontier_figures as ff
+from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_sweep_size
 from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.engine.prompts import builtin_prompts
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
+PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
 DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
@@ -69,7 +71,9 @@ def prompt_widgets() -> list[str]:
     else:
         prompts = builtin_prompts()
     n_prompts = len(prompts)
-    if n_prompts:
+    if n_prompts == 1:  # a slider needs two ends; one prompt has nothing to choose
+        st.caption(f"1 prompt: “{prompts[0][:80]}”")
+    elif n_prompts:
         n_use = st.slider(
             "Prompts to use", 1, n_prompts, min(20, n_prompts), key=f"fr_n_{n_prompts}"
         )
@@ -108,7 +112,8 @@ def grid_widgets() -> tuple[dict[str, list[float]], str | None]:
 
 
 def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
-    """The sweep the form describes, or the reason there is none."""
+    """The sweep the form describes, or the reason there is none (None when it is shown
+    already, as an error)."""
     left, right = st.columns(2)
     with left:
         prompts = prompt_widgets()
@@ -131,17 +136,41 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
     if not grids:
         return None, "Pick at least one rule."
     try:
+        settings_ = tuple(settings_from_grids(grids))
+        check_sweep_size(len(settings_), len(prompts))
         config = SweepConfig(
             prompts=tuple(prompts),
-            settings=tuple(settings_from_grids(grids)),
+            settings=settings_,
             sampling=s.sampling,
             max_new_tokens=max_new,
             chunk_size=chunk,
             limit=with_limit,
         )
-    except ValueError as err:
-        return None, str(err)
+    except ValueError as err:  # over the app's cap, or a setting SweepConfig refuses
+        st.error(str(err))
+        return None, None
     return config, None
+
+
+def prompts_problem(pair: ModelPair, config: SweepConfig) -> str | None:
+    """Why these prompts cannot be swept on this pair (too long for the app's cap or the
+    pair's context), checked before Run sweep rather than after the first chunks; remembered
+    per prompt set and pair, so a rerun does not tokenise a 1,000-prompt upload again."""
+    key = (id(pair), pair.context_length, config.chat_template, hash(config.prompts))
+    memo = st.session_state.get(PROMPT_CHECK_KEY)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    try:
+        check_prompts_fit(
+            config.prompts,
+            lambda p: pair.encode_prompt(p, config.chat_template),
+            pair.context_length,
+        )
+        problem = None
+    except ValueError as err:
+        problem = f"These prompts cannot be swept: {err}."
+    st.session_state[PROMPT_CHECK_KEY] = (key, problem)
+    return problem
 
 
 def _progress_text(p: Progress) -> str:
@@ -166,10 +195,22 @@ def sweep(
         except SweepCancelled as err:
             st.warning(str(err))
             return None
+        except ValueError as err:
+            # Chunks that finished before the error stay cached: nothing done is lost.
+            done, _ = cached_chunks(pair.identity, config, cache)
+            st.error(
+                f"The sweep stopped: {err}. {done} of {total} chunks are cached; fix the "
+                "prompts or settings and Run sweep resumes from there."
+            )
+            return None
         finally:
             bar.empty()
     if done == total:
-        return run_sweep(pair, config, cache)  # everything is cached: no model call
+        try:
+            return run_sweep(pair, config, cache)  # everything is cached: no model call
+        except ValueError as err:
+            st.error(f"Could not read the sweep back from the cache: {err}")
+            return None
     if cancelled:
         st.warning(f"Cancelled. {done} of {total} chunks are cached; Run sweep resumes from there.")
     elif done:
@@ -363,7 +404,8 @@ def main() -> None:
     s = settings()
     config, problem = sweep_form(s)
     if config is None:
-        st.info(problem)
+        if problem:
+            st.info(problem)
         return
     b1, b2, info = st.columns([1, 1, 3])
     run_clicked = b1.button("Run sweep", type="primary", icon=":material/play_arrow:", key="fr_run")
@@ -373,10 +415,15 @@ def main() -> None:
     info.caption(
         f"{len(config.settings)} settings + verifier-only × {len(config.prompts)} prompts, "
         f"T = {sp.temperature:g}, top-k {sp.top_k}, top-p {sp.top_p:g}, k = {sp.k}, "
-        f"seed {sp.seed}"
+        f"seed {sp.seed}. The app runs at most {MAX_SWEEP_RUNS:,} settings × prompts per "
+        "sweep; the CLI has no cap."
     )
     pair = get_pair(s)
     if pair is None:
+        return
+    problem = prompts_problem(pair, config)
+    if problem:
+        st.error(problem)
         return
     cache = SweepCache()
     result = sweep(pair, config, cache, run_clicked, cancelled)

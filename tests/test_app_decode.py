@@ -178,8 +178,7 @@ def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(models, "load_pair", counting)
-    _common._load_pair.clear()
-    _common._WARM.clear()
+    _common._PAIRS.clear()
     generate(decode_page(pair_dirs, seed=1))
     generate(decode_page(pair_dirs, seed=2))
     assert len(calls) == 1

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings
 from cactus_core.engine import models
 from pages import _common
@@ -28,7 +29,7 @@ def fake_loader(monkeypatch):
 
     monkeypatch.setenv(_common.PRELOAD_ENV, "1")
     monkeypatch.setattr(_common, "_load_pair", load)
-    monkeypatch.setattr(_common, "_WARM", {})
+    monkeypatch.setattr(_common, "_PAIRS", PairCache(max_entries=2))
     monkeypatch.setattr(_common, "_PRELOADS", {})
     monkeypatch.setattr(models, "embedded_cache_ready", lambda cache_dir=None: True)
     return calls, release

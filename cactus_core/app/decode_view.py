@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
 from cactus_core.app.metrics import Headline, SpeedComparison, speed_comparison
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices
@@ -37,6 +38,14 @@ class DecodeRequest:
     def __post_init__(self) -> None:
         if not self.prompt.strip():
             raise ValueError("Enter a prompt first.")
+        check_prompt_chars(self.prompt)
+
+    def check_length(self, pair: ModelPair) -> None:
+        """ValueError naming the app's cap (limits.MAX_PROMPT_TOKENS) when the prompt's own
+        tokens (without the chat template's few) are more, before any model call: a prefill
+        of thousands of tokens would hold the server for minutes with nothing on screen."""
+        ids = pair.tokenizer(self.prompt, add_special_tokens=False)["input_ids"]
+        check_prompt_tokens(len(ids))
 
     def rule(self) -> Rule:
         return build_rule(self.rule_name, self.rule_params)
@@ -57,6 +66,7 @@ class DecodeRequest:
 
     def stream(self, pair: ModelPair) -> DecodeStream:
         """The rounds as they finish; the stream's `.output` holds the result once exhausted."""
+        self.check_length(pair)
         return self.decoder(pair).rounds(self.prompt, **self.generate_kwargs())
 
 
@@ -109,6 +119,7 @@ class DecodeRun:
 def measure_speed(pair: ModelPair, request: DecodeRequest) -> SpeedComparison:
     """Speculative, then verifier-only decoding of the request, back to back. Neither records
     a trace, so both clocks time decoding only."""
+    request.check_length(pair)
     dec = request.decoder(pair, record_trace=False)
     spec = dec.generate(request.prompt, **request.generate_kwargs())
     base = dec.generate_autoregressive(request.prompt, **request.generate_kwargs())

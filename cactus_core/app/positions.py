@@ -4,6 +4,7 @@ the presets and the editable table's checks."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -113,13 +114,20 @@ def _column(name: str, values: Sequence[object]) -> tuple[torch.Tensor, str | No
         arr = torch.tensor(
             [float("nan") if v is None else float(v) for v in values], dtype=torch.float64
         )
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:  # OverflowError: float(10**400)
         raise ValueError(f"column {name} must hold numbers") from err
     if not torch.isfinite(arr).all():
         raise ValueError(f"column {name} has an empty, NaN or infinite entry")
     if (arr < 0).any():
         raise ValueError(f"column {name} has a negative entry; probabilities are ≥ 0")
     total = float(arr.sum())
+    if not math.isfinite(total):
+        # 1e308 twice: each entry is finite, their sum is not, and dividing by it would turn
+        # the column into zeros behind a "normalised" notice.
+        raise ValueError(
+            f"column {name} sums past the largest number a float holds; use smaller values "
+            "(probabilities, or any weights up to about 1e300)"
+        )
     if total <= 0:
         raise ValueError(f"column {name} is all zeros; it needs some probability mass")
     notice = f"{name} summed to {total:.4g}; normalised to 1." if abs(total - 1.0) > 1e-6 else None

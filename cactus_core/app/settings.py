@@ -9,6 +9,7 @@ from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 DEVICES = ("auto", "cpu", "cuda")
+EMBEDDED_DRAFT_LABEL = "the embedded draft"
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,10 @@ class AppSettings:
     draft: str | None = None
     device: str = "auto"
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    # What the pages call the models instead of their sources: a public server names them by
+    # the operator's labels, so a folder's server path is never shown. None: the sources.
+    verifier_label: str | None = None
+    draft_label: str | None = None
 
     def __post_init__(self) -> None:
         if self.verifier is None and self.draft is not None:
@@ -50,9 +55,46 @@ class AppSettings:
 
     @property
     def pair_label(self) -> str:
-        if self.verifier is None:
+        verifier = self.verifier_label or self.verifier
+        if verifier is None:
             return "embedded pair"
-        return f"{self.verifier} + {self.draft or 'the embedded draft'}"
+        draft = self.draft_label or self.draft
+        return f"{verifier} + {draft or EMBEDDED_DRAFT_LABEL}"
+
+
+@dataclass(frozen=True)
+class PublicPair:
+    """A pair picked from a public server's offer: the sources to load and what to call them."""
+
+    verifier: str | None
+    draft: str | None
+    verifier_label: str
+    draft_label: str | None  # None with the embedded pair (it comes whole)
+
+
+def public_draft_choices(choices: dict[str, str | None]) -> list[str]:
+    """The drafts a visitor may pair with an offered verifier: the embedded draft first, then
+    every offered model (the embedded pair itself is not a draft)."""
+    return [EMBEDDED_DRAFT_LABEL, *(label for label, spec in choices.items() if spec is not None)]
+
+
+def public_pair(
+    choices: dict[str, str | None], verifier_label: str, draft_label: str | None
+) -> PublicPair:
+    """The sources behind the labels a visitor picked. `choices` is the deployment policy's
+    offer (label -> spec, None for the embedded pair). A label that is not on offer (a forged
+    widget value) is refused with a ValueError that names no source."""
+    if verifier_label not in choices:
+        raise ValueError("choose a verifier from the list")
+    verifier = choices[verifier_label]
+    if verifier is None:
+        return PublicPair(None, None, verifier_label, None)
+    draft_label = draft_label or EMBEDDED_DRAFT_LABEL
+    if draft_label == EMBEDDED_DRAFT_LABEL:
+        return PublicPair(verifier, None, verifier_label, draft_label)
+    if draft_label not in choices or choices[draft_label] is None:
+        raise ValueError("choose a draft from the list")
+    return PublicPair(verifier, choices[draft_label], verifier_label, draft_label)
 
 
 def available_devices() -> list[str]:

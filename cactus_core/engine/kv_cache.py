@@ -19,6 +19,11 @@ from transformers import DynamicCache, PreTrainedModel
 
 from cactus_core.engine.fast_head import head_logits
 
+# Entries of one prefill piece's attention mask (rows × piece width × keys): 2^23 floats are
+# 32 MiB, and the attention scores of the piece are of the same order per head.
+MASK_BUDGET = 1 << 23
+PIECE_MIN = 16  # narrower pieces cost more in per-forward overhead than they save
+
 
 class SequenceCache:
     """KV cache of one model for a batch of sequences, with per-row holes.
@@ -59,7 +64,8 @@ class SequenceCache:
     def prefill(self, prefixes: list[list[int]]) -> None:
         """Encode each row's prefix (no logits are needed: the last token is fed by `step`).
 
-        Rows are right-padded to a common width; padding columns become holes.
+        Rows are right-padded to a common width; padding columns become holes. A padded batch
+        is encoded in pieces of columns so that its memory stays bounded (MASK_BUDGET).
         """
         self.cache = DynamicCache()
         width = max(len(p) for p in prefixes)
@@ -72,9 +78,19 @@ class SequenceCache:
         ids = torch.tensor(
             [p + [0] * (width - len(p)) for p in prefixes], dtype=torch.long, device=self.device
         )
-        new_valid_host = [[True] * len(p) + [False] * (width - len(p)) for p in prefixes]
-        new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
-        self._forward(ids, new_valid, new_valid_host, 0)
+        valid_host = [[True] * len(p) + [False] * (width - len(p)) for p in prefixes]
+        # A batch with padding attends through a dense [B, 1, w, S] mask (and scores of that
+        # size): one forward over all of a long prefix would need rows × width² of each. Pieces
+        # of columns keep every piece's mask within MASK_BUDGET entries; one sequence without
+        # padding uses the model's own causal path and needs no pieces.
+        piece = width
+        if len(prefixes) > 1 or not all(all(r) for r in valid_host):
+            piece = max(PIECE_MIN, MASK_BUDGET // (len(prefixes) * width))
+        for start in range(0, width, piece):
+            cols = slice(start, min(start + piece, width))
+            new_valid_host = [r[cols] for r in valid_host]
+            new_valid = torch.tensor(new_valid_host, dtype=torch.bool, device=self.device)
+            self._forward(ids[:, cols], new_valid, new_valid_host, 0)
 
     @torch.inference_mode()
     def step(
