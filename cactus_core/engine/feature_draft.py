@@ -1,0 +1,388 @@
+"""A feature-conditioned draft (EAGLE-1 style, Li et al., ICML 2024) for a Llama verifier.
+
+The draft does not read tokens alone: at position t it reads the verifier's top-layer feature
+f_t (the last decoder layer's output BEFORE the final norm) together with the embedding of the
+token x_{t+1} that follows, and predicts the feature f_{t+1}:
+
+    x_t      = fc([e(x_{t+1}) * embed_scale, f_t * feature_scale]) / feature_scale   [B, T, D]
+    f^_{t+1} = LlamaDecoderLayer(x_t)   (attention over the draft's own earlier positions)
+    logits   = verifier.lm_head(verifier.norm(f^_{t+1}))     (the distribution of x_{t+2})
+
+The logits come from the verifier's own final norm and LM head, so a good feature prediction
+is a good token prediction. For k > 1 drafted tokens the draft feeds back its own predicted
+features (f^ in place of f), which is why it is trained unrolled (`forward_unrolled`).
+
+The fixed input scales keep both halves of the fc input at unit RMS (a feature's RMS is ~30,
+an embedding's ~0.14 for SmolLM2), so that an identity-initialised fc and Adam's per-weight
+step sizes treat the two halves alike; they are constants stored in config.json.
+
+Only the draft's own weights are stored (fc + one decoder layer, and the ids of a
+vocabulary-subset head); the embedding, the final norm and the LM-head rows are the
+verifier's, taken at load time. A subset head scores S ids and gives every other id
+probability 0 (logit FILL), so the draft never proposes them; speculative sampling stays
+exact (the verifier's residual still emits them).
+
+Decoding protocol (batch rows share positions; no padding inside the draft):
+    prefill: features f_0..f_{P-1} of the prompt, next_ids x_1..x_P (x_P: the first sampled
+        token), start_pos 0 -> the last row of logits gives draft token d_1.
+    drafting: forward(f^ [B,1,D], d_j [B,1], cache, start_pos=cache.length) -> d_{j+1}.
+    after verification: cache.crop(position of the first drafted entry), then forward the
+        verifier's real features of the accepted positions with their next tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import LlamaConfig, PreTrainedModel
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+FORMAT = "cactus-feature-draft"
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+HEAD_IDS_KEY = "head_token_ids"
+# Logit of ids outside a subset head: finite, so p * log p stays 0 (not NaN) downstream, and
+# exp(FILL - max) is exactly 0 (the same value as cactus_core's VocabSubsetHead).
+FILL = -1e30
+
+
+class DraftKVCache:
+    """Keys and values of the draft's one attention layer, appendable and croppable.
+
+    keys, values: [B, n_kv_heads, L, head_dim] (None while empty); L = `length`, the number of
+    positions the draft has read. Rolling back rejected drafted positions is `crop(length)`.
+    """
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v [B, n_kv, T, hd] -> all keys and values [B, n_kv, L + T, hd]."""
+        if self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = torch.cat([self.keys, k], dim=2)
+            self.values = torch.cat([self.values, v], dim=2)
+        return self.keys, self.values
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions (drop the rejected drafted ones)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"crop({length}): the cache holds {self.length} positions")
+        if self.keys is not None:
+            if length == 0:
+                self.keys = self.values = None
+            else:
+                self.keys = self.keys[:, :, :length]
+                self.values = self.values[:, :, :length]
+
+
+class FeatureDraft(nn.Module):
+    """fc (2D -> D) + one Llama decoder layer, on the verifier's embedding, norm and head.
+
+    Own parameters (saved): fc.weight [D, 2D], fc.bias [D], layer.* (a LlamaDecoderLayer).
+    Buffers taken from the verifier (not saved): norm_weight [D] (its final RMSNorm),
+    head_weight_t [D, S] (its LM-head rows of the head ids, transposed: a [1, D] x [D, S]
+    product is about twice as fast on CPU as one against the [S, D] layout), head_ids [S]
+    (None for the full vocabulary). The input embedding is the verifier's module itself, kept
+    outside the module tree so it is neither saved, trained, nor copied by .to(dtype).
+    """
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        embedding: nn.Embedding,
+        norm_weight: torch.Tensor,
+        head_weight: torch.Tensor,
+        head_ids: torch.Tensor | None,
+        embed_scale: float,
+        feature_scale: float,
+    ) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.config = config
+        self.vocab_size = embedding.weight.shape[0]
+        self.embed_scale = float(embed_scale)
+        self.feature_scale = float(feature_scale)
+        self.rms_eps = float(config.rms_norm_eps)
+        self.fc = nn.Linear(2 * d, d, bias=True)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(config)
+        object.__setattr__(self, "embedding", embedding)
+        self.register_buffer("norm_weight", norm_weight.detach().clone(), persistent=False)
+        if head_ids is not None:
+            head_ids = torch.as_tensor(head_ids, dtype=torch.long).flatten()
+            if head_ids.unique().numel() != head_ids.numel():
+                raise ValueError("head_ids has repeated ids")
+            head_weight = head_weight[head_ids]
+        self.register_buffer("head_ids", head_ids, persistent=False)  # [S] or None
+        self.register_buffer(
+            "head_weight_t", head_weight.detach().t().contiguous(), persistent=False
+        )  # [D, S]
+
+    # -------------------------------------------------------------------------------------
+    # Construction, load, save
+
+    @classmethod
+    def from_verifier(
+        cls,
+        verifier: PreTrainedModel,
+        head_ids: torch.Tensor | None = None,
+        embed_scale: float = 1.0,
+        feature_scale: float = 1.0,
+        init_layer: int = -1,
+    ) -> FeatureDraft:
+        """A new draft: the decoder layer copied from the verifier's layer `init_layer` (the
+        last by default, which already maps a top-layer-like residual to a top feature), and
+        an fc that starts as "feature + half the embedding" (identity blocks)."""
+        draft = cls._bare(verifier, head_ids, embed_scale, feature_scale)
+        layers = verifier.model.layers
+        draft.layer.load_state_dict(layers[init_layer].state_dict())
+        d = draft.config.hidden_size
+        with torch.no_grad():
+            eye = torch.eye(d)
+            draft.fc.weight.copy_(torch.cat([0.5 * eye, eye], dim=1))
+            draft.fc.bias.zero_()
+        return draft
+
+    @classmethod
+    def tiny_for(cls, verifier: PreTrainedModel, head_size: int | None = None, seed: int = 0):
+        """Random weights (for tests): fc and the layer drawn from a seeded generator."""
+        vocab = verifier.get_input_embeddings().weight.shape[0]
+        gen = torch.Generator().manual_seed(seed)
+        ids = None if head_size is None else torch.randperm(vocab, generator=gen)[:head_size]
+        draft = cls._bare(verifier, ids, 1.0, 1.0)
+        with torch.no_grad():
+            for name, p in draft.named_parameters():
+                base = 1.0 if "norm" in name else 0.0  # RMSNorm weights near 1
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
+        return draft
+
+    @classmethod
+    def _bare(cls, verifier, head_ids, embed_scale, feature_scale) -> FeatureDraft:
+        cfg = LlamaConfig.from_dict(verifier.config.to_dict())
+        cfg.num_hidden_layers = 1
+        cfg.quantization_config = None
+        cfg.layer_types = None
+        head = verifier.get_output_embeddings().weight  # [V, D]
+        draft = cls(
+            cfg,
+            verifier.get_input_embeddings(),
+            verifier.model.norm.weight,
+            head,
+            head_ids,
+            embed_scale,
+            feature_scale,
+        )
+        return draft.to(dtype=head.dtype, device=head.device)
+
+    @classmethod
+    def load(
+        cls, folder: Path, verifier: PreTrainedModel, dtype: torch.dtype | None = None
+    ) -> FeatureDraft:
+        """The draft saved in `folder`, on `verifier`'s embedding, norm and head; `dtype`
+        defaults to the verifier's."""
+        folder = Path(folder)
+        if not (folder / CONFIG_NAME).is_file():
+            raise ValueError(f"{folder} has no {CONFIG_NAME}: not a {FORMAT} folder")
+        meta = json.loads((folder / CONFIG_NAME).read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{folder} is not a {FORMAT} folder (format {meta.get('format')!r})")
+        cfg = LlamaConfig.from_dict(meta["llama"])
+        v_cfg = verifier.config
+        if (cfg.hidden_size, cfg.vocab_size) != (v_cfg.hidden_size, v_cfg.vocab_size):
+            raise ValueError(
+                f"draft (hidden {cfg.hidden_size}, vocab {cfg.vocab_size}) does not match the "
+                f"verifier (hidden {v_cfg.hidden_size}, vocab {v_cfg.vocab_size})"
+            )
+        tensors = load_file(str(folder / WEIGHTS_NAME))
+        head_ids = tensors.pop(HEAD_IDS_KEY, None)
+        head = verifier.get_output_embeddings().weight
+        draft = cls(
+            cfg,
+            verifier.get_input_embeddings(),
+            verifier.model.norm.weight,
+            head,
+            head_ids,
+            meta["embed_scale"],
+            meta["feature_scale"],
+        )
+        draft.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
+        return draft.to(dtype=dtype or head.dtype, device=head.device).eval()
+
+    def save(self, folder: Path, info: dict | None = None, dtype: torch.dtype = torch.float32):
+        """config.json + model.safetensors (own weights in `dtype`, head ids as int64)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}
+        if self.head_ids is not None:
+            tensors[HEAD_IDS_KEY] = self.head_ids.detach().cpu().contiguous()
+        save_file(tensors, str(folder / WEIGHTS_NAME))
+        # `info` first: the fields that describe these weights must not be overridden by it.
+        meta = {
+            **(info or {}),
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "architecture": "fc(2D->D) + 1 LlamaDecoderLayer, verifier norm + LM head",
+            "embed_scale": self.embed_scale,
+            "feature_scale": self.feature_scale,
+            "head_size": None if self.head_ids is None else int(self.head_ids.numel()),
+            "weights_dtype": str(dtype).removeprefix("torch."),
+            "llama": self.config.to_dict(),
+        }
+        (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=1, default=str))
+
+    # -------------------------------------------------------------------------------------
+    # Pieces shared by decoding and unrolled training
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+        """features [B, T, D] (any float dtype), next_ids [B, T] -> layer input [B, T, D]."""
+        e = self.embedding(next_ids).to(self.dtype) * self.embed_scale  # [B, T, D]
+        f = features.to(self.dtype) * self.feature_scale  # [B, T, D]
+        return self.fc(torch.cat([e, f], dim=-1)) / self.feature_scale
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        """x [B, T, D], positions [T] -> q [B, H, T, hd], k and v [B, H_kv, T, hd] (RoPE'd)."""
+        attn = self.layer.self_attn
+        b, t, _ = x.shape
+        hd = attn.head_dim
+        h = self.layer.input_layernorm(x)
+        q = attn.q_proj(h).view(b, t, -1, hd).transpose(1, 2)
+        k = attn.k_proj(h).view(b, t, -1, hd).transpose(1, 2)
+        v = attn.v_proj(h).view(b, t, -1, hd).transpose(1, 2)
+        cos, sin = self.rotary(x, positions[None])  # [1, T, hd] each
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return q, k, v
+
+    def finish(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """Residual stream x [B, T, D] + attention output [B, H, T, hd] -> feature [B, T, D]."""
+        b, _, t, _ = attn_out.shape
+        x = x + self.layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, -1))
+        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+
+    def norm(self, features: torch.Tensor) -> torch.Tensor:
+        """The verifier's final RMSNorm (computed in float32, as transformers does)."""
+        f = features.float()
+        f = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.rms_eps)
+        return self.norm_weight * f.to(self.norm_weight.dtype)
+
+    def subset_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., D] -> scores of the head's ids [..., S] (S = V for a full head)."""
+        return self.norm(features).to(self.head_weight_t.dtype) @ self.head_weight_t
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., D] -> full-vocabulary logits [..., V], FILL outside a subset head."""
+        sub = self.subset_logits(features)  # [..., S]
+        if self.head_ids is None:
+            return sub
+        fill = max(torch.finfo(sub.dtype).min, FILL)
+        out = sub.new_full((*sub.shape[:-1], self.vocab_size), fill)  # [..., V]
+        return out.index_copy_(-1, self.head_ids, sub)
+
+    # -------------------------------------------------------------------------------------
+    # Decoding
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        next_ids: torch.Tensor,
+        cache: DraftKVCache,
+        start_pos: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Read T positions and predict the next feature at each.
+
+        features [B, T, D]: f at positions start_pos .. start_pos + T - 1 (the verifier's, or
+            the draft's own predictions while drafting); next_ids [B, T]: the token after each
+            of those positions. The cache must hold exactly the positions before start_pos; it
+            gets these T appended.
+        Returns (logits [B, T, V] of the token two after each position, i.e. of x_{t+2}, and
+            the predicted features f^_{t+1} [B, T, D] in the draft's dtype).
+        """
+        if cache.length != start_pos:
+            raise ValueError(f"start_pos {start_pos} but the cache holds {cache.length} positions")
+        t = features.shape[1]
+        x = self.inputs(features, next_ids)  # [B, T, D]
+        positions = torch.arange(start_pos, start_pos + t, device=x.device)
+        q, k, v = self.qkv(x, positions)
+        keys, values = cache.append(k, v)  # [B, H_kv, start_pos + T, hd]
+        mask = None
+        if t > 1:  # query i sees keys up to start_pos + i
+            mask = torch.ones(t, keys.shape[2], dtype=torch.bool, device=x.device).tril(start_pos)
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, scale=self.layer.self_attn.scaling, enable_gqa=True
+        )  # [B, H, T, hd]
+        new_features = self.finish(x, out)
+        return self.logits(new_features), new_features
+
+    # -------------------------------------------------------------------------------------
+    # Training: every position drafts `depth` tokens at once ("training-time test", EAGLE-3)
+
+    def forward_unrolled(
+        self, features: torch.Tensor, tokens: torch.Tensor, depth: int
+    ) -> list[torch.Tensor]:
+        """What decoding would predict at draft steps 1..depth from every position at once.
+
+        features [B, T, D]: the verifier's f_0 .. f_{T-1}; tokens [B, T + depth]: x_0 ..
+        x_{T+depth-1} (right padding is fine: attention is causal).
+        Chain i starts after the verifier has read position i. Its step d (1-based) reads,
+        at position i + d - 1, the token x_{i+d} and the feature f_i (d = 1) or its own step
+        d - 1 prediction, and attends to the verifier-fed positions 0..i plus its own steps
+        2..d, exactly as the cache would hold them in decoding.
+        Returns `depth` tensors [B, T, D]: element d - 1, row i = predicted f_{i+d}.
+        """
+        t = features.shape[1]
+        attn = self.layer.self_attn
+        rep = attn.num_key_value_groups
+        causal = torch.ones(t, t, dtype=torch.bool, device=features.device).tril()  # [T, T]
+        k1 = v1 = None
+        chain_k: list[torch.Tensor] = []  # steps >= 2: keys [B, H, T, hd] of each chain
+        chain_v: list[torch.Tensor] = []
+        outs: list[torch.Tensor] = []
+        feats = features
+        for d in range(1, depth + 1):
+            x = self.inputs(feats, tokens[:, d : d + t])  # [B, T, D]
+            positions = torch.arange(d - 1, d - 1 + t, device=x.device)
+            q, k, v = self.qkv(x, positions)
+            k = k.repeat_interleave(rep, dim=1)  # [B, H, T, hd]
+            v = v.repeat_interleave(rep, dim=1)
+            if d == 1:
+                k1, v1 = k, v
+            else:
+                chain_k.append(k)
+                chain_v.append(v)
+            main = (q @ k1.transpose(-1, -2)) * attn.scaling  # [B, H, T, T]
+            main = main.masked_fill(~causal, float("-inf"))
+            # Each chain's own later steps: one score per chain and step, [B, H, T, d - 1].
+            diag = [(q * kc).sum(-1, keepdim=True) * attn.scaling for kc in chain_k]
+            probs = torch.softmax(torch.cat([main, *diag], dim=-1).float(), dim=-1).to(q.dtype)
+            out = probs[..., :t] @ v1  # [B, H, T, hd]
+            for j, vc in enumerate(chain_v):
+                out = out + probs[..., t + j : t + j + 1] * vc
+            feats = self.finish(x, out)
+            outs.append(feats)
+        return outs
+
+
+def rms(x: torch.Tensor) -> float:
+    """Root mean square of a tensor (used to pick embed_scale / feature_scale)."""
+    return math.sqrt(x.float().pow(2).mean().item())

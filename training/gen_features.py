@@ -1,0 +1,196 @@
+"""Data for the feature-conditioned (EAGLE-style) draft: answers, verifier features, top-K logits.
+
+Each record holds the verifier's own chat answer to a training prompt (`training/prompts.py`,
+disjoint from the benchmark prompts), the verifier's top-layer feature at every position of
+prompt + answer (the last decoder layer's output BEFORE the final norm, float16) and its raw
+top-K logits at every answer step (the distribution of the next answer token).
+
+Two ways to fill a shard, same record format:
+- generate (default): the verifier samples the answers at T = 0.7 with the given top-p, and a
+  forward hook on its last decoder layer records the features on the way, so no second pass is
+  needed (prefill gives the prompt's features, each decoding step the feature of the token it
+  fed in). The top-K logits are recorded by training.gen_data's logits processor.
+- --convert DIR: shards written by training.gen_data (answers + top-K, no features) get one
+  verifier forward pass over each full prompt + answer sequence.
+Shards are written one batch at a time (resumable; several workers can share the prompt list,
+as in gen_data), named by batch index, so a shard index means the same prompts in every folder.
+
+    python -m training.gen_features --out /work/data/fd/tp095 --top-p 0.95 --max-new 192 \\
+        --threads 1 --worker 0 --workers 2
+    python -m training.gen_features --convert /work/data/fd_gen/tp095 --out /work/data/fd/tp095
+
+Record: prompt (str), prompt_ids (list, n_p), answer_ids (list, n_a), top_p (float),
+features [n_p + n_a - 1, D] float16 (position j: after reading token j; the last answer token
+is never fed to the verifier, and no draft target needs its feature), top_values [n_a, K]
+float16 and top_indices [n_a, K] int32 (row a: logits at position n_p - 1 + a, i.e. the
+distribution answer token a was drawn from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessorList
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training.common import load_verifier_and_tokenizer
+from training.gen_data import RecordAndSample
+from training.prompts import generate_prompts
+
+
+class FeatureHook:
+    """Collects the last decoder layer's output ([B, T_step, D] per call) during generate."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        self.chunks: list[torch.Tensor] = []
+        self.handle = layer.register_forward_hook(self._hook)
+
+    def _hook(self, _module, _inputs, output) -> None:
+        out = output[0] if isinstance(output, tuple) else output
+        self.chunks.append(out.detach().half())
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+@torch.inference_mode()
+def generate_shard(model, tok, batch: list[str], args, seed: int) -> list[dict]:
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+        )
+        for p in batch
+    ]
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    gen = torch.Generator().manual_seed(seed)
+    rec = RecordAndSample(args.top_k, args.temperature, args.top_p, gen)
+    hook = FeatureHook(model.model.layers[-1])
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    try:
+        model.generate(
+            **enc,
+            do_sample=False,
+            max_new_tokens=args.max_new,
+            logits_processor=LogitsProcessorList([rec]),
+            eos_token_id=eos,
+            pad_token_id=tok.pad_token_id,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
+    finally:
+        hook.close()
+    # chunks[0]: prefill [B, P, D] (left-padded); chunks[s]: [B, 1, D], the feature of answer
+    # token s - 1 (fed back at step s).
+    feats = torch.cat(hook.chunks, dim=1)  # [B, P + steps - 1, D]
+    chosen = torch.stack(rec.chosen, 1)  # [B, steps]
+    vals = torch.stack(rec.values, 1)  # [B, steps, K]
+    idx = torch.stack(rec.indices, 1)  # [B, steps, K]
+    pad = enc["input_ids"].shape[1]
+    records = []
+    for b, prompt in enumerate(batch):
+        keep = enc["attention_mask"][b].bool()
+        prompt_ids = enc["input_ids"][b][keep].tolist()
+        ans = chosen[b].tolist()
+        n = ans.index(eos) + 1 if eos in ans else len(ans)
+        prompt_feats = feats[b, :pad][keep]  # [n_p, D]
+        ans_feats = feats[b, pad : pad + n - 1]  # [n - 1, D]
+        records.append(
+            {
+                "prompt": prompt,
+                "prompt_ids": prompt_ids,
+                "answer_ids": ans[:n],
+                "top_p": args.top_p,
+                "features": torch.cat([prompt_feats, ans_feats]).clone(),
+                "top_values": vals[b, :n].clone(),
+                "top_indices": idx[b, :n].clone(),
+            }
+        )
+    return records
+
+
+@torch.inference_mode()
+def feature_pass(
+    model, record: dict, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward over prompt + answer: (features [L - 1, D] f16, top values, top indices)."""
+    ids = torch.tensor([record["prompt_ids"] + record["answer_ids"]])  # [1, L]
+    hook = FeatureHook(model.model.layers[-1])
+    try:
+        hidden = model.model(input_ids=ids[:, :-1]).last_hidden_state  # [1, L - 1, D] normed
+    finally:
+        hook.close()
+    n_p = len(record["prompt_ids"])
+    logits = model.lm_head(hidden[0, n_p - 1 :])  # [n_a, V]
+    vals, idx = logits.float().topk(top_k, dim=-1)
+    return hook.chunks[0][0], vals.half(), idx.int()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--convert", type=Path, default=None, help="gen_data shards to add features to")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--max-new", type=int, default=192)
+    ap.add_argument("--top-k", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--worker", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--skip", type=Path, nargs="*", default=[], help="skip shards present here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, tok = load_verifier_and_tokenizer()
+    tok.padding_side = "left"
+    t0, n_tokens = time.time(), 0
+
+    if args.convert is not None:
+        for src in sorted(args.convert.glob("shard_*.pt")):
+            dst = args.out / src.name
+            if dst.exists():
+                continue
+            records = torch.load(src)
+            for r in records:
+                r["features"], r["top_values"], r["top_indices"] = feature_pass(
+                    model, r, args.top_k
+                )
+                r["top_p"] = args.top_p
+                n_tokens += len(r["answer_ids"])
+            _save(records, dst)
+            el = time.time() - t0
+            print(f"{src.name}: {n_tokens} tokens, {el:.0f}s", flush=True)
+        return
+
+    prompts = generate_prompts()
+    for start in range(0, len(prompts), args.batch):
+        name = f"shard_{start // args.batch:04d}.pt"
+        shard = args.out / name
+        if (start // args.batch) % args.workers != args.worker or shard.exists():
+            continue
+        if any((d / name).exists() for d in args.skip):
+            continue
+        records = generate_shard(
+            model, tok, prompts[start : start + args.batch], args, args.seed + start
+        )
+        n_tokens += sum(len(r["answer_ids"]) for r in records)
+        _save(records, shard)
+        el = time.time() - t0
+        print(f"{name}: {n_tokens} tokens, {el:.0f}s, {n_tokens / el:.1f} tok/s", flush=True)
+
+
+def _save(records: list[dict], shard: Path) -> None:
+    tmp = shard.with_suffix(".tmp")
+    torch.save(records, tmp)
+    tmp.rename(shard)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Train the feature-conditioned (EAGLE-style) draft, cactus_core/engine/feature_draft.py.
+
+Data: training.gen_features shards (verifier answers, features before the final norm, top-K
+logits). Every position of every answer is a chain that drafts `--depth` tokens, unrolled on
+the draft's own predicted features ("training-time test", EAGLE-3), so steps 2..k are trained
+on the inputs they will see in decoding. At draft step d, chain i predicts f_{i+d} and the
+verifier's distribution q of token x_{i+d+1}. Loss per step, summed over steps:
+
+    w_reg * SmoothL1(f^ / s, f / s)           (s: the features' RMS; EAGLE's regression)
+    + KL(q_S || p)                            (q at T, top-p 1.0; q_S restricted to the head)
+    + (1 - sum min(p, q_1.0)) + (1 - sum min(p, q_0.95))   (expected lossless acceptance)
+
+p = the draft at T over its head ids. The decoder layer starts as the verifier's last layer.
+AdamW, cosine learning rate over a wall-clock budget (--minutes), best/last checkpoints by
+the held-out implied tokens per verifier call at k = depth (mean over top-p 1.0 and 0.95).
+Shards named in --eval-shards (in every data folder) are never trained on.
+
+    python -m training.train_feature_draft --data /work/data/fd/r1 /work/data/fd/r2 \\
+        --out /work/data/fd_ckpt --head-size 16384 --minutes 50 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cactus_core.engine.feature_draft import FeatureDraft, rms
+from training.common import load_verifier_and_tokenizer, target_probs
+from training.subset import choose, lost_mass, scores, special_ids
+
+
+def shard_index(path: Path) -> int:
+    return int(re.search(r"shard_(\d+)", path.name).group(1))
+
+
+def load_split(dirs: list[Path], eval_shards: set[int]) -> tuple[list[dict], list[dict]]:
+    """(train, held): held = the records of the shards in eval_shards, in every folder."""
+    train, held = [], []
+    for d in dirs:
+        for shard in sorted(d.glob("shard_*.pt")):
+            recs = [r for r in torch.load(shard) if len(r["answer_ids"]) >= 3]
+            for r in recs:
+                r["source"] = f"{d.name}/{shard.name}"
+            (held if shard_index(shard) in eval_shards else train).extend(recs)
+    return train, held
+
+
+def make_batch(recs: list[dict], depth: int) -> dict:
+    """Right-padded tensors of a batch.
+
+    feats [B, T, D] float32: f_0 .. f_{T-1} (T = the longest record's feature count);
+    tokens [B, T + depth]: x_0 ..; at position j (j < T + depth): valid [B, T + depth] (j has a
+    target: an answer's predicting position with a saved feature), target feature
+    tfeat [B, T + depth, D], top-K vals / idx [B, T + depth, K] (the verifier's logits of x_{j+1}).
+    """
+    t = max(r["features"].shape[0] for r in recs)
+    b, dim = len(recs), recs[0]["features"].shape[1]
+    k = recs[0]["top_values"].shape[1]
+    n = t + depth
+    feats = torch.zeros(b, n, dim)
+    tokens = torch.zeros(b, n, dtype=torch.long)
+    valid = torch.zeros(b, n, dtype=torch.bool)
+    vals = torch.zeros(b, n, k)
+    idx = torch.zeros(b, n, k, dtype=torch.long)
+    for i, r in enumerate(recs):
+        seq = r["prompt_ids"] + r["answer_ids"]
+        n_p = len(r["prompt_ids"])
+        m = r["features"].shape[0]  # = n_p + n_answer - 1
+        feats[i, :m] = r["features"].float()
+        tokens[i, : len(seq)] = torch.tensor(seq)
+        # Positions n_p - 1 .. m - 1 have both a saved feature and the top-K of their next
+        # token (row a of top_values is position n_p - 1 + a).
+        valid[i, n_p - 1 : m] = True
+        vals[i, n_p - 1 : m] = r["top_values"][: m - n_p + 1].float()
+        idx[i, n_p - 1 : m] = r["top_indices"][: m - n_p + 1].long()
+    return {
+        "feats": feats[:, :t],
+        "tokens": tokens,
+        "valid": valid,
+        "tfeat": feats,
+        "vals": vals,
+        "idx": idx,
+    }
+
+
+def step_rows(batch: dict, outs: list[torch.Tensor], d: int):
+    """Rows of draft step d (1-based) that have targets: (pred [N, D], target [N, D], vals, idx)."""
+    t = outs[0].shape[1]
+    m = batch["valid"][:, d : d + t]  # [B, T]: chain i's step d predicts position i + d
+    return (
+        outs[d - 1][m],
+        batch["tfeat"][:, d : d + t][m],
+        batch["vals"][:, d : d + t][m],
+        batch["idx"][:, d : d + t][m],
+        m,
+    )
+
+
+def dist_losses(sub_logits, vals, idx, lookup, temperature):
+    """KL(q_S || p), sum min(p, q) at top-p 1.0 and 0.95; p over the head's ids."""
+    pos = lookup[idx]  # [N, K] index in the head, -1 outside it
+    ok = pos >= 0
+    logp = torch.log_softmax(sub_logits.float() / temperature, dim=-1)  # [N, S]
+    logp_k = torch.where(ok, logp.gather(-1, pos.clamp_min(0)), torch.zeros_like(vals))
+    p_k = logp_k.exp() * ok
+    q1 = target_probs(vals, temperature, 1.0)  # [N, K]
+    q95 = target_probs(vals, temperature, 0.95)
+    q_s = q1 * ok
+    q_s = q_s / q_s.sum(-1, keepdim=True).clamp_min(1e-12)
+    kl = (q_s * (torch.log(q_s.clamp_min(1e-12)) - logp_k)).sum(-1)
+    acc1 = torch.minimum(p_k, q1).sum(-1)
+    acc95 = torch.minimum(p_k, q95).sum(-1)
+    return kl, acc1, acc95
+
+
+def losses(draft, batch, depth, lookup, args):
+    outs = draft.forward_unrolled(batch["feats"], batch["tokens"], depth)
+    total, parts = 0.0, []
+    s = draft.feature_scale
+    for d in range(1, depth + 1):
+        pred, tgt, vals, idx, _ = step_rows(batch, outs, d)
+        reg = F.smooth_l1_loss(pred * s, tgt * s)
+        kl, acc1, acc95 = dist_losses(
+            draft.subset_logits(pred), vals, idx, lookup, args.temperature
+        )
+        kl, acc1, acc95 = kl.mean(), acc1.mean(), acc95.mean()
+        w = args.step_decay ** (d - 1)
+        total = total + w * (args.reg_weight * reg + kl + (1 - acc1) + (1 - acc95))
+        parts.append((reg.item(), kl.item(), acc1.item(), acc95.item()))
+    return total, parts
+
+
+@torch.no_grad()
+def evaluate(draft, recs, depth, lookup, temperature, batch_size=8) -> dict:
+    """Held-out expected acceptance sum min(p, q) per draft step, at top-p 1.0 and 0.95 (p and q
+    both after their own nucleus, as the decoder processes them), and what it implies for k =
+    depth: tokens per verifier call 1 + sum_j prod_{m<=j} a_m and the acceptance rate
+    (accepted / decided drafts), per chain (every answer position with all steps scored).
+    """
+    draft.eval()
+    acc = {tp: [[] for _ in range(depth)] for tp in (1.0, 0.95)}
+    chains = {tp: [] for tp in (1.0, 0.95)}  # [N, depth] per batch
+    for i in range(0, len(recs), batch_size):
+        batch = make_batch(recs[i : i + batch_size], depth)
+        outs = draft.forward_unrolled(batch["feats"], batch["tokens"], depth)
+        t = outs[0].shape[1]
+        per_tp = {tp: torch.full((*outs[0].shape[:2], depth), float("nan")) for tp in acc}
+        for d in range(1, depth + 1):
+            pred, _, vals, idx, m = step_rows(batch, outs, d)
+            p = torch.softmax(draft.subset_logits(pred).float() / temperature, dim=-1)  # [N, S]
+            pos = lookup[idx]
+            ok = pos >= 0
+            for tp in acc:
+                q = target_probs(vals, temperature, tp)
+                pt = p
+                if tp < 1.0:  # p's own nucleus, inside its top 512
+                    pv, pi = p.topk(min(512, p.shape[-1]), dim=-1)
+                    keep = pv.cumsum(-1) - pv < tp
+                    pv = pv * keep
+                    pt = torch.zeros_like(p).scatter_(-1, pi, pv / pv.sum(-1, keepdim=True))
+                a = torch.minimum(pt.gather(-1, pos.clamp_min(0)) * ok, q).sum(-1)  # [N]
+                acc[tp][d - 1].append(a)
+                per_tp[tp][..., d - 1][m] = a
+        for tp in acc:
+            full = per_tp[tp][:, :t].reshape(-1, depth)
+            chains[tp].append(full[~full.isnan().any(-1)])
+    draft.train()
+    out = {}
+    for tp in acc:
+        per_step = [torch.cat(a).mean().item() for a in acc[tp]]
+        c = torch.cat(chains[tp])  # [N, depth]
+        prods = c.cumprod(-1)  # P(first j drafts accepted), per chain
+        accepted = prods.sum(-1)  # expected accepted drafts
+        decided = 1 + prods[:, :-1].sum(-1)  # expected decisions
+        out[str(tp)] = {
+            "per_step": per_step,
+            "mean": sum(per_step) / depth,
+            "tokens_per_call": 1 + accepted.mean().item(),
+            "acceptance_rate": (accepted.sum() / decided.sum()).item(),
+            "chains": c.shape[0],
+        }
+    return out
+
+
+def summary(ev: dict) -> str:
+    return " | ".join(
+        f"tp{tp}: steps {' '.join(f'{a:.3f}' for a in v['per_step'])} "
+        f"rate {v['acceptance_rate']:.3f} tok/call {v['tokens_per_call']:.3f}"
+        for tp, v in ev.items()
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, nargs="+", default=[Path("/work/data/fd/r1")])
+    ap.add_argument("--out", type=Path, default=Path("/work/data/fd_ckpt"))
+    ap.add_argument("--eval-shards", default="3,29", help="shard indices never trained on")
+    ap.add_argument("--eval-records", type=int, default=32, help="held-out answers per eval")
+    ap.add_argument("--head-size", type=int, default=16384, help="0: full vocabulary")
+    ap.add_argument("--depth", type=int, default=4, help="draft steps unrolled in training")
+    ap.add_argument("--step-decay", type=float, default=1.0, help="loss weight of step d: x^(d-1)")
+    ap.add_argument("--reg-weight", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of the layer")
+    ap.add_argument("--fc-lr", type=float, default=1e-3, help="peak learning rate of the fc")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=50.0, help="wall-clock budget (LR schedule)")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--init-from", type=Path, default=None, help="warm start: a saved draft")
+    ap.add_argument("--no-bf16", action="store_true", help="train in float32 (1.5x slower)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: by time)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    verifier, tok = load_verifier_and_tokenizer()
+    verifier.requires_grad_(False)
+    eval_shards = {int(x) for x in args.eval_shards.split(",") if x}
+    train, held = load_split(args.data, eval_shards)
+    n_tok = sum(len(r["answer_ids"]) for r in train)
+    print(f"train {len(train)} answers / {n_tok} tokens; held-out {len(held)}", flush=True)
+    held_eval = sorted(held, key=lambda r: r["source"] + r["prompt"])
+    held_eval = held_eval[:: max(1, len(held_eval) // args.eval_records)][: args.eval_records]
+
+    vocab = verifier.get_input_embeddings().weight.shape[0]
+    head_ids = None
+    lookup = torch.arange(vocab)
+    if args.head_size:
+        head_ids = choose(scores(train, vocab), args.head_size, special_ids(tok))
+        lookup = torch.full((vocab,), -1, dtype=torch.long)
+        lookup[head_ids] = torch.arange(head_ids.numel())
+        lost, out_tok = lost_mass(held, head_ids, vocab)
+        print(
+            f"head {args.head_size} ids: held-out q mass (top-p 0.95) outside {lost:.4f}, "
+            f"answer tokens outside {out_tok:.4f}",
+            flush=True,
+        )
+    sample = torch.cat([r["features"][len(r["prompt_ids"]) :] for r in train[:200]])
+    embed_scale = 1 / rms(verifier.get_input_embeddings().weight)
+    feature_scale = 1 / rms(sample)
+    draft = FeatureDraft.from_verifier(verifier, head_ids, embed_scale, feature_scale)
+    if args.init_from is not None:
+        draft.load_state_dict(FeatureDraft.load(args.init_from, verifier).state_dict())
+        print(f"warm start from {args.init_from}", flush=True)
+    draft.train()
+    params = [p for p in draft.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in params) / 1e6
+    print(
+        f"trainable parameters: {n_params:.2f}M; embed_scale {embed_scale:.3f} "
+        f"feature_scale {feature_scale:.5f}",
+        flush=True,
+    )
+    # The fc starts as identity blocks (entries O(1)); the layer holds the verifier's small
+    # pretrained weights, which a large Adam step would wipe out: two learning rates.
+    groups = [
+        {"params": list(draft.fc.parameters()), "peak": args.fc_lr},
+        {"params": list(draft.layer.parameters()), "peak": args.lr},
+    ]
+    opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
+
+    def lr_scale(step: int, frac: float) -> float:
+        warm = min(1.0, (step + 1) / args.warmup)
+        return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    t_ev = time.time()
+    ev = evaluate(draft, held_eval, args.depth, lookup, args.temperature)
+    print(f"step 0 eval ({time.time() - t_ev:.0f}s): {summary(ev)}", flush=True)
+    log = [{"step": 0, "minutes": 0.0, "eval": ev}]
+    best = -1.0
+    t0, step, epoch, done = time.time(), 0, 0, False
+    info = {
+        "data": [str(d) for d in args.data],
+        "eval_shards": sorted(eval_shards),
+        "train_answers": len(train),
+        "train_tokens": n_tok,
+        "held_out_answers": len(held),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    while not done:
+        # Similar lengths in a batch waste less padding; batches are shuffled across the epoch.
+        order = sorted(train, key=lambda r: r["features"].shape[0] + rng.random() * 30)
+        batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
+        rng.shuffle(batches)
+        for recs in batches:
+            elapsed = (time.time() - t0) / 60
+            frac = elapsed / args.minutes
+            if frac >= 1.0 or (args.max_steps and step >= args.max_steps):
+                done = True
+                break
+            for g in opt.param_groups:
+                g["lr"] = g["peak"] * lr_scale(step, frac)
+            # bfloat16 autocast: the matmuls run 1.5x faster on this CPU (AVX-512 BF16); the
+            # softmaxes and losses stay in float32, and so do the weights.
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
+                batch = make_batch(recs, args.depth)
+                loss, parts = losses(draft, batch, args.depth, lookup, args)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            if step % 10 == 0:
+                acc = " ".join(f"{a1:.2f}/{a95:.2f}" for _, _, a1, a95 in parts)
+                print(
+                    f"step {step} ep {epoch} {elapsed:.1f}min lr {opt.param_groups[1]['lr']:.1e} "
+                    f"loss {loss.item():.3f} reg {parts[0][0]:.3f} kl {parts[0][1]:.3f} "
+                    f"acc(1.0/0.95) by step {acc}",
+                    flush=True,
+                )
+            if step % args.eval_every == 0:
+                best = checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info)
+        epoch += 1
+    checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info)
+
+
+def checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info) -> float:
+    ev = evaluate(draft, held_eval, args.depth, lookup, args.temperature)
+    minutes = (time.time() - t0) / 60
+    log.append({"step": step, "epoch": epoch, "minutes": minutes, "eval": ev})
+    print(f"step {step} eval: {summary(ev)}", flush=True)
+    score = (ev["1.0"]["tokens_per_call"] + ev["0.95"]["tokens_per_call"]) / 2
+    meta = {**info, "steps": step, "epochs": epoch, "train_minutes": minutes, "eval": ev}
+    draft.save(args.out / "last", info=meta)
+    (args.out / "train_log.json").write_text(json.dumps({**meta, "log": log}, indent=1))
+    if score > best:
+        draft.save(args.out / "best", info=meta)
+        print(f"  saved best (mean tokens per call {score:.3f})", flush=True)
+        best = score
+    return best
+
+
+if __name__ == "__main__":
+    main()
