@@ -1,6 +1,7 @@
 """Peak memory of a batched prefill of near-context prompts (the Frontier's sweep chunks).
 
-    PYTHONPATH=.:tests .venv/bin/python benchmarks/bench_prefill_memory.py [--rows 5] [--tokens 4000]
+    PYTHONPATH=.:tests .venv/bin/python benchmarks/bench_prefill_memory.py \
+        [--rows 1 5] [--tokens 2000 4000 8000]
 
 Each case runs in a fresh interpreter and reports the growth of its peak resident set while
 `SequenceCache.prefill` encodes `rows` prompts of about `tokens` tokens (unequal lengths, so

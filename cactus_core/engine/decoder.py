@@ -12,7 +12,8 @@ The caches hold every committed token except the last one: that one (and, after 
 accepted round, the draft's last proposal, which the draft never encoded) is fed at the start of
 the next round. So the verifier's forward in a round takes k + 1 tokens, the first draft
 forward 1 or 2, and every emitted token comes from a decoding forward (the prefill computes no
-logits at all).
+logits at all). A pair with a feature draft (one sequence) drafts with it instead, on the
+verifier's own features of the committed positions (`feature_drafting`).
 
 Randomness: row i of a batch (prompt i) draws all its coins from its own generator seeded with
 seed + i, in a fixed order per round (k draft coins, k accept coins, one sample coin), whatever
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.engine.feature_drafting import Drafter, feed_round, open_caches, propose
 from cactus_core.engine.generation import (
     DecodeStream,
     GenerationOutput,
@@ -45,6 +47,7 @@ from cactus_core.engine.generation import (
     summarize,
 )
 from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.pairing import eos_ids, head_vocab
 from cactus_core.engine.recording import (
     count_draft,
     draft_round_trace,
@@ -58,7 +61,6 @@ from cactus_core.engine.round import (
     Draft,
     HostRound,
     Verdict,
-    draft_tokens,
     draw_coins,
     logprobs,
     round_to_host,
@@ -180,13 +182,13 @@ class SpeculativeDecoder:
         self.measure_kl = bool(measure_kl) or self.record_trace
         self.lazy_head = lazy_head
         self.device = torch.device(pair.device)
-        self.vocab = min(_vocab_size(pair.verifier), _vocab_size(pair.draft))
+        self.vocab = min(head_vocab(pair.verifier), head_vocab(pair.draft))
         if len(pair.tokenizer) > self.vocab:
             raise ValueError(
                 f"the tokenizer has {len(pair.tokenizer)} tokens but the models' heads only "
                 f"{self.vocab}"
             )
-        self.eos_ids = _eos_ids(pair)
+        self.eos_ids = eos_ids(pair)
         # At T = 0 every rule verifies by exact match (see the module docstring).
         self.judge = lossless_rule() if self.sampling.greedy else self.rule
         self._texts: dict[int, str] = {}
@@ -258,6 +260,8 @@ class SpeculativeDecoder:
         single = isinstance(prompt, str)
         prompts = [prompt] if single else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
+        if speculative and len(rows) > 1 and self.pair.feature_draft is not None:
+            return self._one_by_one(prompts, max_new_tokens, seed, chat_template, on_round)
         events = self._decode(rows, max_new_tokens, speculative)
         while True:
             try:
@@ -268,6 +272,22 @@ class SpeculativeDecoder:
             if on_round is not None:
                 on_round(rnd, row)
         return outputs[0] if single else outputs
+
+    def _one_by_one(
+        self,
+        prompts: list[str],
+        max_new_tokens: int,
+        seed: int,
+        chat_template: bool,
+        on_round: OnRound | None,
+    ) -> list[GenerationOutput]:
+        """A feature draft decodes one sequence at a time; prompt i alone with seed + i meets
+        the coins row i of a batch would (module docstring), so a batch becomes a loop."""
+        outputs = []
+        for i, prompt in enumerate(prompts):
+            hook = None if on_round is None else (lambda rnd, _, i=i: on_round(rnd, i))
+            outputs.append(self._drive(prompt, max_new_tokens, seed + i, chat_template, hook, True))
+        return outputs
 
     def _rows(
         self,
@@ -310,6 +330,7 @@ class SpeculativeDecoder:
     def _meta(
         self, prompt: str, ids: list[int], seed: int, chat_template: bool, speculative: bool
     ) -> dict[str, Any]:
+        feature = speculative and self.pair.feature_draft is not None
         return {
             "mode": "speculative" if speculative else "autoregressive",
             "rule": self.rule.name,
@@ -324,7 +345,7 @@ class SpeculativeDecoder:
             "prompt_ids": ids,
             "chat_template": chat_template,
             "verifier": self.pair.verifier_name,
-            "draft": self.pair.draft_name,
+            "draft": self.pair.feature_draft_name if feature else self.pair.draft_name,
             "vocab_size": self.vocab,
             "trace_top_n": self.trace_top_n,
             "replay_top_m": self.replay_top_m,
@@ -338,13 +359,8 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         batch_id = time.time_ns()
         ctx = self.pair.context_length
-        prefixes = [r.tokens[:-1] for r in rows]
-        verifier = SequenceCache(self.pair.verifier, self.vocab)
-        verifier.prefill(prefixes)
-        draft = None
-        if speculative:
-            draft = SequenceCache(self.pair.draft, self.vocab)
-            draft.prefill(prefixes)
+        tokens = [r.tokens for r in rows]
+        verifier, draft = open_caches(self.pair, self.vocab, tokens, speculative)
         _sync(self.device)
         prefill_s = time.perf_counter() - start
         active = list(rows)
@@ -406,15 +422,16 @@ class SpeculativeDecoder:
         self,
         rows: list[_Row],
         verifier: SequenceCache,
-        draft: SequenceCache,
+        draft: Drafter,
         k: int,
         clock: _Clock,
     ) -> list[RoundEvent]:
-        """One speculative round for every row: draft, verify, fetch, record, emit."""
+        """One speculative round for every row: draft, verify, fetch, record, emit (and a
+        feature draft reads the verifier's features of the committed positions)."""
         probs = self.sampling.probs
         t0 = time.perf_counter()
         coins = draw_coins([r.generator for r in rows], k, self.device)
-        drafted = draft_tokens(draft, [r.pending for r in rows], coins.draft, probs)
+        drafted = propose(draft, [r.pending for r in rows], coins.draft, probs)
         if self.record_trace:
             _sync(self.device)  # so that draft_s is the drafting's own time
         t1 = time.perf_counter()
@@ -425,7 +442,8 @@ class SpeculativeDecoder:
         t2 = time.perf_counter()
         kl_pi, positions = self._record(rows, drafted, verdict, host)
         t3 = time.perf_counter()
-        clock.draft += t1 - t0
+        feed_round(draft, verifier, host)
+        clock.draft += t1 - t0 + time.perf_counter() - t3
         clock.verify += t2 - t1
         clock.record += t3 - t2
         out = []
@@ -576,19 +594,3 @@ def _sampling(
         # Silently preferring one of two conflicting values would hide a caller's mistake.
         raise ValueError("give k, temperature, top_k and top_p either in sampling= or as keywords")
     return sampling
-
-
-def _vocab_size(model: torch.nn.Module) -> int:
-    head = model.get_output_embeddings()
-    return int(head.out_features if head is not None else model.config.vocab_size)
-
-
-def _eos_ids(pair: ModelPair) -> set[int]:
-    ids: set[int] = set()
-    for src in (pair.tokenizer, pair.verifier.generation_config, pair.verifier.config):
-        eos = getattr(src, "eos_token_id", None)
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, list | tuple):
-            ids.update(int(e) for e in eos)
-    return ids

@@ -50,6 +50,14 @@ from cactus_core.engine.deployment import (
     looks_like_path,
     selected_files,
 )
+from cactus_core.engine.feature_draft import FeatureDraft
+from cactus_core.engine.feature_drafting import feature_draft_digest, with_feature_draft
+from cactus_core.engine.load_args import (
+    CACHE_ENV,
+    resolve_cache_dir,
+    resolve_device,
+    resolve_dtype,
+)
 from cactus_core.engine.pairing import (
     TOKENIZER_PROBES,
     _check_logit_sizes,
@@ -68,12 +76,16 @@ from cactus_core.engine.weights import (
 
 # Re-exported: callers and tests import these from here.
 __all__ = [
+    "CACHE_ENV",
     "TOKENIZER_PROBES",
     "ModelLoadError",
     "ModelPair",
     "_check_logit_sizes",
     "check_tokenizers_agree",
     "load_pair",
+    "resolve_cache_dir",
+    "resolve_device",
+    "resolve_dtype",
     "tokenizer_fingerprint",
 ]
 
@@ -85,7 +97,6 @@ DRAFT_WEIGHTS = "model.safetensors"
 # Optional: the ids the draft's head scores (see cactus_core.engine.subset_head), as an int tensor
 # "token_ids"; config.json names the file under "cactus_head_token_ids".
 DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
-CACHE_ENV = "CACTUS_CACHE_DIR"
 CACHE_FORMAT = 1
 HUB_PROBE_TIMEOUT_S = 5.0
 
@@ -106,6 +117,13 @@ class ModelPair:
     # The hub commit each model was read from (None: a local folder, .gguf or embedded).
     verifier_revision: str | None = None
     draft_revision: str | None = None
+    # An optional feature-conditioned draft on the verifier's own features: when set, the
+    # decoder drafts with it (engine.feature_drafting); `draft` stays the independent draft that
+    # transformers' assisted generation and everything else reads. Its weights' sha256 ("":
+    # hashed on first use) joins the identity, so caches never mix drafts.
+    feature_draft: FeatureDraft | None = None
+    feature_draft_name: str = ""
+    feature_draft_weights: str = ""
 
     @property
     def identity(self) -> str:
@@ -121,6 +139,11 @@ class ModelPair:
             ("draft", self.draft_name, self.draft_weights, self.draft_revision),
         ):
             parts.append(f"{role}={name}" + (f"@{rev}" if rev else "") + f"#{digest[:16]}")
+        if self.feature_draft is not None:  # absent otherwise: existing identities unchanged
+            if not self.feature_draft_weights:
+                self.feature_draft_weights = feature_draft_digest(self.feature_draft)
+            name, digest = self.feature_draft_name, self.feature_draft_weights
+            parts.append(f"feature_draft={name}#{digest[:16]}")
         return "|".join([*parts, f"dtype={self.dtype}"])
 
     @property
@@ -160,6 +183,7 @@ def load_pair(
     cache_dir: str | os.PathLike | None = None,
     trust_remote_code: bool = False,
     policy: DeploymentPolicy | None = None,
+    feature_draft: str | os.PathLike | None = None,
 ) -> ModelPair:
     """Load a verifier and a draft that share one tokenizer.
 
@@ -173,6 +197,8 @@ def load_pair(
     policy: which sources may load (default: `deployment_policy()`, from the environment).
         When public, anything off its allow-list is refused before the disk is touched, and
         every error is the same fixed message (`deployment.PUBLIC_LOAD_ERROR`).
+    feature_draft: a local folder holding a feature-conditioned draft for this verifier
+        (`FeatureDraft.save`'s format); the decoder then drafts with it, one sequence at a time.
     """
     policy = deployment_policy() if policy is None else policy
     dev = resolve_device(device)
@@ -180,10 +206,14 @@ def load_pair(
     cache = resolve_cache_dir(cache_dir)
     policy.check(verifier)
     policy.check(draft)
+    policy.check(feature_draft)  # a local folder: refused when public unless allow-listed
     if policy.public and trust_remote_code:
         raise policy.public_error(ValueError("trust_remote_code=True on a public server"))
     try:
-        return _load_pair(verifier, draft, dev, dt, cache, bool(trust_remote_code), policy)
+        pair = _load_pair(verifier, draft, dev, dt, cache, bool(trust_remote_code), policy)
+        if feature_draft is None:
+            return pair
+        return with_feature_draft(pair, Path(feature_draft), cache)
     except Exception as exc:
         if policy.public:
             raise policy.public_error(exc) from None
@@ -209,50 +239,6 @@ def _load_pair(verifier, draft, dev, dt, cache: Path, trust: bool, policy) -> Mo
     return ModelPair(
         v_model, d_model, v.tok, v.name, d.name, dev, dt, v.weights, d.weights, v.rev, d.rev
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Arguments
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    if isinstance(device, torch.device):
-        dev = device
-    elif device == "auto":
-        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    elif isinstance(device, str) and device.split(":")[0] in ("cpu", "cuda"):
-        dev = torch.device(device)
-    else:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device, got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was requested but torch sees no CUDA device")
-    return dev
-
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-
-
-def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
-        return dtype
-    if isinstance(dtype, str) and dtype.removeprefix("torch.") in _DTYPES:
-        return _DTYPES[dtype.removeprefix("torch.")]
-    raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or None, got {dtype!r}")
-
-
-def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    if cache_dir is None:
-        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cactus-lab"
-    return Path(cache_dir).expanduser()
 
 
 # ---------------------------------------------------------------------------------------------

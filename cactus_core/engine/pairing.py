@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cactus_core.engine.deployment import ModelLoadError
+
+if TYPE_CHECKING:
+    from cactus_core.engine.models import ModelPair
 
 # Strings on which two tokenizers must give the same ids: prose, code, digits, whitespace runs,
 # non-Latin scripts, emoji and the chat markers.
@@ -73,3 +77,21 @@ def _max_positions(model: PreTrainedModel) -> int:
         if isinstance(value, int) and value > 0:
             return value
     raise ValueError(f"cannot tell the context length of {type(model).__name__}")
+
+
+def head_vocab(model: PreTrainedModel) -> int:
+    """The number of tokens a model's head scores (the config's vocabulary without a head)."""
+    head = model.get_output_embeddings()
+    return int(head.out_features if head is not None else model.config.vocab_size)
+
+
+def eos_ids(pair: ModelPair) -> set[int]:
+    """The ids that end a generation: the tokenizer's and the verifier's EOS ids."""
+    ids: set[int] = set()
+    for src in (pair.tokenizer, pair.verifier.generation_config, pair.verifier.config):
+        eos = getattr(src, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list | tuple):
+            ids.update(int(e) for e in eos)
+    return ids

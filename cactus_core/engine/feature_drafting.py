@@ -1,0 +1,263 @@
+"""Decoding with a feature-conditioned draft (`feature_draft.FeatureDraft`, EAGLE-1 style).
+
+The draft reads the verifier's own top-layer features, so it needs them for every committed
+position. They come from the verifier's forwards the decoder runs anyway: `FeatureCache`
+captures the input of the verifier's final norm (the last decoder layer's output before the
+norm, exactly what the draft was trained on) with a forward pre-hook, in the prefill and in
+every verify pass, the lazy head's `step_hidden` included. Nothing runs twice.
+
+Positions (x_t: committed token t; f_t: the verifier's feature at position t, which predicts
+x_{t+1}): the draft at position t reads (f_t, x_{t+1}) and gives the logits of x_{t+2} and a
+predicted feature f^_{t+1}. With N tokens committed the verifier's cache holds positions
+0 .. N - 2 (the decoder feeds the last token at the start of the next round), and so does the
+draft's (`FeatureDrafter`), whose output at position N - 2 is p of x_N, the first token to draft.
+
+A round (batch 1):
+    propose   p_1 from the held logits; d_i drafted on the draft's own features f^: k - 1
+              forwards at positions N - 1 .. N + k - 3.
+    verify    the verifier reads [x_{N-1}, d_1 .. d_k]: q at k + 1 positions, and features
+              f_{N-1} .. f_{N+k-1} as a by-product.
+    feed      m drafts accepted, y emitted after them: crop the draft's cache back to N - 1
+              positions (the drafted ones go) and read f_{N-1} .. f_{N-1+m} with their next
+              tokens d_1 .. d_m, y in one forward. The cache again matches the verifier's
+              (N + m positions), and its last row holds p of the next round's first token.
+
+The rule, the coins, the trace, replay and streaming see an ordinary `Draft` (p [B, k, V] and
+the drafted ids [B, k]), so every rule works unchanged. The draft's head runs at the last row of
+each forward only (`draft_features`). One sequence at a time: `SpeculativeDecoder.generate`
+decodes a batch row by row, row i with seed + i, which meets the coins batch row i would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.round import Draft, HostRound, ProbsFn, draft_tokens
+from cactus_core.engine.weights import state_digest, weights_digest
+from cactus_core.maths.sampling import sample_from_probs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from cactus_core.engine.models import ModelPair
+
+
+def final_norm(model: PreTrainedModel) -> nn.Module:
+    """The verifier's final norm, whose input is the feature the draft reads."""
+    norm = getattr(model.base_model, "norm", None)
+    if not isinstance(norm, nn.Module):
+        raise ValueError(
+            f"a feature draft needs a verifier whose base model ends in a `norm` module; "
+            f"{type(model).__name__} has none"
+        )
+    return norm
+
+
+class FeatureCache(SequenceCache):
+    """The verifier's `SequenceCache`, also keeping `features` [B, w, D]: the pre-norm
+    features of the w positions its latest forward read (None before any forward)."""
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+        super().__init__(model, vocab_size)
+        self.norm = final_norm(model)
+        self.features: torch.Tensor | None = None
+
+    def _forward(self, *args, **kwargs) -> torch.Tensor:
+        self.features = None
+        owner = threading.get_ident()
+
+        def capture(module: nn.Module, inputs: tuple) -> None:
+            # The app shares one verifier between sessions' threads: only this thread's
+            # forward is this cache's (one thread runs its forwards one at a time).
+            if threading.get_ident() == owner:
+                self.features = inputs[0]  # [B, w, D], the verifier's dtype
+
+        # Hooked per forward, not for the cache's life: a decode abandoned mid-stream (a
+        # closed rounds() iterator) must not leave a hook on the caller's model.
+        handle = self.norm.register_forward_pre_hook(capture)
+        try:
+            return super()._forward(*args, **kwargs)
+        finally:
+            handle.remove()
+
+
+class FeatureDrafter:
+    """The feature draft's decoding state for one sequence.
+
+    Between rounds `cache` holds the `length` positions whose verifier features are known
+    (the verifier cache's length: committed tokens - 1), and `logits` [1, V] float32 and
+    `feature` [1, 1, D] are the draft's output at the last of them: the logits of the next
+    token to draft and the predicted feature that drafting continues from.
+    """
+
+    def __init__(self, draft: FeatureDraft, vocab: int) -> None:
+        self.draft = draft
+        self.vocab = vocab
+        self.cache = DraftKVCache()
+        self.length = 0
+        self.logits: torch.Tensor | None = None
+        self.feature: torch.Tensor | None = None
+
+    def prefill(self, tokens: list[int], features: torch.Tensor | None) -> None:
+        """tokens: the prompt x_0 .. x_{P-1}; features [1, P - 1, D]: the verifier's f_0 ..
+        f_{P-2} from its prefill (None for a one-token prompt)."""
+        device = self.draft.fc.weight.device
+        if features is None or features.shape[1] == 0:
+            # No feature to start from: read a zero feature with x_0 once, for the first
+            # round's p only, and drop the position (p is still a proper distribution, so the
+            # rules stay exact; the first feed reads the real f_0).
+            zero = torch.zeros(1, 1, self.draft.config.hidden_size, device=device)
+            self.logits, self.feature = self._read(zero, torch.tensor([tokens[:1]], device=device))
+            self.cache.crop(0)
+            return
+        self.feed(features, torch.tensor([tokens[1:]], device=device))
+
+    def feed(self, features: torch.Tensor, next_ids: torch.Tensor) -> None:
+        """Read the verifier's features [1, T, D] of the next T committed positions with the
+        token after each, next_ids [1, T], after dropping what drafting appended."""
+        self.cache.crop(self.length)
+        self.logits, self.feature = self._read(features, next_ids)
+        self.length += features.shape[1]
+
+    def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Draft:
+        """k = coins.shape[1] drafted tokens: p_1 from the held logits, then k - 1 forwards,
+        each on the draft's own predicted feature and the token just drafted."""
+        k = coins.shape[1]
+        logits, feature = self.logits, self.feature
+        ps, ns = [], []
+        for i in range(k):
+            p = probs(logits)  # [1, V]
+            n = sample_from_probs(p, coins[:, i])  # [1]
+            ps.append(p)
+            ns.append(n)
+            if i < k - 1:
+                logits, feature = self._read(feature, n[:, None])
+        return Draft(probs=torch.stack(ps, 1), ids=torch.stack(ns, 1))
+
+    def _read(self, features: torch.Tensor, next_ids: torch.Tensor):
+        """One draft forward appended to the cache -> (logits [1, V] float32 of the token
+        after the last position, its predicted feature [1, 1, D])."""
+        new = draft_features(self.draft, features, next_ids, self.cache)[:, -1:]
+        return self.draft.logits(new)[:, -1, : self.vocab].float(), new
+
+    def keep(self, lengths: list[int]) -> None:
+        """Nothing to roll back here: `feed` cropped the cache when the round's verdict came."""
+
+    def select(self, rows: list[int]) -> None:
+        if rows != [0]:
+            raise ValueError("a feature draft decodes one sequence at a time")
+
+
+def draft_features(
+    draft: FeatureDraft, features: torch.Tensor, next_ids: torch.Tensor, cache: DraftKVCache
+) -> torch.Tensor:
+    """`FeatureDraft.forward` at start_pos = cache.length without the head: features [B, T, D]
+    and next_ids [B, T] -> predicted features [B, T, D] (the T positions appended to the cache).
+
+    Decoding needs logits at the last position only, and the head costs about as much per row
+    as the layer (a 16k-row head on SmolLM2, one CPU thread), so feeding a round's m + 1
+    positions through `forward` would pay for m head rows nobody reads.
+    """
+    start, t = cache.length, features.shape[1]
+    x = draft.inputs(features, next_ids)  # [B, T, D]
+    positions = torch.arange(start, start + t, device=x.device)
+    q, k, v = draft.qkv(x, positions)  # [B, H, T, hd], [B, H_kv, T, hd] x 2
+    keys, values = cache.append(k, v)  # [B, H_kv, start + T, hd]
+    mask = None
+    if t > 1:  # query i sees keys up to start + i
+        mask = torch.ones(t, keys.shape[2], dtype=torch.bool, device=x.device).tril(start)
+    attn = draft.layer.self_attn
+    out = F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+    )  # [B, H, T, hd]
+    return draft.finish(x, out)
+
+
+# What drafts a round: the independent draft's KV cache, or the feature draft's state.
+Drafter = SequenceCache | FeatureDrafter
+
+
+def open_caches(
+    pair: ModelPair, vocab: int, tokens: list[list[int]], speculative: bool
+) -> tuple[SequenceCache, Drafter | None]:
+    """The verifier's cache and the drafter (None without speculation), both prefilled with
+    every row's tokens but the last. With a feature draft the verifier's cache captures its
+    features and the drafter reads them; it decodes one sequence (ValueError for more:
+    `SpeculativeDecoder.generate` decodes a batch's rows one by one)."""
+    prefixes = [t[:-1] for t in tokens]
+    feature = speculative and pair.feature_draft is not None
+    if feature and len(tokens) > 1:
+        raise ValueError(
+            f"a feature draft decodes one prompt at a time, got a batch of {len(tokens)}; "
+            "decode the prompts one by one"
+        )
+    verifier = (FeatureCache if feature else SequenceCache)(pair.verifier, vocab)
+    verifier.prefill(prefixes)
+    if not speculative:
+        return verifier, None
+    if feature:
+        drafter = FeatureDrafter(pair.feature_draft, vocab)
+        drafter.prefill(tokens[0], verifier.features)
+        return verifier, drafter
+    draft = SequenceCache(pair.draft, vocab)
+    draft.prefill(prefixes)
+    return verifier, draft
+
+
+def propose(draft: Drafter, pending: list[list[int]], coins: torch.Tensor, probs: ProbsFn) -> Draft:
+    """The round's draft from either kind of drafter (coins [B, k] -> p [B, k, V], ids [B, k]);
+    pending: the tokens an independent draft has not encoded yet (see `draft_tokens`)."""
+    if isinstance(draft, FeatureDrafter):
+        return draft.propose(coins, probs)
+    return draft_tokens(draft, pending, coins, probs)
+
+
+def feed_round(draft: Drafter, verifier: SequenceCache, host: list[HostRound]) -> None:
+    """After the verify pass: the feature draft reads the verifier's features of the positions
+    the round committed, [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y]. An independent
+    draft needs nothing here (it encodes the new tokens in its next round's first forward)."""
+    if not isinstance(draft, FeatureDrafter):
+        return
+    (row,) = host
+    m = row.num_accepted
+    ids = torch.tensor([row.emitted_ids], device=verifier.features.device)  # [1, m + 1]
+    draft.feed(verifier.features[:, : m + 1], ids)
+
+
+def feature_draft_digest(draft: FeatureDraft) -> str:
+    """sha256 of a feature draft built in memory: its own weights, input scales and head ids
+    (the parts it borrows from the verifier are in the verifier's digest)."""
+    h = hashlib.sha256(state_digest(draft).encode())
+    h.update(f"{draft.embed_scale}|{draft.feature_scale}".encode())
+    if draft.head_ids is not None:
+        h.update(draft.head_ids.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def with_feature_draft(
+    pair: ModelPair, draft: FeatureDraft | str | Path, cache: Path | None = None
+) -> ModelPair:
+    """A copy of `pair` whose decoder drafts with a feature draft: a `FeatureDraft` built on
+    pair.verifier, or a folder saved by `FeatureDraft.save` (loaded onto the verifier and
+    fingerprinted by its files; `cache` remembers the files' hashes)."""
+    if isinstance(draft, FeatureDraft):
+        if draft.embedding is not pair.verifier.get_input_embeddings():
+            raise ValueError("the feature draft was built on another verifier")
+        name, digest = "feature-draft (in memory)", ""
+    else:
+        folder = Path(draft)
+        draft = FeatureDraft.load(folder, pair.verifier)
+        name, digest = str(folder.resolve()), weights_digest(folder, cache)
+    return dataclasses.replace(
+        pair, feature_draft=draft.eval(), feature_draft_name=name, feature_draft_weights=digest
+    )
