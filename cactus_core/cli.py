@@ -79,6 +79,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--verifier", help="local folder, .gguf file or hub id (default: embedded)")
     g.add_argument("--draft", help="local folder, .gguf file or hub id (default: embedded)")
+    g.add_argument(
+        "--feature-draft",
+        metavar="FOLDER",
+        default=None,
+        help="draft with a feature-conditioned draft for the verifier instead, e.g. "
+        "cactus_core/assets/feature_draft (the independent draft still serves transformers' "
+        "assisted row)",
+    )
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     g.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default per device)")
     g.add_argument(
@@ -159,7 +167,13 @@ def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
 
-    return load_pair(verifier=args.verifier, draft=args.draft, device=args.device, dtype=args.dtype)
+    return load_pair(
+        verifier=args.verifier,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        feature_draft=args.feature_draft,
+    )
 
 
 # -- generate -----------------------------------------------------------------------------------

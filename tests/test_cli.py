@@ -121,3 +121,21 @@ def test_module_entry_point_help():
         [sys.executable, "-m", "cactus_core", "--help"], capture_output=True, text=True, check=True
     )
     assert "generate" in done.stdout and "bench" in done.stdout
+
+
+def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
+    from cactus_core.engine import models
+
+    seen = {}
+
+    def fake_load_pair(**kwargs):
+        seen.update(kwargs)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(models, "load_pair", fake_load_pair)
+    args = cli.build_parser().parse_args(
+        ["generate", "hi", "--feature-draft", "cactus_core/assets/feature_draft"]
+    )
+    with pytest.raises(ValueError, match="stop here"):
+        cli.load_pair_from_args(args)
+    assert seen["feature_draft"] == "cactus_core/assets/feature_draft"
