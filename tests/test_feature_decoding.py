@@ -28,6 +28,7 @@ from cactus_core.engine.feature_drafting import (
 from cactus_core.engine.models import load_pair
 from cactus_core.engine.trace import reverify
 from cactus_core.maths.rules import RULE_NAMES, make_rule
+from tests.test_decoder import greedy_reference
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 ATOL = 1e-4  # a KV-cached forward against one full forward, float32
@@ -48,19 +49,6 @@ def prenorm_features(verifier, ids: list[int]) -> torch.Tensor:
     finally:
         hook.remove()
     return seen[0]
-
-
-def greedy_reference(model, ids: list[int], n: int, eos: set[int]) -> list[int]:
-    """Greedy decoding with full forwards and no cache: the ground truth."""
-    seq, out = list(ids), []
-    with torch.no_grad():
-        for _ in range(n):
-            t = int(model(torch.tensor([seq])).logits[0, -1].argmax())
-            out.append(t)
-            seq.append(t)
-            if t in eos:
-                break
-    return out
 
 
 @pytest.fixture
