@@ -17,6 +17,7 @@ from cactus_core.experiments.bench import (
     paired_ratio,
     run_bench,
 )
+from cactus_core.maths.rules import RULE_NAMES
 
 
 @pytest.fixture
@@ -106,7 +107,8 @@ def test_default_rows_cover_the_benchmark():
     assert {"cactus δ=0.25", "cactus δ=0.5", "cactus δ=1", "cactus δ=2"} <= set(labels)
     assert {"tas ε=0.09, α=0.3", "topk k_top=5", "interp α=0.5", HF_ASSISTED} <= set(labels)
     assert {"cactus-exact δ=1", "cactus-budget KL≤0.1", "optimal KL≤0.1"} <= set(labels)
-    assert len(labels) == 14  # 13 rows + the traced cactus row
+    # verifier-only, sps, cactus at 4 deltas, every other rule, the traced row, assisted
+    assert len(labels) == 2 + 4 + (len(RULE_NAMES) - 2) + 2
 
 
 def test_run_bench_speedup_is_relative_to_verifier_only(tiny_pair):

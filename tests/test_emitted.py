@@ -20,6 +20,12 @@ PARAMS = {
     "topk": {"k_top": 3},
     "interp": {"alpha": 0.3},
     "optimal": {"budget": 0.03},
+    "block": {},
+    "cactus-adaptive": {"delta": 0.4},
+    "cascade": {"alpha": 0.5},
+    "fuzzy": {"T": 0.3},
+    "relaxed-topk": {"delta_r": 0.2, "K": 3},
+    "optimal-price": {"t": 1.0},
 }
 
 

@@ -31,16 +31,25 @@ def test_names_labels_and_params() -> None:
         "cactus",
         "cactus-exact",
         "cactus-budget",
+        "cactus-adaptive",
         "tas",
         "topk",
+        "relaxed-topk",
         "interp",
+        "cascade",
+        "fuzzy",
         "optimal",
+        "optimal-price",
+        "block",
     )
     assert make_rule("cactus", delta=0.5).label == "cactus δ=0.5"
     assert make_rule("cactus", delta=0.5).params == {"delta": 0.5}
     assert make_rule("tas").params == {"epsilon": 0.09, "alpha": 0.3}
     assert make_rule("topk").params == {"k_top": 5}
     assert make_rule("sps").params == {}
+    assert make_rule("relaxed-topk").params == {"delta_r": 0.1, "K": 10}
+    assert make_rule("fuzzy", T=0.2).label == "fuzzy JS≤0.2"
+    assert make_rule("optimal-price", t=0.5).params == {"t": 0.5}
     assert make_rule("cactus", delta=1) == make_rule("cactus", delta=1.0)
     assert len({make_rule("cactus", delta=1), make_rule("cactus", delta=1.0)}) == 1
     assert rule_class("interp").params_spec[0].high == 1.0
@@ -63,6 +72,13 @@ def test_names_labels_and_params() -> None:
         ("topk", {"k_top": 0}, "k_top must be an integer"),
         ("topk", {"k_top": 2.5}, "k_top must be an integer"),
         ("cactus", {"delta": True}, "delta must be"),
+        ("optimal-price", {"t": -1.0}, "t must be"),
+        ("cactus-adaptive", {"delta": -1.0}, "delta must be"),
+        ("cascade", {"alpha": 1.5}, "alpha must be"),
+        ("fuzzy", {"T": -0.1}, "T must be"),
+        ("relaxed-topk", {"K": 0}, "K must be an integer"),
+        ("relaxed-topk", {"delta_r": 2.0}, "delta_r must be"),
+        ("block", {"delta": 1.0}, "allowed: none"),
     ],
 )
 def test_bad_rule_raises(name: str, params: dict, message: str) -> None:
@@ -87,6 +103,14 @@ def test_h_a_and_r_fit_together(name: str) -> None:
     a = rule.accept_probs(qs, ps, n)
     r = rule.residual(qs, ps, n)
     hn = h.gather(-1, n.view(-1, 1)).squeeze(-1)
+    if name == "relaxed-topk":
+        # it recovers from q itself, so a rejected n can come back out: h^(n) = q there
+        outside = a == 0
+        torch.testing.assert_close(h[outside], q.expand(12, 12)[outside])
+        torch.testing.assert_close(r[outside], q.expand(12, 12)[outside])
+        assert bool(((a == 0) | (a == 1)).all())
+        torch.testing.assert_close(rule.accept_probs_all(p, q), a, rtol=0, atol=0)
+        return
     torch.testing.assert_close(a, torch.clamp(hn / p, max=1.0), rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(rule.accept_probs_all(p, q), a, rtol=1e-9, atol=1e-12)
     assert bool((r >= 0).all()) and torch.allclose(r.sum(-1), torch.ones(12, dtype=r.dtype))

@@ -20,6 +20,12 @@ RULES = {
     "topk": {"k_top": 2},
     "interp": {"alpha": 0.4},
     "optimal": {"budget": 0.05},
+    "block": {},
+    "cactus-adaptive": {"delta": 0.5},
+    "cascade": {"alpha": 0.5},
+    "fuzzy": {"T": 0.3},
+    "relaxed-topk": {"delta_r": 0.2, "K": 3},
+    "optimal-price": {"t": 1.0},
 }
 assert set(RULES) == set(RULE_NAMES)
 
@@ -121,7 +127,7 @@ def random_batch(b: int, k: int, v: int, seed: int, conc: float = 0.5):
     return p, ids, q
 
 
-def check_layout(res: VerifyResult, ids: torch.Tensor) -> None:
+def check_layout(res: VerifyResult, ids: torch.Tensor, round_level: bool = False) -> None:
     b, k = ids.shape
     out = res.output_token_ids
     assert out.shape == (b, k + 1) and res.num_accepted.shape == (b,)
@@ -135,7 +141,10 @@ def check_layout(res: VerifyResult, ids: torch.Tensor) -> None:
         assert bool((out[row, m + 1 :] == -1).all())
         # the recorded coins explain the decisions
         acc = (res.uniforms[row] < res.accept_probs[row]).tolist()
-        assert all(acc[:m]) and (m == k or not acc[m])
+        if round_level:  # block: m is the last draft whose coin passed its stop chance
+            assert m == max((i + 1 for i in range(k) if acc[i]), default=0)
+        else:
+            assert all(acc[:m]) and (m == k or not acc[m])
 
 
 @pytest.mark.parametrize("name", list(RULES))
@@ -143,7 +152,7 @@ def test_layout_and_replay(name: str) -> None:
     p, ids, q = random_batch(16, 4, 30, seed=11)
     rule = make_rule(name, **RULES[name])
     res = verify(rule, p, ids, q, generator=torch.Generator().manual_seed(0))
-    check_layout(res, ids)
+    check_layout(res, ids, rule.round_level)
     again = verify(rule, p, ids, q, res.uniforms, sample_uniforms=res.sample_uniforms)
     for field in ("output_token_ids", "num_accepted", "accept_probs", "uniforms"):
         assert torch.equal(getattr(res, field), getattr(again, field))
@@ -175,6 +184,11 @@ def test_sequential_verify_matches_verify(name: str, batch: int) -> None:
         assert torch.equal(lazy.output_token_ids, full.output_token_ids)
         assert torch.equal(lazy.num_accepted, full.num_accepted)
         last = int(full.num_accepted.max())
+        if rule.round_level:  # block decides from the back: it needs every row
+            assert asked == list(range(k + 1)) and torch.equal(rows, q)
+            assert torch.equal(lazy.accept_probs, full.accept_probs)
+            seen.update(full.num_accepted.tolist())
+            continue
         assert asked == list(range(last + 1))
         assert torch.equal(rows, q[:, : last + 1])
         decided = min(last + 1, k)
@@ -227,7 +241,7 @@ def test_greedy_is_exact_match(name: str) -> None:
     assert torch.equal(res.num_accepted, expected_m)
     emitted_last = res.output_token_ids.gather(1, expected_m.view(-1, 1)).squeeze(1)
     assert torch.equal(emitted_last, top_q.gather(1, expected_m.view(-1, 1)).squeeze(1))
-    check_layout(res, ids)
+    check_layout(res, ids, rule.round_level)
 
 
 @pytest.mark.parametrize("name", list(RULES))
@@ -244,7 +258,7 @@ def test_edge_cases(name: str) -> None:
     assert res.output_token_ids.shape == (0, 3) and res.num_accepted.shape == (0,)
     # k = 1
     p, ids, q = random_batch(8, 1, 10, seed=1)
-    check_layout(verify(rule, p, ids, q), ids)
+    check_layout(verify(rule, p, ids, q), ids, rule.round_level)
     # q_n = 1 at the draft: accepted by every rule
     v = 5
     p = torch.full((4, 1, v), 1.0 / v)

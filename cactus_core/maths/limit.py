@@ -298,17 +298,45 @@ def _rows(p: torch.Tensor, q: torch.Tensor) -> int:
 
 def _one_price_rows(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row, the acceptance and KL of pi*_t = q·clip(p/q, B, B·e^t) for every t in
-    LIMIT_T_GRID: [N, L] each (float64).
+    LIMIT_T_GRID: [N, L] each (float64)."""
+    p = p.detach().to(device="cpu", dtype=torch.float64)
+    q = q.detach().to(device="cpu", dtype=torch.float64)
+    idx = RatioIndex.build(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True))
+    t = torch.tensor(LIMIT_T_GRID, dtype=torch.float64).expand(p.shape[0], -1)  # [N, L]
+    b, i_b, i_a = _price_solve(idx, t)
+    a = b * torch.exp(t)
+    upper_q = idx.qc[..., -1:] - take(idx.qc, i_a)
+    acc = take(idx.pc, i_a) + a * upper_q
+    div = (
+        xlogx(b) * take(idx.qc, i_b) + take(idx.plc, i_a) - take(idx.plc, i_b) + xlogx(a) * upper_q
+    )
+    return acc.clamp(0.0, 1.0), div.clamp_min(0.0)
+
+
+def price_params(p: torch.Tensor, q: torch.Tensor, t: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position (B, A = B·e^t) [...] (float64) of the one-price pi*_t = q·clip(p/q, B, A):
+    the limit curve's own optimiser at price t (`optimal-price`). p, q [..., V]."""
+
+    def rows(pb: torch.Tensor, qb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = RatioIndex.build(pb, qb)
+        t_col = torch.full((pb.shape[0], 1), float(t), dtype=torch.float64, device=pb.device)
+        b = _price_solve(idx, t_col)[0]
+        return b[:, 0], (b * math.exp(t))[:, 0]
+
+    return blockwise(rows, p.double(), q.double())
+
+
+def _price_solve(
+    idx: RatioIndex, t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """B [N, L] normalising q·clip(rho, B, B·e^t) for prices t [N, L], with the band indices
+    (#tokens with rho < B, #tokens with rho ≤ A) at that B.
 
     sum_x q·clip(rho, B, B·e^t) grows with B: it is ≤ 1 at B = e^-t (A = 1) and ≥ 1 at B = 1.
     Bisection in log B only has to find which tokens sit in which band; there the mass is
     linear in B and the last step solves it exactly.
     """
-    p = p.detach().to(device="cpu", dtype=torch.float64)
-    q = q.detach().to(device="cpu", dtype=torch.float64)
-    idx = RatioIndex.build(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True))
     q_tot = idx.qc[..., -1:]  # [N, 1]
-    t = torch.tensor(LIMIT_T_GRID, dtype=torch.float64).expand(p.shape[0], -1)  # [N, L]
     et = torch.exp(t)
 
     def bands(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -325,14 +353,7 @@ def _one_price_rows(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, tor
         hi = torch.where(high, mid, hi)
         lo = torch.where(high, lo, mid)
     _, i_b, i_a = bands(torch.exp(0.5 * (lo + hi)))
-    upper_q = q_tot - take(idx.qc, i_a)
-    slope = take(idx.qc, i_b) + et * upper_q
+    slope = take(idx.qc, i_b) + et * (q_tot - take(idx.qc, i_a))
     b_lin = (1.0 - take(idx.pc, i_a) + take(idx.pc, i_b)) / slope.clamp_min(1e-300)
     b = torch.where(slope > 0, b_lin, torch.exp(0.5 * (lo + hi)))
-    b = b.clamp(torch.exp(lo), torch.exp(hi))
-    a = b * et
-    acc = take(idx.pc, i_a) + a * upper_q
-    div = (
-        xlogx(b) * take(idx.qc, i_b) + take(idx.plc, i_a) - take(idx.plc, i_b) + xlogx(a) * upper_q
-    )
-    return acc.clamp(0.0, 1.0), div.clamp_min(0.0)
+    return b.clamp(torch.exp(lo), torch.exp(hi)), i_b, i_a

@@ -142,6 +142,8 @@ def verify(
 
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
+    if rule.round_level:
+        return _verify_round(rule, p, n, target_probs, uniforms, sample_uniforms, dtype)
     q_k = target_probs[:, :k]  # [B, k, V] view
     pn = p.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
     qn = q_k.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
@@ -154,6 +156,28 @@ def verify(
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B]
     out = _emit(rule, target_probs, p, n, qn, pn, st, num_accepted, sample_uniforms, dtype)
     return VerifyResult(out, num_accepted, a, uniforms, sample_uniforms)
+
+
+def _verify_round(
+    rule: Rule,
+    p: torch.Tensor,
+    n: torch.Tensor,
+    target_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    sample_uniforms: torch.Tensor,
+    dtype: torch.dtype,
+) -> VerifyResult:
+    """A rule that decides on the whole draft (`block`): its accept_probs are its own
+    per-draft chances, and a draft before num_accepted may be accepted whatever its coin."""
+    k = n.shape[1]
+    num_accepted, chances, last = rule.verify_round(
+        p.to(dtype), n, target_probs.to(dtype), uniforms, sample_uniforms
+    )
+    positions = torch.arange(k + 1, device=n.device)  # [k+1]
+    drafts = torch.cat([n, n.new_zeros(n.shape[0], 1)], dim=1)  # [B, k+1]
+    out = torch.where(positions < num_accepted.unsqueeze(-1), drafts, -1)
+    out = out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
+    return VerifyResult(out, num_accepted, chances, uniforms, sample_uniforms)
 
 
 def verify_sequential(
@@ -186,6 +210,10 @@ def verify_sequential(
     check_shape("draft_token_ids", draft_token_ids, (b, k))
     check_shape("uniforms", uniforms, (b, k))
     check_shape("sample_uniforms", sample_uniforms, (b,))
+    if rule.round_level:  # it decides on all k + 1 rows at once
+        target = torch.stack([target_row(j) for j in range(k + 1)], 1)  # [B, k+1, V]
+        args = (draft_probs, draft_token_ids, target, uniforms, None, sample_uniforms)
+        return verify(rule, *args, validate=False), target
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
     rows: list[torch.Tensor] = []  # q_j, [B, V] each

@@ -12,20 +12,39 @@ from __future__ import annotations
 from typing import Any
 
 from cactus_core.maths.rules.base import NO_STATS, UNBOUNDED, Param, RowStats, Rule
+from cactus_core.maths.rules.block import Block
 from cactus_core.maths.rules.cactus import (
     Cactus,
+    CactusAdaptive,
     CactusBudget,
     CactusExact,
     budget_delta,
     cactus_exact_h,
     cactus_h,
 )
-from cactus_core.maths.rules.fixed_targets import Interp, Optimal
+from cactus_core.maths.rules.deferral import Cascade, Fuzzy, js_divergence
+from cactus_core.maths.rules.fixed_targets import Interp, Optimal, OptimalPrice
 from cactus_core.maths.rules.sps import SPS
-from cactus_core.maths.rules.thresholds import TAS, TopK, kth_largest
+from cactus_core.maths.rules.thresholds import TAS, RelaxedTopK, TopK, kth_largest
 
 RULES: dict[str, type[Rule]] = {
-    cls.name: cls for cls in (SPS, Cactus, CactusExact, CactusBudget, TAS, TopK, Interp, Optimal)
+    cls.name: cls
+    for cls in (
+        SPS,
+        Cactus,
+        CactusExact,
+        CactusBudget,
+        CactusAdaptive,
+        TAS,
+        TopK,
+        RelaxedTopK,
+        Interp,
+        Cascade,
+        Fuzzy,
+        Optimal,
+        OptimalPrice,
+        Block,
+    )
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
 LOSSLESS_RULE = SPS.name  # the baseline every relaxed rule is measured against
@@ -72,6 +91,7 @@ __all__ = [
     "budget_delta",
     "cactus_exact_h",
     "cactus_h",
+    "js_divergence",
     "kth_largest",
     "lossless_rule",
     "make_rule",

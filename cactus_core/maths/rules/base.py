@@ -109,8 +109,12 @@ class Rule:
     name: ClassVar[str]
     description: ClassVar[str]  # one line: what it verifies against
     citation: ClassVar[str]
+    guarantee: ClassVar[str]  # what it promises about pi or acceptance, in one line
     lossless: ClassVar[bool] = False  # pi = q for every p
     needs_rows: ClassVar[bool] = False  # a(n) needs whole rows, not only (p_n, q_n)
+    # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
+    # its per-position methods then describe a round with k = 1
+    round_level: ClassVar[bool] = False
     tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
     params_spec: ClassVar[tuple[Param, ...]] = ()
 
@@ -177,6 +181,19 @@ class Rule:
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """The exact emitted pi [..., V] (no validation: see `emitted_distribution`)."""
         raise NotImplementedError
+
+    def verify_round(
+        self,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        q: torch.Tensor,
+        uniforms: torch.Tensor,
+        sample_uniforms: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A `round_level` rule's decision on whole drafts: (num_accepted [B], its per-draft
+        chances [B, k], the token emitted after the accepted drafts [B]), from p [B, k, V],
+        n [B, k], q [B, k+1, V] and the round's coins."""
+        raise NotImplementedError(f"{self.name} decides position by position")
 
     # -- hooks ---------------------------------------------------------------------------------
     def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """Cactus (Hao & Mou, ICLR 2026): raise the verifier's q_n to h_n within a KL budget delta.
 
 Drafting n verifies against h^(n): h_n at n and c_n·q elsewhere, c_n = (1 − h_n)/(1 − q_n).
-Three ways to choose h_n: the paper's closed form (a second-order Taylor step, `cactus`), the
-exact root of the binary KL(h_n ‖ q_n) = delta (`cactus-exact`), and a per-position delta' so
-that the emitted pi itself stays within a budget (`cactus-budget`).
+Four ways to choose h_n: the paper's closed form (a second-order Taylor step, `cactus`), the
+exact root of the binary KL(h_n ‖ q_n) = delta (`cactus-exact`), a per-position delta' so
+that the emitted pi itself stays within a budget (`cactus-budget`), and a delta scaled by
+the verifier's entropy at the position (`cactus-adaptive`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 
 import torch
 
-from cactus_core.maths.divergence import kl
+from cactus_core.maths.divergence import entropy, kl
 from cactus_core.maths.emitted import (
     CactusPrecomputed,
     cactus_c,
@@ -105,6 +106,7 @@ class Cactus(Rule):
     name = "cactus"
     description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
     citation = CITATION
+    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
     tunable = True
     params_spec = (DELTA,)
 
@@ -149,6 +151,7 @@ class CactusExact(Cactus):
 
     name = "cactus-exact"
     description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
+    guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
     def _hfun(self, q, delta):
         return cactus_exact_h(q, float(delta))
@@ -165,6 +168,7 @@ class CactusBudget(Cactus):
 
     name = "cactus-budget"
     description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
+    guarantee = "KL(pi ‖ q) ≤ budget at every position"
     needs_rows = True
     params_spec = (BUDGET,)
     steps = 16
@@ -174,6 +178,34 @@ class CactusBudget(Cactus):
 
     def position_stats(self, q, p):
         return (budget_delta(p, q, self.params["budget"], self.steps).to(q.dtype),)
+
+
+# The entropy at which cactus-adaptive spends exactly delta.
+REFERENCE_ENTROPY = 1.0
+
+
+class CactusAdaptive(Cactus):
+    """Cactus with delta_t = delta·H(q_t)/H_ref at each position, H_ref = 1 nat.
+
+    The paper's stated future work: a budget set by the verifier's uncertainty. Where q is
+    flat, many continuations are plausible to the verifier and bending it towards the draft
+    costs little; where q is sharp (H near 0, greedy-like) the position is decided, and
+    delta_t goes to 0, which is sps. Linear in H so that delta keeps its meaning: the budget
+    at a position of 1 nat of entropy.
+    """
+
+    name = "cactus-adaptive"
+    description = "Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)"
+    citation = CITATION + "; the adaptive budget is this lab's form of the paper's future work"
+    guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
+    needs_rows = True
+    params_spec = (DELTA,)  # the same delta (and Playground slider) as cactus, rescaled
+
+    def _delta(self, stats):
+        return stats[0]
+
+    def position_stats(self, q, p):
+        return (self.params["delta"] * entropy(q) / REFERENCE_ENTROPY,)
 
 
 def budget_delta(p: torch.Tensor, q: torch.Tensor, budget: float, steps: int = 16) -> torch.Tensor:

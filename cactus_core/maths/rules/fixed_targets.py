@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.limit import clip_target, optimal_params
+from cactus_core.maths.limit import clip_target, optimal_params, price_params
 from cactus_core.maths.rules.base import NO_STATS, Param, Rule, fallback_, min1_ratio
 from cactus_core.maths.rules.cactus import BUDGET
 from cactus_core.maths.validation import work_dtype
@@ -27,6 +27,9 @@ class Interp(Rule):
     name = "interp"
     description = "verify against h = alpha·p + (1 − alpha)·q on q's support"
     citation = "mixture of draft and verifier: a simple lossy baseline"
+    guarantee = (
+        "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
+    )
     tunable = True
     params_spec = (
         Param(
@@ -77,6 +80,7 @@ class Optimal(Rule):
     name = "optimal"
     description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
     citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
+    guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
     needs_rows = True
     tunable = True
     params_spec = (BUDGET,)
@@ -100,3 +104,35 @@ class Optimal(Rule):
         p64, q64 = p.double(), q.double()
         pi = clip_target(p64, q64, *self.position_stats(q64, p64))
         return (pi / pi.sum(-1, keepdim=True)).to(dtype)
+
+
+class OptimalPrice(Optimal):
+    """Verify against pi*_t = q·clip(p/q, B, B·e^t), B fixed by normalisation per position.
+
+    One price t per nat for every position, where `optimal` fixes a budget per position: the
+    Lagrangian of "most acceptance at a given mean KL" has one multiplier, so on the positions
+    it decodes this rule reaches the limit curve at its own mean KL (the curve is swept over the
+    same t). t = 0 gives B = A = 1, pi = q: lossless.
+    """
+
+    name = "optimal-price"
+    description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
+    citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
+    guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"
+    params_spec = (
+        Param(
+            "t",
+            "t",
+            default=1.0,
+            low=0.0,
+            high=700.0,  # e^t stays finite in float64; pi = p on q's support long before
+            ui=(0.0, 8.0),
+            grid=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0),
+            help="log(A/B): how far pi may lean from q towards p; 0 is lossless sps.",
+            log=True,
+            unit="nats",
+        ),
+    )
+
+    def position_stats(self, q, p):
+        return price_params(p, q, float(self.params["t"]))  # (B, A) float64

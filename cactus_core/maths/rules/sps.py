@@ -14,6 +14,7 @@ class SPS(Rule):
     name = "sps"
     description = "lossless speculative sampling: a(n) = min(1, q_n / p_n)"
     citation = "Leviathan et al., ICML 2023; Chen et al., 2023"
+    guarantee = "pi = q exactly, whatever the draft"
     lossless = True
 
     def _h_n(self, qn, pn, stats):

@@ -19,17 +19,20 @@ def _param_cell(param: Param, swept: bool) -> str:
 
 
 def rules_markdown(rules: dict[str, type[Rule]]) -> str:
-    """One Markdown row per rule: name, what it does, parameters, lossless, replay, citation."""
+    """One Markdown row per rule: name, what it does, parameters, lossless, its guarantee,
+    what a(n) needs, citation."""
     lines = [
-        "| rule | verifies against | parameters | lossless | a(n) from | citation |",
-        "|---|---|---|---|---|---|",
+        "| rule | verifies against | parameters | lossless | guarantee | a(n) from | citation |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, cls in rules.items():
         params = "<br>".join(_param_cell(p, i == 0) for i, p in enumerate(cls.params_spec))
         needs = "whole rows" if cls.needs_rows else "p_n, q_n only"
+        needs = "the whole round" if cls.round_level else needs
         lossless = "yes" if cls.lossless else "no"
         lines.append(
-            f"| `{name}` | {cls.description} | {params or '–'} | {lossless} | {needs} "
+            f"| `{name}` | {cls.description} | {params or '–'} | {lossless} | {cls.guarantee} "
+            f"| {needs} "
             f"| {cls.citation} |"
         )
     return "\n".join(lines) + "\n"

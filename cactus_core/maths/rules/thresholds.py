@@ -1,4 +1,5 @@
-"""Rules whose decision is a threshold on q, not a comparison of h with p.
+"""Rules whose decision is a threshold on q (typical acceptance, top-k, relaxed top-K), not a
+comparison of h with p.
 
 For them h^(n) is the distribution of the emitted token given that n was drafted: a point
 mass on n if n passes the threshold, the residual otherwise. It is a proper distribution (so
@@ -44,6 +45,7 @@ class TAS(Rule):
     name = "tas"
     description = "typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))"
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
+    guarantee = "none on the divergence; a rejection emits argmax q"
     needs_rows = True
     params_spec = (
         Param(
@@ -102,6 +104,7 @@ class TopK(Rule):
     name = "topk"
     description = "accept a draft in q's top k_top"
     citation = "a common lossy baseline: top-k membership under the verifier"
+    guarantee = "emits only tokens in q's top k_top"
     needs_rows = True
     params_spec = (
         Param(
@@ -155,3 +158,77 @@ class TopK(Rule):
         rejected = (p * (1 - keep)).sum(-1, keepdim=True)
         w = self.residual_weights(q, p, None, None, None, stats)
         return p * keep + rejected * w / w.sum(-1, keepdim=True)
+
+
+class RelaxedTopK(Rule):
+    """Relaxed acceptance: accept n for sure when it is among q's K most likely tokens and
+    q_n ≥ max q − delta_r; otherwise reject and draw from q itself.
+
+    With A that set, pi = p·1[A] + (1 − p(A))·q. Note the recovery draws from q, not from a
+    residual: tokens in A can come out both ways, and delta_r = 0 still accepts the argmax
+    of q whatever p gives it, so no setting is lossless.
+    """
+
+    name = "relaxed-topk"
+    description = "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
+    citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
+    guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
+    needs_rows = True
+    tunable = True
+    params_spec = (
+        Param(
+            "delta_r",
+            "δ_r",
+            default=0.1,
+            low=0.0,
+            high=1.0,
+            ui=(0.0, 1.0),
+            grid=(0.0, 0.02, 0.05, 0.1, 0.2, 0.5),
+            help="Accept a draft whose q_n is within delta_r of the verifier's top probability…",
+        ),
+        Param(
+            "K",
+            "K",
+            default=10,
+            low=1,
+            high=2**31 - 1,
+            ui=(1, 100),
+            grid=(10,),
+            help="…and among the verifier's K most likely tokens.",
+            integer=True,
+        ),
+    )
+
+    @classmethod
+    def decisions_replay_exactly(cls, params, kept):
+        # the K-th largest and the largest q are exact whenever the replay row kept K entries
+        return int(params["K"]) <= kept
+
+    def position_stats(self, q, p):
+        kth = kth_largest(q, min(int(self.params["K"]), q.shape[-1]))
+        floor = q.amax(-1) - self.params["delta_r"]
+        return (torch.maximum(kth, floor),)
+
+    @staticmethod
+    def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+        return (q >= threshold) & (q > 0)
+
+    def _accept(self, qn, pn, stats):
+        return self._passes(qn, stats[0]).to(qn.dtype)
+
+    def _target(self, q, p, n, qn, pn, stats):
+        drafted = _one_hot(n, q.shape[-1], q.dtype)
+        return torch.where(self._passes(qn, stats[0]).unsqueeze(-1), drafted, q)
+
+    def residual_weights(self, q, p, n, qn, pn, stats):
+        return q.clone()
+
+    def _accept_all(self, p, q, stats):
+        return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
+        p, q = p.to(dtype), q.to(dtype)
+        keep = self.accept_all(p, q, self.position_stats(q, p))
+        rejected = (p * (1 - keep)).sum(-1, keepdim=True)
+        return p * keep + rejected * q

@@ -1,0 +1,123 @@
+"""Rules that pick, per position, whether to trust the draft or the verifier.
+
+At a position that defers to the draft, h = p (restricted to q's support and renormalised,
+so that no token the verifier rules out is emitted); elsewhere h = q. Either way h is one
+distribution for every drafted n, so a(n) = min(1, h_n / p_n), the residual is
+normalise(max(0, h − p)), and pi = h. Where the draft puts all its mass off q's support
+the position cannot defer (h = q).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_, min1_ratio
+from cactus_core.maths.validation import work_dtype
+
+# p's mass on q's support is a sum of probabilities: this floor only guards 0/0.
+_TINY = 1e-30
+
+
+class Deferral(Rule):
+    """Verify against p (on q's support) where `_defers`, else against q."""
+
+    needs_rows = True
+
+    def _defers(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Whether each position trusts the draft: p, q [..., V] -> bool [...]."""
+        raise NotImplementedError
+
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        """(defers as 0/1, p's mass on q's support), each [...]."""
+        support_mass = torch.where(q > 0, p, 0.0).sum(-1)
+        defers = self._defers(p, q) & (support_mass > 0)
+        return defers.to(q.dtype), support_mass
+
+    def _target_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        defers, mass = (s.unsqueeze(-1) for s in stats)
+        on_support = torch.where(q > 0, p, 0.0) / mass.clamp_min(_TINY)
+        return defers * on_support + (1 - defers) * q
+
+    def _h_n(self, qn, pn, stats):
+        defers, mass = stats
+        # q_n = 0 is rejected by Rule.accept, so p_n / mass is only read on q's support
+        return defers * pn / mass.clamp_min(_TINY) + (1 - defers) * qn
+
+    def _target(self, q, p, n, qn, pn, stats):
+        return self._target_rows(q, p, stats)
+
+    def residual_weights(self, q, p, n, qn, pn, stats):
+        w = self._target_rows(q, p, stats).sub_(p).clamp_min_(0.0)
+        return fallback_(w, q)  # empty only where nothing on q's support is rejected
+
+    def _accept_all(self, p, q, stats):
+        return min1_ratio(self._target_rows(q, p, stats), p)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
+        p, q = p.to(dtype), q.to(dtype)
+        return self._target_rows(q, p, self.position_stats(q, p))
+
+
+class Cascade(Deferral):
+    """Speculative cascade with Chow's deferral rule: trust the draft where it is confident,
+    max p ≥ 1 − alpha, else the verifier."""
+
+    name = "cascade"
+    description = "speculative cascade: h = p where max p ≥ 1 − alpha (Chow's rule), else q"
+    citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
+    guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
+    tunable = True
+    params_spec = (
+        Param(
+            "alpha",
+            "α",
+            default=0.3,
+            low=0.0,
+            high=1.0,
+            ui=(0.0, 1.0),
+            grid=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8),
+            help="Trust the draft where its top probability is at least 1 − alpha.",
+        ),
+    )
+
+    def _defers(self, p, q):
+        return p.amax(-1) >= 1 - self.params["alpha"]
+
+
+class Fuzzy(Deferral):
+    """Fuzzy speculative decoding: trust the draft where JS(p, q) ≤ T, else the verifier."""
+
+    name = "fuzzy"
+    description = "fuzzy speculative decoding: h = p where JS(p, q) ≤ T nats, else q"
+    citation = (
+        "Holsman et al., Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff, 2025"
+    )
+    guarantee = "pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)"
+    tunable = True
+    params_spec = (
+        Param(
+            "T",
+            "JS≤",
+            default=0.1,
+            low=0.0,
+            high=1.0,  # JS never exceeds log 2 ≈ 0.69 nats
+            ui=(0.0, 0.7),
+            grid=(0.0, 0.01, 0.03, 0.1, 0.2, 0.4),
+            help="Trust the draft where the Jensen–Shannon divergence of p and q is at most T.",
+            log=True,
+            unit="nats",
+        ),
+    )
+
+    def _defers(self, p, q):
+        return js_divergence(p, q) <= self.params["T"]
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """JS(p, q) = H((p + q)/2) − (H(p) + H(q))/2 in nats: [..., V] x2 -> [...], ≥ 0.
+
+    Three entropy passes instead of two KLs against the mixture: no division, no log of 0."""
+    entr = torch.special.entr
+    mix = entr((p + q) * 0.5).sum(-1)
+    return (mix - 0.5 * (entr(p).sum(-1) + entr(q).sum(-1))).clamp_min(0.0)
