@@ -22,7 +22,7 @@ from cactus_core.maths.rules.cactus import (
     cactus_exact_h,
     cactus_h,
 )
-from cactus_core.maths.rules.deferral import Cascade, Fuzzy, js_divergence
+from cactus_core.maths.rules.deferral import Cascade, Fuzzy
 from cactus_core.maths.rules.fixed_targets import Interp, Optimal, OptimalPrice
 from cactus_core.maths.rules.sps import SPS
 from cactus_core.maths.rules.thresholds import TAS, RelaxedTopK, TopK, kth_largest
@@ -91,7 +91,6 @@ __all__ = [
     "budget_delta",
     "cactus_exact_h",
     "cactus_h",
-    "js_divergence",
     "kth_largest",
     "lossless_rule",
     "make_rule",

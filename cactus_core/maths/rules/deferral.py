@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from cactus_core.maths.divergence import js_divergence, support_mass
 from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_, min1_ratio
 from cactus_core.maths.validation import work_dtype
 
@@ -29,9 +30,9 @@ class Deferral(Rule):
 
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         """(defers as 0/1, p's mass on q's support), each [...]."""
-        support_mass = torch.where(q > 0, p, 0.0).sum(-1)
-        defers = self._defers(p, q) & (support_mass > 0)
-        return defers.to(q.dtype), support_mass
+        mass = support_mass(p, q)
+        defers = self._defers(p, q) & (mass > 0)
+        return defers.to(q.dtype), mass
 
     def _target_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
         defers, mass = (s.unsqueeze(-1) for s in stats)
@@ -112,12 +113,3 @@ class Fuzzy(Deferral):
 
     def _defers(self, p, q):
         return js_divergence(p, q) <= self.params["T"]
-
-
-def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """JS(p, q) = H((p + q)/2) − (H(p) + H(q))/2 in nats: [..., V] x2 -> [...], ≥ 0.
-
-    Three entropy passes instead of two KLs against the mixture: no division, no log of 0."""
-    entr = torch.special.entr
-    mix = entr((p + q) * 0.5).sum(-1)
-    return (mix - 0.5 * (entr(p).sum(-1) + entr(q).sum(-1))).clamp_min(0.0)
