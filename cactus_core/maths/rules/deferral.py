@@ -82,6 +82,12 @@ class Cascade(Deferral):
         ),
     )
 
+    @classmethod
+    def decisions_replay_exactly(cls, params, kept):
+        # a(n) is 1 where the position defers (q_n > 0), else min(1, q_n / p_n): it needs max p,
+        # which a replay row's top entries keep, and p_n, q_n, which it keeps exactly
+        return kept >= 1
+
     def _defers(self, p, q):
         return p.amax(-1) >= 1 - self.params["alpha"]
 

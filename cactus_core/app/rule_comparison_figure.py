@@ -1,0 +1,63 @@
+"""The every-rule frontier figure of docs/rules.md: tokens per call against emitted KL, one
+panel per top-p, from `experiments.rule_comparison` points. Pure: no Streamlit, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cactus_core.app.figures import RULE_PALETTE
+from cactus_core.app.frontier_figures import rule_colour
+from cactus_core.experiments.rule_comparison import RulePoint, by_rule
+from cactus_core.maths.rules import RULE_NAMES
+
+# More rules than colours: the second round of the palette gets other markers and dashes.
+_SYMBOLS = ("circle", "diamond", "square")
+_DASHES = ("solid", "dash", "dot")
+
+
+def _style(rule: str) -> tuple[str, str]:
+    i = RULE_NAMES.index(rule) if rule in RULE_NAMES else len(RULE_NAMES)
+    turn = (i // len(RULE_PALETTE)) % len(_SYMBOLS)
+    return _SYMBOLS[turn], _DASHES[turn]
+
+
+def rule_comparison_figure(
+    panels: Mapping[str, Sequence[RulePoint]], *, log_kl_floor: float = 1e-4
+) -> go.Figure:
+    """One panel per entry (its title, e.g. 'top-p 1'), every rule's measured settings joined
+    in order of KL. KL is drawn on a log axis; lossless settings (KL 0) sit at log_kl_floor."""
+    titles = list(panels)
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, shared_yaxes=True)
+    for col, title in enumerate(titles, start=1):
+        for rule, pts in by_rule(panels[title]).items():
+            symbol, dash = _style(rule)
+            fig.add_trace(
+                go.Scatter(
+                    x=[max(p.kl, log_kl_floor) for p in pts],
+                    y=[p.tokens_per_call for p in pts],
+                    mode="lines+markers",
+                    name=rule,
+                    legendgroup=rule,
+                    showlegend=col == 1,
+                    line={"color": rule_colour(rule), "dash": dash, "width": 1.5},
+                    marker={"symbol": symbol, "size": 7},
+                    text=[p.label for p in pts],
+                    hovertemplate="%{text}<br>KL %{x:.4f}<br>tokens/call %{y:.3f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_xaxes(type="log", title_text="emitted KL per token (nats)", row=1, col=col)
+    fig.update_yaxes(title_text="tokens per verifier call", row=1, col=1)
+    fig.update_layout(
+        template="plotly_white",
+        height=520,
+        width=560 * len(titles) + 160,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"font": {"size": 11}},
+        font={"size": 13},
+    )
+    return fig
