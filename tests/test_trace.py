@@ -140,3 +140,18 @@ def test_greedy_trace_replays_as_exact_match(tiny_pair):
     out = dec.generate(PROMPT, max_new_tokens=20, seed=0)
     for rule in ("interp", "tas", "cactus"):
         assert reverify(out.trace, rule).flips == 0
+
+
+@pytest.mark.parametrize("rule", ["block", "cascade", "relaxed-topk", "optimal-price"])
+def test_a_block_run_replays_itself_and_new_rules_replay_a_trace(tiny_pair, rule):
+    """A trace recorded under a new rule replays under that rule with the same decisions when
+    its rows are whole (top_k ≤ M), block's round-level decisions included."""
+    dec = SpeculativeDecoder(
+        tiny_pair, make_rule(rule), k=4, temperature=1.0, top_k=50, replay_top_m=64
+    )
+    out = dec.generate(PROMPT, max_new_tokens=30, seed=2)
+    replay = reverify(out.trace, rule)
+    assert replay.exact and replay.decisions_exact and replay.flips == 0
+    for rnd, rep in zip(out.trace.rounds, replay.rounds, strict=True):
+        assert rep.num_accepted_after == rnd.num_accepted
+        assert rep.next_after == rnd.next_id
