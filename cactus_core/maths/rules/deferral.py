@@ -29,20 +29,19 @@ class Deferral(Rule):
         raise NotImplementedError
 
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
-        """(defers as 0/1, p's mass on q's support), each [...]."""
-        mass = support_mass(p, q)
-        defers = self._defers(p, q) & (mass > 0)
-        return defers.to(q.dtype), mass
+        """(defers as 0/1,) [...]. p's mass on q's support is left to the rows that need it:
+        deciding does not (a deferring position accepts every draft q allows)."""
+        return (self._defers(p, q).to(q.dtype),)
 
     def _target_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        defers, mass = (s.unsqueeze(-1) for s in stats)
+        mass = support_mass(p, q).unsqueeze(-1)
+        defers = stats[0].unsqueeze(-1) * (mass > 0).to(q.dtype)
         on_support = torch.where(q > 0, p, 0.0) / mass.clamp_min(_TINY)
         return defers * on_support + (1 - defers) * q
 
-    def _h_n(self, qn, pn, stats):
-        defers, mass = stats
-        # q_n = 0 is rejected by Rule.accept, so p_n / mass is only read on q's support
-        return defers * pn / mass.clamp_min(_TINY) + (1 - defers) * qn
+    def _accept(self, qn, pn, stats):
+        # deferring: h_n = p_n / mass ≥ p_n on q's support (q_n = 0 is rejected by Rule.accept)
+        return torch.where(stats[0] > 0, 1.0, min1_ratio(qn, pn))
 
     def _target(self, q, p, n, qn, pn, stats):
         return self._target_rows(q, p, stats)
