@@ -1,4 +1,6 @@
-"""Per-call costs behind the decoder's speedup, on the embedded pair (CPU, one thread):
+"""Per-call costs behind the decoder's speedup.
+
+Without options, on the embedded pair (CPU, one thread):
 
 1. one forward through the decoder's KV cache (the prompt as context) of the verifier for 1
    and for 5 tokens, of the draft for 1 token, and the verifier's LM head alone: the module
@@ -8,48 +10,307 @@
    to back, as the app's Generate button starts it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py
+
+With --costs, only the step costs that the modelled speedup needs, on any device and in
+several dtypes, over a cache of --prefix-tokens random ids: the verifier for 1 and k + 1 new
+tokens, one step of the embedded draft and one of the feature draft (each in the verifier's
+dtype), then the modelled speedup (`modelled_speedup`) with acceptance from the drafts' model
+cards. --verifier random builds the embedded verifier's architecture
+(benchmarks/smollm2_135m_config.json) with random weights, for a machine without its GGUF:
+a step's cost does not depend on the weights, acceptance does, so acceptance is never
+measured here.
+
+    PYTHONPATH=. python3 benchmarks/bench_steps.py --costs --device cuda \
+        --dtypes float32 bfloat16 --verifier random --json steps.json
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
+import json
 import statistics
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from cactus_core.engine.decoder import SpeculativeDecoder
 from cactus_core.engine.fast_head import head_logits
+from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.feature_drafting import draft_features
 from cactus_core.engine.kv_cache import SequenceCache
-from cactus_core.engine.models import load_pair
+from cactus_core.engine.models import DRAFT_DIR, embedded_gguf_path, load_pair
 from cactus_core.maths.rules import make_rule
 
 PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
+HERE = Path(__file__).resolve().parent
+VERIFIER_CONFIG = HERE / "smollm2_135m_config.json"
+FEATURE_DRAFT_DIR = HERE.parent / "cactus_core" / "assets" / "feature_draft"
 
 
-def median_ms(fn, reps: int = 12) -> float:
-    fn()
+def _sync(device: torch.device) -> None:
+    # CUDA kernels run asynchronously: without a sync the timer reads the launch, not the work.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(
+    fn: Callable[[], object],
+    reps: int = 12,
+    device: torch.device | None = None,
+    warmup: int = 1,
+) -> float:
+    device = device or torch.device("cpu")
+    for _ in range(warmup):
+        fn()
+    _sync(device)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
+        _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000
 
 
-def step_ms(model: torch.nn.Module, vocab: int, prefix: list[int], width: int) -> float:
+def step_ms(
+    model: torch.nn.Module,
+    vocab: int,
+    prefix: list[int],
+    width: int,
+    reps: int = 12,
+    warmup: int = 1,
+) -> float:
+    """One forward of `width` new tokens through the decoder's cache holding `prefix`,
+    with the logits of all `width` columns (what a verify pass or a draft step reads)."""
     cache = SequenceCache(model, vocab)
     cache.prefill([prefix])
     kept = cache.lengths[0]
-    ids = torch.arange(200, 200 + width)[None]
+    ids = torch.arange(200, 200 + width, device=model.device)[None]
 
     def step() -> None:
         cache.step(ids, None, width)
         cache.keep([kept])
 
-    return median_ms(step)
+    return median_ms(step, reps, model.device, warmup)
 
 
-def main() -> None:
+def feature_step_ms(
+    draft: FeatureDraft, vocab: int, positions: int, reps: int = 12, warmup: int = 1
+) -> float:
+    """One drafting step of a feature draft, as `FeatureDrafter._read` runs it: its layer over
+    one new position of a cache holding `positions`, then its head at that row."""
+    device = draft.fc.weight.device
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(1, positions, draft.config.hidden_size, generator=gen).to(device)
+    ids = torch.randint(0, vocab, (1, positions), generator=gen).to(device)
+    cache = DraftKVCache()
+    draft_features(draft, features, ids, cache)
+    feature, token = features[:, -1:], ids[:, -1:]
+
+    def step() -> None:
+        new = draft_features(draft, feature, token, cache)[:, -1:]
+        draft.logits(new)[:, -1, :vocab].float()
+        cache.crop(positions)
+
+    return median_ms(step, reps, device, warmup)
+
+
+# ---------------------------------------------------------------------------------------------
+# The models for --costs
+
+
+def random_verifier(device: torch.device, dtype: torch.dtype, seed: int = 0) -> PreTrainedModel:
+    """The embedded verifier's architecture (SmolLM2-135M-Instruct) with random weights."""
+    config = LlamaConfig.from_dict(json.loads(VERIFIER_CONFIG.read_text()))
+    torch.manual_seed(seed)
+    with torch.device(device):  # initialised where it runs: no 0.5 GB host-to-device copy
+        model = LlamaForCausalLM(config)
+    return model.to(dtype).eval()
+
+
+def embedded_verifier_available() -> bool:
+    try:
+        embedded_gguf_path()
+    except Exception:
+        return False
+    return True
+
+
+def cost_models(
+    verifier: str, device: torch.device, dtype: torch.dtype, feature_dir: Path | None
+) -> tuple[PreTrainedModel, PreTrainedModel, FeatureDraft | None]:
+    """(verifier, embedded draft, feature draft or None) in `dtype` on `device`; verifier is
+    "embedded" (the real pair) or "random" (its architecture, random weights)."""
+    if verifier == "embedded":
+        pair = load_pair(device=device, dtype=dtype, feature_draft=feature_dir)
+        return pair.verifier, pair.draft, pair.feature_draft
+    # The loader load_pair uses for the embedded draft: its own trained layers on the
+    # verifier's embedding, exactly as decoding runs it.
+    from cactus_core.engine.models import _load_embedded_draft
+
+    model = random_verifier(device, dtype)
+    draft, _ = _load_embedded_draft(model, dtype)
+    feature = None if feature_dir is None else FeatureDraft.load(feature_dir, model, dtype)
+    return model, draft, feature
+
+
+# ---------------------------------------------------------------------------------------------
+# The modelled speedup
+
+
+def tokens_per_call(alpha: float, k: int) -> float:
+    """E[tokens per verifier call] when each drafted token is accepted with probability alpha,
+    independently: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"acceptance must be in [0, 1], got {alpha}")
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def modelled_speedup(alpha: float, k: int, v1: float, vk1: float, draft: float) -> float:
+    """Speculative tokens/s over the verifier alone, from per-call costs in ms: a round costs
+    k draft steps and one verifier forward of k + 1 tokens and yields E tokens, where the
+    verifier alone pays one 1-token forward per token:
+
+        speedup = E * v1 / (k * draft + vk1) = E / (1 + c * k) * (v1 / vk1),  c = draft / vk1.
+
+    A real round also pays for sampling, the rule and the host's bookkeeping, which are left
+    out here, so this is an upper estimate for the given acceptance."""
+    return tokens_per_call(alpha, k) * v1 / (k * draft + vk1)
+
+
+def card_acceptance() -> dict[str, tuple[float, str]]:
+    """Held-out per-position acceptance (T = 0.7, top-p 1.0) from the shipped drafts' model
+    cards, so that a retrained draft brings its own numbers: {"draft": (alpha, source),
+    "feature": (alpha, source)}; a draft whose card lacks them is left out."""
+    out: dict[str, tuple[float, str]] = {}
+    try:
+        training = json.loads((DRAFT_DIR / "config.json").read_text())["cactus_training"]
+        alpha = float(training["calibration"]["chosen"]["acc"])
+        out["draft"] = (alpha, "assets/draft/config.json: expected acceptance, held-out answers")
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
+    try:
+        meta = json.loads((FEATURE_DRAFT_DIR / "config.json").read_text())
+        accept = meta["measured"]["accept"]
+        head = f"head{meta.get('head_size')}"
+        key = head if head in accept else "as_saved"
+        alpha = float(accept[key]["1.0"]["acceptance_rate"])
+        out["feature"] = (alpha, f"assets/feature_draft/config.json: held-out, {key}")
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# --costs
+
+
+def measure_costs(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    feature_dir = None if args.no_feature_draft else Path(args.feature_draft)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for name in args.dtypes:
+        dtype = getattr(torch, name)
+        verifier, draft, feature = cost_models(args.verifier, device, dtype, feature_dir)
+        vocab = verifier.get_output_embeddings().weight.shape[0]
+        prefix = torch.randint(0, vocab, (args.prefix_tokens,), generator=gen).tolist()
+        timing = {"reps": args.reps, "warmup": args.warmup}
+        row: dict[str, Any] = {"dtype": name}
+        row["verifier_1_ms"] = step_ms(verifier, vocab, prefix, 1, **timing)
+        row["verifier_k1_ms"] = step_ms(verifier, vocab, prefix, args.k + 1, **timing)
+        row["draft_ms"] = step_ms(draft, vocab, prefix, 1, **timing)
+        if feature is not None:
+            row["feature_draft_ms"] = feature_step_ms(feature, vocab, len(prefix), **timing)
+        rows.append(row)
+        print(f"[{name}] {json.dumps(row)}", file=sys.stderr, flush=True)  # progress
+        del verifier, draft, feature
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    alphas = card_acceptance()
+    if args.alpha_draft is not None:
+        alphas["draft"] = (args.alpha_draft, "--alpha-draft")
+    if args.alpha_feature is not None:
+        alphas["feature"] = (args.alpha_feature, "--alpha-feature")
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "verifier": args.verifier,
+        "prefix_tokens": args.prefix_tokens,
+        "k": args.k,
+        "rows": rows,
+        "acceptance": {key: {"alpha": a, "source": s} for key, (a, s) in alphas.items()},
+    }
+
+
+def costs_markdown(report: dict[str, Any]) -> str:
+    k = report["k"]
+    if report["verifier"] == "random":
+        verifier = "the embedded verifier's architecture with random weights"
+    else:
+        verifier = "the embedded verifier"
+    lines = [
+        f"Step costs, median ms: {report['device_name']} ({report['device']}), torch "
+        f"{report['torch']}, {verifier}, a "
+        f"{report['prefix_tokens']}-token cache, k = {k}; c = draft step ÷ 1-token verifier "
+        "step.",
+        "",
+        f"| dtype | verifier, 1 token | verifier, {k + 1} tokens | ratio | draft step | c "
+        "| feature draft step | c |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        v1 = r["verifier_1_ms"]
+        f = r.get("feature_draft_ms")
+        feat = f"{f:.2f} | {f / v1:.3f}" if f is not None else "– | –"
+        lines.append(
+            f"| {r['dtype']} | {v1:.2f} | {r['verifier_k1_ms']:.2f} | "
+            f"{r['verifier_k1_ms'] / v1:.2f} | {r['draft_ms']:.2f} | {r['draft_ms'] / v1:.3f} "
+            f"| {feat} |"
+        )
+    lines += [
+        "",
+        "Modelled speedup over the verifier alone (not measured): E = (1 − α^(k+1)) / (1 − α) "
+        f"tokens per call, speedup = E · V1 / (k · d + V{k + 1}), with V1, V{k + 1} the "
+        f"verifier's 1- and {k + 1}-token steps and d the draft step above; break-even is the E "
+        "at which the speedup is 1. α is the held-out acceptance from the CPU measurements "
+        "(source column): acceptance, and so a measured speedup, needs the real verifier.",
+        "",
+        "| dtype | draft | α | source | E | modelled speedup | break-even E |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        for key, label, cost in (
+            ("draft", "embedded 3-layer", r["draft_ms"]),
+            ("feature", "feature-conditioned", r.get("feature_draft_ms")),
+        ):
+            acc = report["acceptance"].get(key)
+            if acc is None or cost is None:
+                continue
+            v1, vk1 = r["verifier_1_ms"], r["verifier_k1_ms"]
+            a = acc["alpha"]
+            lines.append(
+                f"| {r['dtype']} | {label} | {a:.3f} | {acc['source']} | "
+                f"{tokens_per_call(a, k):.2f} | {modelled_speedup(a, k, v1, vk1, cost):.2f}× | "
+                f"{(k * cost + vk1) / v1:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The default: the embedded pair on CPU
+
+
+def embedded_cpu() -> None:
     torch.set_num_threads(1)
     pair = load_pair(device="cpu")
     vocab = pair.verifier.get_output_embeddings().weight.shape[0]
@@ -71,6 +332,43 @@ def main() -> None:
         stream = iter(dec.rounds(PROMPT, max_new_tokens=64, seed=0))
         next(stream)
         print(f"first traced round, run {run}: {time.perf_counter() - t0:.2f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--costs", action="store_true", help="only the step costs (options below)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=("float32", "bfloat16"))
+    ap.add_argument(
+        "--verifier",
+        default="auto",
+        choices=("auto", "embedded", "random"),
+        help="auto: the embedded verifier when its GGUF is installed, else random weights",
+    )
+    ap.add_argument("--prefix-tokens", type=int, default=200, help="tokens in the cache")
+    ap.add_argument("--k", type=int, default=4, help="drafted tokens per round")
+    ap.add_argument("--reps", type=int, default=12, help="timed calls per median")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--feature-draft", default=str(FEATURE_DRAFT_DIR), metavar="FOLDER")
+    ap.add_argument("--no-feature-draft", action="store_true")
+    ap.add_argument("--alpha-draft", type=float, help="acceptance of the 3-layer draft")
+    ap.add_argument("--alpha-feature", type=float, help="acceptance of the feature draft")
+    ap.add_argument("--json", metavar="PATH", help="also write the --costs results as JSON")
+    args = ap.parse_args()
+    if not args.costs:
+        embedded_cpu()
+        return
+    if args.prefix_tokens < 1 or args.k < 1 or args.reps < 1 or args.warmup < 0:
+        ap.error("--prefix-tokens, --k and --reps must be >= 1, --warmup >= 0")
+    torch.set_num_threads(args.threads)
+    if args.verifier == "auto":
+        args.verifier = "embedded" if embedded_verifier_available() else "random"
+    report = measure_costs(args)
+    print()
+    print(costs_markdown(report), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

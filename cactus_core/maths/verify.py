@@ -25,7 +25,9 @@ Shapes (B = batch, k = draft length, V = vocabulary):
     sample_uniforms  [B]            the coin for the inverse-CDF draw of the recovered or
                                     bonus token
     accept_probs     [B, k]         a(n_i) (also after the first rejection: what it would
-                                    have been; those positions got no decision)
+                                    have been; those positions got no decision). A rule
+                                    that decides on the whole draft (`block`) reports its
+                                    own per-draft chances here instead
     num_accepted     [B]            accepted drafts, 0..k
     output_token_ids [B, k + 1]     accepted drafts, then the recovered/bonus token, then -1
 
@@ -169,14 +171,10 @@ def _verify_round(
 ) -> VerifyResult:
     """A rule that decides on the whole draft (`block`): its accept_probs are its own
     per-draft chances, and a draft before num_accepted may be accepted whatever its coin."""
-    k = n.shape[1]
     num_accepted, chances, last = rule.verify_round(
         p.to(dtype), n, target_probs.to(dtype), uniforms, sample_uniforms
     )
-    positions = torch.arange(k + 1, device=n.device)  # [k+1]
-    drafts = torch.cat([n, n.new_zeros(n.shape[0], 1)], dim=1)  # [B, k+1]
-    out = torch.where(positions < num_accepted.unsqueeze(-1), drafts, -1)
-    out = out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
+    out = _output_tokens(n, num_accepted, last)
     return VerifyResult(out, num_accepted, chances, uniforms, sample_uniforms)
 
 
@@ -292,9 +290,13 @@ def _emit(
     bonus = (num_accepted == k).unsqueeze(-1).to(weights.dtype)  # [B, 1]
     weights.mul_(1 - bonus).addcmul_(q_row, bonus)
     last = inverse_cdf_(weights, sample_uniforms)  # [B]
+    return _output_tokens(n, num_accepted, last)
 
-    positions = torch.arange(k + 1, device=device)  # [k+1]
-    drafts = torch.cat([n, n.new_zeros(b, 1)], dim=1)  # [B, k+1]
+
+def _output_tokens(n: torch.Tensor, num_accepted: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """[B, k+1]: the accepted drafts n [B, k], then the recovered/bonus token last [B], then -1."""
+    positions = torch.arange(n.shape[1] + 1, device=n.device)  # [k+1]
+    drafts = torch.cat([n, n.new_zeros(n.shape[0], 1)], dim=1)  # [B, k+1]
     out = torch.where(positions < num_accepted.unsqueeze(-1), drafts, -1)
     return out.scatter(1, num_accepted.unsqueeze(-1), last.unsqueeze(-1))
 
