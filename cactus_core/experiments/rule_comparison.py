@@ -32,11 +32,17 @@ class RulePoint:
     efficiency: float  # expected acceptance ÷ the limit at the same positions and KL
 
 
+def _num(row: Mapping[str, Any], key: str, default: float = math.nan) -> float:
+    """A number from a row (JSON writes NaN as null)."""
+    value = row.get(key)
+    return default if value is None else float(value)
+
+
 def rule_points(rows: Sequence[Mapping[str, Any]]) -> list[RulePoint]:
     """The sweep rows as points, leaving out rows without a finite KL or tokens per call."""
     out = []
     for r in rows:
-        kl, tpc = float(r.get("emitted_kl", math.nan)), float(r.get("tokens_per_call", math.nan))
+        kl, tpc = _num(r, "emitted_kl"), _num(r, "tokens_per_call")
         if not (math.isfinite(kl) and math.isfinite(tpc)):
             continue
         out.append(
@@ -45,9 +51,9 @@ def rule_points(rows: Sequence[Mapping[str, Any]]) -> list[RulePoint]:
                 label=str(r.get("label", r["rule"])),
                 kl=max(kl, 0.0),
                 tokens_per_call=tpc,
-                tokens_per_call_lo=float(r.get("tokens_per_call_lo", tpc)),
-                tokens_per_call_hi=float(r.get("tokens_per_call_hi", tpc)),
-                efficiency=float(r.get("efficiency", math.nan)),
+                tokens_per_call_lo=_num(r, "tokens_per_call_lo", tpc),
+                tokens_per_call_hi=_num(r, "tokens_per_call_hi", tpc),
+                efficiency=_num(r, "efficiency"),
             )
         )
     return out
@@ -110,13 +116,19 @@ def comparison_markdown(winners: Sequence[BudgetWinner]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Emitted KLs this close are the same point (a lossless setting's KL is 0 up to rounding).
+_KL_TIE = 1e-9
+
+
 def tokens_at_kl(points: Sequence[RulePoint], kl: float) -> float:
     """One rule's tokens per call at emitted KL kl, linear between its measured points in
     order of KL; NaN outside their range (no extrapolation)."""
     pts = sorted(points, key=lambda p: p.kl)
+    if len(pts) == 1 and abs(pts[0].kl - kl) <= _KL_TIE:
+        return pts[0].tokens_per_call
     for a, b in itertools.pairwise(pts):
-        if a.kl <= kl <= b.kl:
-            if b.kl == a.kl:
+        if a.kl - _KL_TIE <= kl <= b.kl + _KL_TIE:
+            if b.kl - a.kl <= _KL_TIE:
                 return max(a.tokens_per_call, b.tokens_per_call)
             w = (kl - a.kl) / (b.kl - a.kl)
             return a.tokens_per_call + w * (b.tokens_per_call - a.tokens_per_call)
