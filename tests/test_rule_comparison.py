@@ -22,12 +22,13 @@ ROWS = [
     {"rule": "interp", "label": "interp α=0.5", "emitted_kl": 0.05, "tokens_per_call": 1.7},
     {"rule": "tas", "label": "tas ε=0.01", "emitted_kl": math.nan, "tokens_per_call": 2.0},
     {"rule": "topk", "label": "topk k_top=1", "emitted_kl": None, "tokens_per_call": 2.0},
+    {"rule": "verifier-only", "label": "verifier-only", "emitted_kl": 0.0, "tokens_per_call": 1.0},
 ]
 
 
 def test_the_winner_at_each_budget_is_the_best_point_inside_it() -> None:
     points = rule_points(ROWS)
-    assert len(points) == 5  # the rows without a KL are left out
+    assert len(points) == 5  # the baseline and the rows without a KL are left out
     winners = {w.budget: w for w in best_at_budgets(points, (0.0, 0.03, 0.06, 1.0))}
     assert winners[0.0].best.label == "block" and winners[0.0].runner_up.label == "sps"
     assert winners[0.03].best.label == "cactus δ=0.3"

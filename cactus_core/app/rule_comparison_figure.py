@@ -54,10 +54,11 @@ def rule_comparison_figure(
     fig.update_yaxes(title_text="tokens per verifier call", row=1, col=1)
     fig.update_layout(
         template="plotly_white",
-        height=520,
-        width=560 * len(titles) + 160,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        legend={"font": {"size": 11}},
+        height=620,
+        width=560 * len(titles) + 80,
+        margin={"l": 60, "r": 20, "t": 60, "b": 150},
+        # below the panels, in rows: fourteen rules do not fit a column beside them
+        legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 12}},
         font={"size": 13},
     )
     return fig

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cactus_core.maths.rules import RULES
+
 # Budgets of mean emitted KL per token (nats) the comparison table reports.
 KL_BUDGETS: tuple[float, ...] = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -39,9 +41,12 @@ def _num(row: Mapping[str, Any], key: str, default: float = math.nan) -> float:
 
 
 def rule_points(rows: Sequence[Mapping[str, Any]]) -> list[RulePoint]:
-    """The sweep rows as points, leaving out rows without a finite KL or tokens per call."""
+    """The rules' sweep rows as points (the verifier-only baseline and rows without a finite
+    KL or tokens per call are left out)."""
     out = []
     for r in rows:
+        if r.get("rule") not in RULES:
+            continue
         kl, tpc = _num(r, "emitted_kl"), _num(r, "tokens_per_call")
         if not (math.isfinite(kl) and math.isfinite(tpc)):
             continue
