@@ -9,6 +9,7 @@ from cactus_core.experiments.rule_comparison import (
     best_at_budgets,
     by_rule,
     comparison_markdown,
+    efficiency_markdown,
     matched_kl_markdown,
     rule_points,
     tokens_at_kl,
@@ -57,3 +58,20 @@ def test_matched_kl_interpolates_on_the_other_rules_curve() -> None:
     assert math.isnan(tokens_at_kl(cactus, 0.5))
     table = matched_kl_markdown(points, "interp", "cactus")
     assert "| interp α=0.5 | 0.0500 | 1.700 |" in table and "| 1.750 |" in table
+
+
+def test_efficiency_table_sets_acceptance_against_the_limit() -> None:
+    row = {
+        "rule": "optimal-price",
+        "label": "optimal-price t=1",
+        "scored_kl": 0.05,
+        "acceptance_rate": 0.396,
+        "acceptance_rate_lo": 0.37,
+        "acceptance_rate_hi": 0.42,
+        "expected_acceptance": 0.4,
+        "limit_acceptance": 0.4,
+        "efficiency": 1.0,
+    }
+    table = efficiency_markdown([row, {**row, "rule": "tas"}], ["optimal-price"])
+    assert table.count("\n") == 3  # header, rule, one row
+    assert "| 0.4000 | 0.4000 | 1.0000 | 0.990 |" in table

@@ -156,3 +156,26 @@ def matched_kl_markdown(points: Sequence[RulePoint], rule: str, against: str) ->
             f"| {p.label} | {p.kl:.4f} | {p.tokens_per_call:.3f} | {p.efficiency:.3f} | {shown} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def efficiency_markdown(rows: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> str:
+    """Each setting of `rules` against the limit at its own mean KL: the measured acceptance
+    rate (with its interval), the exact expected acceptance on the same positions, the limit
+    there, and both as a share of the limit."""
+    lines = [
+        "| setting | KL | measured acceptance (95% CI) | expected | limit at its KL "
+        "| expected ÷ limit | measured ÷ limit |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r.get("rule") not in rules:
+            continue
+        limit = _num(r, "limit_acceptance")
+        measured = _num(r, "acceptance_rate")
+        ci = f"[{_num(r, 'acceptance_rate_lo'):.3f}, {_num(r, 'acceptance_rate_hi'):.3f}]"
+        lines.append(
+            f"| {r.get('label', r['rule'])} | {_num(r, 'scored_kl'):.4f} | {measured:.3f} {ci} "
+            f"| {_num(r, 'expected_acceptance'):.4f} | {limit:.4f} | {_num(r, 'efficiency'):.4f} "
+            f"| {measured / limit if limit > 0 else math.nan:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
