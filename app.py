@@ -12,6 +12,7 @@ import os
 
 import streamlit as st
 
+from cactus_core.app.links import SEED, SOURCES, TEMPERATURE, TOP_K, TOP_P, K, Slider
 from cactus_core.app.settings import (
     AppSettings,
     available_devices,
@@ -19,6 +20,7 @@ from cactus_core.app.settings import (
     public_pair,
     rules_markdown,
 )
+from cactus_core.app.tour import tour
 from cactus_core.engine.deployment import DeploymentPolicy, deployment_policy
 from cactus_core.maths.rules import CactusBudget, CactusExact
 from cactus_core.maths.sampling import SamplingSettings
@@ -26,15 +28,17 @@ from pages._common import (
     GOTO_PARAM,
     SETTINGS_ERROR_KEY,
     SETTINGS_KEY,
+    copy_link,
     preload_pair,
+    restore_link,
     set_pair_error_slot,
     warm_label,
+    write_link,
 )
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 
-EMBEDDED = "Embedded pair (offline)"
-CUSTOM = "Hub id or local folder"
+EMBEDDED, CUSTOM = SOURCES  # the pair's source: the radio's two options
 
 
 def _pair_widgets(policy: DeploymentPolicy) -> tuple[dict[str, str | None], str | None]:
@@ -86,33 +90,31 @@ def _offered_pair(choices: dict[str, str | None]) -> tuple[dict[str, str | None]
     }, None
 
 
+def _slider(spec: Slider, help: str | None = None) -> float:
+    """A sidebar slider from its spec in links.py (where links read its range too). The
+    default goes into session state, not `value`, so a link may set the key first."""
+    st.session_state.setdefault(spec.key, spec.default)
+    return st.slider(spec.label, spec.low, spec.high, step=spec.step, key=spec.key, help=help)
+
+
+def _number(spec: Slider, help: str | None = None) -> int:
+    st.session_state.setdefault(spec.key, int(spec.default))
+    return st.number_input(
+        spec.label, int(spec.low), int(spec.high), step=int(spec.step), key=spec.key, help=help
+    )
+
+
 def _sampling_widgets() -> dict[str, float | int]:
     """SamplingSettings' fields, as the widgets hold them."""
     st.markdown("### Sampling")
-    temperature = st.slider(
-        "Temperature T",
-        0.0,
-        2.0,
-        0.7,
-        0.05,
-        key="sb_temperature",
-        help="T = 0 is greedy: p and q become one-hot and every rule is exact match.",
+    temperature = _slider(
+        TEMPERATURE, "T = 0 is greedy: p and q become one-hot and every rule is exact match."
     )
-    top_k = st.number_input(
-        "top-k (0 = off)", 0, 1000, 0, 1, key="sb_top_k", help="Applied to p and q alike."
-    )
-    top_p = st.slider(
-        "top-p",
-        0.05,
-        1.0,
-        1.0,
-        0.01,
-        key="sb_top_p",
-        help="A draft outside q's nucleus has q_n = 0; no delta rescues it.",
-    )
+    top_k = _number(TOP_K, "Applied to p and q alike.")
+    top_p = _slider(TOP_P, "A draft outside q's nucleus has q_n = 0; no delta rescues it.")
     st.markdown("### Speculation")
-    k = st.slider("k (draft tokens per round)", 1, 12, 4, key="sb_k")
-    seed = st.number_input("Seed", 0, 2**31 - 1, 0, 1, key="sb_seed")
+    k = _slider(K)
+    seed = _number(SEED)
     return {
         "temperature": float(temperature),
         "top_k": int(top_k),
@@ -145,12 +147,8 @@ def _policy() -> DeploymentPolicy | None:
         return None
 
 
-def sidebar() -> bool:
-    """Draw the shared settings and store an AppSettings (or the reason there is none); False
-    when the server's settings allow no page to run."""
-    policy = _policy()
-    if policy is None:
-        return False
+def sidebar(policy: DeploymentPolicy) -> None:
+    """Draw the shared settings and store an AppSettings (or the reason there is none)."""
     # Tests and demos can point the app at another pair without clicking through the sidebar
     # (the operator's environment, so never on a public server, which offers a fixed list).
     env_v, env_d = os.environ.get("CACTUS_LAB_VERIFIER"), os.environ.get("CACTUS_LAB_DRAFT")
@@ -172,7 +170,6 @@ def sidebar() -> bool:
             st.warning(error)
         else:
             _pair_status(s)
-    return True
 
 
 def overview() -> None:
@@ -190,6 +187,7 @@ def overview() -> None:
             st.page_link(pg, label=f"**{pg.title}**", icon=pg.icon)
             st.caption(blurb)
 
+    guided_tour()
     left, right = st.columns(2)
     with left:
         st.subheader("Notation")
@@ -231,6 +229,27 @@ target, q for the draft).
     )
 
 
+def guided_tour() -> None:
+    """The tour's stops, each a link that opens its page in the state the stop describes."""
+    st.subheader("Guided tour")
+    stops = tour()
+    st.caption(
+        f"{len(stops)} short stops, from what p and q are to picking delta. Each opens its "
+        "page set up as the stop describes."
+    )
+    by_path = {p.url_path: p for p, _ in PAGES}
+    cols = st.columns(2)
+    for i, stop in enumerate(stops):
+        with cols[i % 2].container(border=True):
+            st.page_link(
+                by_path[stop.page],
+                label=f"**{i + 1}. {stop.title}**",
+                icon=by_path[stop.page].icon,
+                query_params=stop.query,
+            )
+            st.caption(stop.text)
+
+
 # One row per page: the page and the line the Overview shows for it.
 PAGES: list[tuple[st.Page, str]] = [
     (st.Page(overview, title="Overview", icon=":material/home:", default=True), ""),
@@ -238,6 +257,13 @@ PAGES: list[tuple[st.Page, str]] = [
         st.Page("pages/decode.py", title="Decode", icon=":material/auto_awesome:"),
         "Generate with any rule and watch each round: which drafts passed, which were "
         "struck, and why. Inspect any token; replay the same coins under another delta.",
+    ),
+    (
+        st.Page(
+            "pages/step.py", title="Step through", icon=":material/skip_next:", url_path="step"
+        ),
+        "One real round slowed down: each step narrated from its own numbers, with what "
+        "lossless sampling would have decided on the same coin. Links reopen the same step.",
     ),
     (
         st.Page("pages/playground.py", title="Playground", icon=":material/tune:"),
@@ -254,10 +280,20 @@ PAGES: list[tuple[st.Page, str]] = [
 page = st.navigation([p for p, _ in PAGES])
 goto = st.query_params.get(GOTO_PARAM)
 if goto is not None:
-    # A page sent us here first (see pages/_common.py); open it now that navigation is set.
+    # A page sent us here first (see pages/_common.py); open it now that navigation is set,
+    # with the rest of the link's query string.
     del st.query_params[GOTO_PARAM]
     target = next((p for p, _ in PAGES if p.url_path == goto), None)
     if target is not None and target is not page:
-        st.switch_page(target)
-if sidebar():
-    page.run()
+        st.switch_page(target, query_params=st.query_params.to_dict())
+policy = _policy()
+if policy is not None:
+    offered = list(policy.choices()) if policy.public else []
+    restore_link(page.url_path, policy.public, offered)
+    sidebar(policy)
+    try:
+        page.run()
+    finally:
+        # Also when the page stops early or reruns: the URL always names what is on screen.
+        url = write_link(page.url_path, policy.public, offered)
+    copy_link(url)

@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -15,6 +16,7 @@ from urllib.parse import urlparse
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from cactus_core.app import links
 from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings, param_value, rules_markdown
 from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, ModelLoadError, deployment_policy
@@ -49,7 +51,9 @@ def require_entry_point() -> None:
     if SETTINGS_KEY in st.session_state:
         return
     path = urlparse(st.context.url or "").path.rstrip("/").rsplit("/", 1)[-1]
-    st.switch_page("app.py", query_params={GOTO_PARAM: path} if path else None)
+    # The link's own query string comes along, so the page opens in the state it names.
+    query = {**st.query_params.to_dict(), GOTO_PARAM: path} if path else None
+    st.switch_page("app.py", query_params=query)
 
 
 # Where in the sidebar a load error goes: app.py sets it under the pair picker on every run,
@@ -233,4 +237,62 @@ def rule_picker(
         param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
         for param in RULES[name].params_spec
     }
+    # A page may draw the picker in a fragment, whose reruns skip app.py's write_link: keep the
+    # address bar current from here too.
+    context = st.session_state.get(LINK_CONTEXT_KEY)
+    if context is not None:
+        write_link(*context)
     return name, params
+
+
+# -- links that reopen the view ----------------------------------------------------------------
+
+LINK_WRITTEN_KEY = "link_written"  # the query strings this session put in the URL, newest last
+# A rerun carries the address the browser had when it was asked for, which can be one this
+# session wrote a few runs ago (a click while the last run's address was still on its way):
+# such a query is ours, not a link, and must not turn the widgets back.
+LINK_MEMORY = 64
+LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progress
+
+
+def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:
+    """Before any widget is drawn: a query string this session did not write itself (a link
+    opened in a fresh browser, a tour stop, a hand-edited address) sets the widgets it names.
+    Values a widget would refuse are dropped (links.LinkField.parse)."""
+    st.session_state[LINK_CONTEXT_KEY] = (page, public, list(offered))
+    query = st.query_params.to_dict()
+    if not query or _frozen(query) in st.session_state.get(LINK_WRITTEN_KEY, ()):
+        return
+    st.session_state.update(links.restore(page, query, st.session_state, public, offered))
+    _remember(query)
+
+
+def write_link(page: str, public: bool, offered: Sequence[str] = ()) -> str:
+    """After the page ran: put its settings in the URL, and return the link that reopens it."""
+    fields = links.query_fields(page, st.session_state, public, offered)
+    query = links.to_query(fields, st.session_state)
+    if st.query_params.to_dict() != query:
+        st.query_params.from_dict(query)
+    _remember(query)
+    return links.link(st.context.url or "", page, query)
+
+
+def _frozen(query: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(query.items()))
+
+
+def _remember(query: dict[str, str]) -> None:
+    seen = [q for q in st.session_state.get(LINK_WRITTEN_KEY, ()) if q != _frozen(query)]
+    st.session_state[LINK_WRITTEN_KEY] = [*seen, _frozen(query)][-LINK_MEMORY:]
+
+
+def copy_link(url: str) -> None:
+    """The "Copy link" control: the address with every setting of this view, and a copy
+    button (the code block's own)."""
+    with st.sidebar.popover(
+        "Copy link",
+        icon=":material/link:",
+        width="stretch",
+        help="An address that reopens this page exactly as it is now.",
+    ):
+        st.code(url, language=None, wrap_lines=True)

@@ -45,8 +45,8 @@ def test_playground_offers_every_parameter_of_every_rule_once():
     assert len({g.key for g in groups}) == len(groups)
     # rules declaring the same parameter share one widget; different ones with one name don't
     shared = {g.key: g.rules for g in groups}
-    assert shared["delta"] == ("cactus", "cactus-exact")
-    assert {"tas_alpha", "interp_alpha"} <= set(shared)
+    assert shared["delta"] == ("cactus", "cactus-exact", "cactus-adaptive")
+    assert {"tas_alpha", "interp_alpha", "cascade_alpha"} <= set(shared)
     assert P.playground_rules() == [make_rule(n) for n in RULES]
     assert P.headline_group().key == "delta"
 

@@ -1,0 +1,139 @@
+"""Why drafts get rejected: every rejected draft of a run (finished, or so far), the smallest
+Cactus delta that would have accepted it for sure, the share rescued as delta grows, and where
+the rejected drafts sat in q. Shared by the Decode and Step through pages."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cactus_core.app.transcript import show_text
+from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
+from cactus_core.maths.rules import DEFAULT_RULE, RULES
+
+if TYPE_CHECKING:
+    from cactus_core.engine.trace import PositionTrace, RoundTrace
+
+# Where a rejected draft sat in q: rank bins, then a bin for the ones outside q's support
+# altogether (cut by top-k / top-p).
+RANK_BINS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20))
+Q_ZERO = "q_n = 0"
+CURVE_POINTS = 60
+MAX_CURVE_DELTA = 1e6
+
+
+@dataclass(frozen=True)
+class RejectedDraft:
+    round_index: int
+    slot: int
+    token: str
+    p_n: float
+    q_n: float
+    q_rank: int | None  # 1 = q's top token; None when q_n = 0
+    delta: float  # the smallest rescuing Cactus delta; NEVER (inf) when q_n = 0
+    rank_is_bound: bool = False  # the draft sat below every kept entry: its rank is at least this
+
+    @property
+    def delta_text(self) -> str:
+        return "never" if self.delta == NEVER else f"{self.delta:.4g}"
+
+
+def q_rank(pos: PositionTrace) -> int | None:
+    """The drafted token's rank in q (1 = q's top token, ties share the better rank); None when
+    q_n = 0. The trace keeps q's top-M entries plus the drafted one, so a draft below them gets
+    M + 1, which still falls in the last bin."""
+    if not pos.q_n:
+        return None
+    return 1 + sum(v > pos.q_n for v in pos.replay_q_probs)
+
+
+def rejected_drafts(
+    rounds: Sequence[RoundTrace], text: Callable[[int], str] | None = None
+) -> list[RejectedDraft]:
+    """The rejected draft of every round that had one, in order."""
+    out = []
+    for rnd in rounds:
+        if not rnd.k or rnd.num_accepted >= rnd.k or len(rnd.positions) <= rnd.num_accepted:
+            continue
+        m = rnd.num_accepted
+        pos = rnd.positions[m]
+        token = text(rnd.draft_ids[m]) if text is not None else rnd.draft_text[m]
+        rank = q_rank(pos)
+        # the drafted token is appended to the kept rows when it is not among them
+        bound = rank is not None and rank == len(pos.replay_q_ids) > RANK_BINS[-1][1]
+        out.append(
+            RejectedDraft(
+                rnd.index, m, token, pos.p_n, pos.q_n, rank, rescue_delta(pos.q_n, pos.p_n), bound
+            )
+        )
+    return out
+
+
+def rescue_grid(drafts: Sequence[RejectedDraft]) -> list[float]:
+    """The deltas of the rescue curve, log-spaced: from a thousandth of the top of the default
+    rule's delta slider to that top, or further, to the largest finite rescuing delta (a draft
+    the verifier all but rules out needs thousands of nats), capped at MAX_CURVE_DELTA."""
+    high = RULES[DEFAULT_RULE].swept().ui[1]
+    finite = [d.delta for d in drafts if d.delta != NEVER]
+    top = min(max([high, *finite]) * 1.05, MAX_CURVE_DELTA)
+    low = high / 1000
+    step = (math.log(top) - math.log(low)) / (CURVE_POINTS - 1)
+    return [math.exp(math.log(low) + i * step) for i in range(CURVE_POINTS)]
+
+
+def rescue_curve(drafts: Sequence[RejectedDraft]) -> tuple[list[float], list[float]]:
+    """(deltas, share of the rejected drafts rescued at each)."""
+    grid = rescue_grid(drafts)
+    return grid, rescued_share([d.delta for d in drafts], grid)
+
+
+def rank_label(rank: int | None, q_n: float) -> str:
+    if q_n == 0 or rank is None:
+        return Q_ZERO
+    for lo, hi in RANK_BINS:
+        if lo <= rank <= hi:
+            return str(lo) if lo == hi else f"{lo}–{hi}"
+    return f"> {RANK_BINS[-1][1]}"
+
+
+def rank_histogram(drafts: Sequence[RejectedDraft]) -> tuple[list[str], list[int]]:
+    """Counts of rejected drafts per bin of their rank in q, every bin listed."""
+    labels = [str(lo) if lo == hi else f"{lo}–{hi}" for lo, hi in RANK_BINS]
+    labels += [f"> {RANK_BINS[-1][1]}", Q_ZERO]
+    counts = dict.fromkeys(labels, 0)
+    for d in drafts:
+        counts[rank_label(d.q_rank, d.q_n)] += 1
+    return labels, list(counts.values())
+
+
+def rescue_table(drafts: Sequence[RejectedDraft]) -> list[dict[str, object]]:
+    return [
+        {
+            "round": d.round_index + 1,
+            "token": d.slot + 1,
+            "draft": show_text(d.token),
+            "p_n": d.p_n,
+            "q_n": d.q_n,
+            "rank in q": "–"
+            if d.q_rank is None
+            else f"{'≥ ' if d.rank_is_bound else ''}{d.q_rank}",
+            "smallest rescuing delta": d.delta_text,
+        }
+        for d in drafts
+    ]
+
+
+def rescue_summary(drafts: Sequence[RejectedDraft]) -> str:
+    """One sentence: how many were rejected, how many no delta rescues, the median delta."""
+    if not drafts:
+        return "No draft was rejected."
+    never = sum(d.delta == NEVER for d in drafts)
+    finite = sorted(d.delta for d in drafts if d.delta != NEVER)
+    out = f"{len(drafts)} draft(s) rejected; {never} had q_n = 0, which no delta rescues."
+    if finite:
+        median = statistics.median(finite)
+        out += f" Half of the others pass for sure by delta = {median:.3g}."
+    return out

@@ -1,0 +1,177 @@
+"""Step through: one real speculative round at a time, kept for the page to take apart.
+
+A `StepRun` decodes the request lazily, round by round, from the decoder's own stream with
+a fixed seed, and keeps every round it has decoded: going back, or opening the same link
+again, never draws new randomness (the decoder's coins come from a generator seeded once per
+run, in a fixed order per round). Besides the trace, it keeps what the trace's top-N lists
+cannot give exactly: p, q and h at a handful of tokens of every decided position, and the
+residual at the rejected one. It reads them from the decoder's `probe`, which sees the full
+rows of the decided positions, and drops the rows as soon as the round is taken apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cactus_core.app.decode_view import DecodeRequest
+from cactus_core.maths.rules import Rule
+
+if TYPE_CHECKING:
+    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.generation import DecodeStream, GenerationOutput
+    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.trace import RoundTrace
+
+DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
+SHOWN = 6  # tokens taken from the top of each of p, q and h for a position's bars
+
+
+@dataclass(frozen=True)
+class PositionRows:
+    """Exact values at the tokens a decided position's bars show: the drafted token first,
+    then the top of q, p and h (each distinct token once)."""
+
+    ids: list[int]
+    p: list[float]
+    q: list[float]
+    h: list[float]
+
+
+@dataclass(frozen=True)
+class Residual:
+    """The rejected position's residual r_n, normalised: its top entries and the recovered
+    token's own probability under it."""
+
+    ids: list[int]
+    probs: list[float]
+    recovered_prob: float
+
+
+@dataclass
+class RoundRows:
+    """What a round's steps show beyond its trace: one PositionRows per decided position, and
+    the residual if the round ended in a rejection."""
+
+    positions: list[PositionRows]
+    residual: Residual | None = None
+
+
+def _top_ids(x: torch.Tensor, count: int) -> list[int]:
+    vals, ids = x.topk(min(count, x.shape[-1]))
+    return [i for v, i in zip(vals.tolist(), ids.tolist(), strict=True) if v > 0]
+
+
+def _unique(ids: list[int]) -> list[int]:
+    return list(dict.fromkeys(ids))
+
+
+def position_rows(judge: Rule, p: torch.Tensor, q: torch.Tensor, n: int) -> PositionRows:
+    """p, q [V] at one decided position with drafted n -> the bars' exact values."""
+    h = judge.adjusted_target(q, p, torch.tensor(n), validate=False)
+    ids = _unique([n, *_top_ids(q, SHOWN), *_top_ids(p, SHOWN), *_top_ids(h, SHOWN)])
+    index = torch.tensor(ids)
+    return PositionRows(ids, p[index].tolist(), q[index].tolist(), h[index].tolist())
+
+
+def residual_rows(judge: Rule, p: torch.Tensor, q: torch.Tensor, n: int, token: int) -> Residual:
+    """The residual the recovered token was drawn from, at the rejected position."""
+    r = judge.residual(q, p, torch.tensor(n), validate=False)
+    ids = _unique([*_top_ids(r, 2 * SHOWN), token])
+    return Residual(ids, r[torch.tensor(ids)].tolist(), float(r[token]))
+
+
+@dataclass
+class StepRun:
+    """One request decoded round by round on demand. `rounds[i]` and `rows[i]` describe
+    round i; `done` once the decoder has stopped (EOS, the token budget or the context)."""
+
+    request: DecodeRequest
+    decoder: SpeculativeDecoder
+    stream: DecodeStream
+    rounds: list[RoundTrace] = field(default_factory=list)
+    rows: list[RoundRows] = field(default_factory=list)
+    output: GenerationOutput | None = None
+    _events: Iterator[RoundTrace] | None = None
+    _decided: tuple[torch.Tensor, torch.Tensor] | None = None
+    _texts: dict[int, str] = field(default_factory=dict)
+    _ended: bool = False
+    # Round index -> its steps (step_view.round_steps), built once: "Next step" only reads.
+    step_cache: dict[int, list[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, pair: ModelPair, request: DecodeRequest) -> StepRun:
+        """Check the prompt and open the stream; nothing is decoded yet."""
+        from cactus_core.engine.decoder import SpeculativeDecoder
+
+        request.check_length(pair)
+        holder: list[StepRun] = []
+
+        def probe(row: int, index: int, p: torch.Tensor, q: torch.Tensor) -> None:
+            # The full rows exist only during the round; keep the decided ones until the
+            # round comes out of the stream and names its drafts.
+            holder[0]._decided = (p.detach().clone(), q.detach().clone())
+
+        decoder = SpeculativeDecoder(
+            pair, request.rule(), probe=probe, **request.settings.decoder_kwargs()
+        )
+        stream = decoder.rounds(request.prompt, **request.generate_kwargs())
+        run = cls(request=request, decoder=decoder, stream=stream)
+        holder.append(run)
+        return run
+
+    @property
+    def judge(self) -> Rule:
+        """The rule that decided (lossless at T = 0, whatever was picked)."""
+        return self.decoder.judge
+
+    @property
+    def done(self) -> bool:
+        return self._ended
+
+    def text(self, token_id: int) -> str:
+        """A token as the tokenizer writes it (cached: every step's labels ask again)."""
+        token_id = int(token_id)
+        if token_id not in self._texts:
+            self._texts[token_id] = self.decoder.pair.tokenizer.decode([token_id])
+        return self._texts[token_id]
+
+    def ensure(self, index: int) -> bool:
+        """Decode until round `index` exists (or the run ends); whether it exists."""
+        if self._events is None:
+            self._events = iter(self.stream)
+        while len(self.rounds) <= index and not self.done:
+            try:
+                rnd = next(self._events)
+            except StopIteration:
+                self.output = self.stream.output
+                self._ended = True
+                break
+            except Exception:
+                # a failed round leaves the stream unusable; what was decoded stays
+                self._ended = True
+                raise
+            self._keep(rnd)
+        return len(self.rounds) > index
+
+    def finish(self) -> None:
+        """Decode the rest of the request."""
+        while not self.done:
+            self.ensure(len(self.rounds))
+
+    def _keep(self, rnd: RoundTrace) -> None:
+        rows = RoundRows(positions=[])
+        if self._decided is not None and rnd.k:
+            p, q = self._decided
+            for j in range(p.shape[0]):
+                rows.positions.append(position_rows(self.judge, p[j], q[j], rnd.draft_ids[j]))
+            # A round-level rule's residual is its own, for the whole draft, not this one's.
+            if rnd.num_accepted < rnd.k and not self.judge.round_level:
+                m = rnd.num_accepted
+                rows.residual = residual_rows(self.judge, p[m], q[m], rnd.draft_ids[m], rnd.next_id)
+        self._decided = None
+        self.rounds.append(rnd)
+        self.rows.append(rows)

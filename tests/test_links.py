@@ -1,0 +1,167 @@
+"""Links: each page's settings go into the query string and come back as the same widget
+values; values a widget would refuse are dropped; the tour's stops name real pages and valid
+settings; the Overview restores the sidebar from a link (AppTest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from cactus_core.app.links import (
+    JUMPS,
+    STEP_INDEX_KEY,
+    STEP_JUMP_KEY,
+    STEP_ROUND_KEY,
+    LinkField,
+    from_query,
+    link,
+    page_fields,
+    query_fields,
+    restore,
+    to_query,
+)
+from cactus_core.app.playground import headline_group
+from cactus_core.app.positions import PRESETS
+from cactus_core.app.step_view import JUMP_TESTS
+from cactus_core.app.tour import tour
+from cactus_core.maths.rules import DEFAULT_RULE, RULES
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+PAGES = ("", "decode", "step", "playground", "frontier")
+DELTA = RULES[DEFAULT_RULE].swept().name
+
+
+def test_fields_parse_only_what_the_widget_accepts():
+    f = LinkField("T", "sb_temperature", float, 0.0, 2.0)
+    assert f.parse("0.3") == 0.3
+    assert f.parse("3") is None and f.parse("nan") is None and f.parse("x") is None
+    b = LinkField("chat", "dec_chat", bool)
+    assert (b.parse("1"), b.parse("false"), b.parse("yes")) == (True, False, None)
+    c = LinkField("rule", "dec_rule", str, choices=tuple(RULES))
+    assert c.parse(DEFAULT_RULE) == DEFAULT_RULE and c.parse("no-such-rule") is None
+    assert LinkField("p", "k", str, max_len=3).parse("long") is None
+    assert f.show(0.30000) == "0.3" and b.show(True) == "1"
+    assert f.show(0.1 + 0.2) == "0.3" and f.show(1.23456789) == "1.23456789"
+    assert set(JUMPS) == set(JUMP_TESTS)  # every jump a link may name opens something
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_step_page_round_trip_for_every_rule(name):
+    state = {
+        "sb_source": "Embedded pair (offline)",
+        "sb_device": "cpu",
+        "sb_temperature": 0.7,
+        "sb_top_k": 0,
+        "sb_top_p": 0.95,
+        "sb_k": 5,
+        "sb_seed": 11,
+        "step_prompt": "Why & how? ünïcode\nnew line",
+        "step_chat": False,
+        "step_max_new": 40,
+        "step_rule": name,
+        STEP_ROUND_KEY: 3,
+        STEP_INDEX_KEY: 7,
+    }
+    for p in RULES[name].params_spec:
+        state[f"step_{name}_{p.name}"] = int(p.ui[1]) if p.integer else p.ui[1] / 2
+    query = to_query(query_fields("step", state, public=False), state)
+    assert query["rule"] == name and query["round"] == "3" and query["step"] == "7"
+    # what a fresh session gets back from the link: every value, exactly
+    assert restore("step", query, {}, public=False) == state
+
+
+def test_bad_values_are_dropped_and_the_rest_kept():
+    query = {"rule": DEFAULT_RULE, DELTA: "-1", "k": "99", "seed": "5", "T": "abc"}
+    got = restore("decode", query, {}, public=False)
+    assert got == {"dec_rule": DEFAULT_RULE, "sb_seed": 5}
+
+
+def test_a_public_server_takes_only_offered_labels():
+    fields = query_fields("", {}, public=True, offered=["Embedded", "Big model"])
+    assert from_query(fields, {"model": "Big model", "verifier": "/etc"}) == {
+        "sb_offer_verifier": "Big model"
+    }
+    assert from_query(fields, {"model": "/root/secret"}) == {}
+
+
+def test_link_keeps_the_app_root():
+    assert (
+        link("http://host:8501/lab", "step", {"rule": DEFAULT_RULE, "round": "2"})
+        == f"http://host:8501/lab/step?rule={DEFAULT_RULE}&round=2"
+    )
+    assert link("http://h/", "", {"a": "b c"}) == "http://h/?a=b+c"
+    # the browser's address may already name the page
+    assert link("http://h:1/lab/step", "step", {}) == "http://h:1/lab/step?"[:-1]
+    assert link("http://h:1/step/", "step", {"k": "4"}) == "http://h:1/step?k=4"
+
+
+def test_tour_stops_open_real_pages_in_valid_states():
+    stops = tour()
+    assert 5 <= len(stops) <= 7
+    assert {s.page for s in stops} >= {"playground", "step", "decode", "frontier"}
+    for stop in stops:
+        assert stop.page in PAGES
+        got = restore(stop.page, stop.query, {}, public=False)
+        names = {f.key: f.name for f in query_fields(stop.page, got, public=False)}
+        # every setting the stop names reaches its widget
+        assert {names[k] for k in got} == set(stop.query), stop.title
+        if STEP_JUMP_KEY in got:
+            assert got[STEP_JUMP_KEY] in JUMP_TESTS
+    first = restore(stops[0].page, stops[0].query, {}, public=False)
+    assert first["pg_preset"] in PRESETS and first[f"pg_{headline_group().key}"] == 0.0
+
+
+def test_page_fields_follow_the_rule_picked():
+    fields = {f.name for f in page_fields("decode", {"dec_rule": DEFAULT_RULE})}
+    assert {"prompt", "rule", DELTA, "max_new"} <= fields
+    assert page_fields("", {}) == []
+
+
+def test_the_overview_restores_the_sidebar_from_a_link():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update({"T": "0.3", "seed": "7", "k": "6", "top_p": "0.9", "k_bad": "1"})
+    at.run()
+    assert not at.exception
+    assert at.session_state["sb_temperature"] == 0.3
+    assert (at.session_state["sb_seed"], at.session_state["sb_k"]) == (7, 6)
+    s = at.session_state["settings"]
+    assert (s.sampling.temperature, s.seed, s.k, s.sampling.top_p) == (0.3, 7, 6, 0.9)
+    # ... and writes the view back: every setting, under the link's names
+    assert at.query_params["seed"] == ["7"] or at.query_params["seed"] == "7"
+    # the tour is on the Overview, one link per stop
+    assert len(at.get("page_link")) >= len(tour())
+    # a later change in the sidebar is not overridden by the old link
+    at.slider(key="sb_temperature").set_value(1.1).run()
+    assert at.session_state["settings"].sampling.temperature == 1.1
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("public", [False, True])
+def test_no_two_settings_share_a_name_in_the_url(page, public):
+    prefix = {"decode": "dec", "step": "step"}.get(page, "x")
+    for rule in RULES:
+        fields = query_fields(page, {f"{prefix}_rule": rule}, public, ["Embedded"])
+        names = [f.name for f in fields]
+        assert len(names) == len(set(names)), (page, rule, names)
+        keys = [f.key for f in fields]
+        assert len(keys) == len(set(keys))
+
+
+def test_an_address_the_session_wrote_itself_never_turns_widgets_back():
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    first = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert first["seed"] == "0"
+    at.number_input(key="sb_seed").set_value(5).run()
+    # a click that left the browser before the new address arrived carries the old one
+    at.query_params.clear()
+    at.query_params.update(first)
+    at.run()
+    assert not at.exception
+    assert at.session_state["sb_seed"] == 5
+    # a link from elsewhere still applies
+    at.query_params.clear()
+    at.query_params.update({**first, "seed": "9"})
+    at.run()
+    assert at.session_state["sb_seed"] == 9
