@@ -35,6 +35,8 @@ _EXPORTS = {
     "GenerationOutput": "cactus_core.engine.decoder",
     "Trace": "cactus_core.engine.trace",
     "reverify": "cactus_core.engine.trace",
+    "estimate_frontier": "cactus_core.experiments.estimate",
+    "EstimatedFrontier": "cactus_core.experiments.estimate",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -382,6 +382,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the limit (the per-position scoring behind the efficiency)",
     )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
+        "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
+    )
     p.add_argument("--format", choices=("json", "csv"), default="json")
     p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     p.add_argument(
@@ -472,12 +478,35 @@ def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
     return show
 
 
+def cmd_reference(args: argparse.Namespace) -> int:
+    """`sweep --reference`: rebuild the shipped reference sweep (experiments.reference)."""
+    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.experiments import reference as ref
+    from cactus_core.experiments.sweep_cache import SweepCache
+
+    check_output_path(args.output, "--output")
+    prompts = tuple(builtin_prompts()[: args.n_prompts])
+    pair = load_pair_from_args(args)
+    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
+    command = f"{ref.REFERENCE_COMMAND} --n-prompts {len(prompts)} --threads {_threads()}"
+    start = time.perf_counter()
+    data = ref.build_reference(pair, prompts, command, cache, text_progress(sys.stderr))
+    path = ref.write_reference(data, args.output)
+    sys.stderr.write(
+        f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "
+        f"{path.stat().st_size / 1e6:.2f} MB at {path}\n"
+    )
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
     from cactus_core.experiments.sweep import run_sweep
     from cactus_core.experiments.sweep_cache import SweepCache
     from cactus_core.experiments.tune import tune
 
+    if args.reference:
+        return cmd_reference(args)
     config = sweep_config_from_args(args)
     check_output_path(args.output, "--output")
     check_output_path(args.html, "--html")

@@ -25,6 +25,13 @@ from cactus_core.app.decode_view import (
 )
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
+from cactus_core.app.reference_view import (
+    RunPoint,
+    compact_frontier,
+    log_timing,
+    reference_part,
+    run_curve,
+)
 from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.transcript import (
     chip_label,
@@ -34,13 +41,17 @@ from cactus_core.app.transcript import (
     transcript_html,
     transcript_tokens,
 )
+from cactus_core.experiments.estimate import EstimatedCurve
+from cactus_core.experiments.reference import load_reference
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
+from pages._rescue import why_rejected
 
 if TYPE_CHECKING:
     from cactus_core.engine.models import ModelPair
 
 INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
 RUN_COUNTER_KEY = "dec_run_counter"
+OWN_CURVE_KEY = "dec_own_curve"  # ((run_id, rule, k), the rule's curve from the run's positions)
 DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 
 
@@ -64,6 +75,50 @@ class Slots:
     body: DeltaGenerator
 
 
+@st.fragment
+def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]]:
+    """The rule, its parameters and, beside them, where that setting sits on the reference
+    frontier: moving a parameter reruns this fragment alone and moves the marker, no decoding."""
+    start = time.perf_counter()
+    rule_name, rule_params = rule_picker("dec")
+    try:
+        ref = load_reference()
+    except ValueError as err:
+        st.caption(f"No reference frontier: {err}")
+        return rule_name, rule_params
+    part, note = reference_part(ref, s.sampling)
+    run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
+    point = own = None
+    if run is not None:
+        stats = run.output.stats
+        point = RunPoint(stats.mean_emitted_kl or 0.0, stats.tokens_per_call, f"run {run.run_id}")
+        own = own_curve(run, rule_name)
+    fig = compact_frontier(part, rule_name, rule_params, point, own)
+    st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
+    st.caption(
+        "Circles: the reference sweep's measured settings; line: the rule's curve estimated from "
+        "the reference's recorded positions; ring: the current setting."
+        + (" ×: your last run; dashed: the curve estimated from its own positions." if run else "")
+        + (f" {note}" if note else "")
+    )
+    log_timing("decode_marker", (time.perf_counter() - start) * 1000)
+    return rule_name, rule_params
+
+
+def own_curve(run: DecodeRun, rule: str) -> EstimatedCurve | None:
+    """The rule's curve from the run's own positions, computed once per run and rule."""
+    key = (run.run_id, rule, run.settings.k)
+    memo = st.session_state.get(OWN_CURVE_KEY)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    try:
+        curve = run_curve(run.trace, rule, run.settings.k)
+    except ValueError:  # a run with no decided positions (verifier-only steps only)
+        curve = None
+    st.session_state[OWN_CURVE_KEY] = (key, curve)
+    return curve
+
+
 def form(s: AppSettings) -> Form:
     left, right = st.columns([3, 2])
     with left:
@@ -80,7 +135,7 @@ def form(s: AppSettings) -> Form:
             "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
         )
     with right:
-        rule_name, rule_params = rule_picker("dec")
+        rule_name, rule_params = setting_on_the_frontier(s)
         max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="dec_max_new")
     b1, b2, _ = st.columns([1, 1, 2])
     generate = b1.button("Generate", type="primary", icon=":material/play_arrow:", key="dec_go")
@@ -140,6 +195,9 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
         except ValueError as err:
             return f"Could not decode: {err}"
         st.session_state.pop(INSPECT_KEY, None)
+        # The compact frontier above was drawn before this run existed: draw the page again
+        # from the stored run, so it shows the run's point and its own curve.
+        st.rerun()
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if run is not None:
         show_counters(slots.counters, final_stats(run.output))
@@ -327,6 +385,7 @@ def show_run(run: DecodeRun, compared: bool) -> None:
     with col_inspect:
         inspector(run)
     replay(run)
+    why_rejected(run.trace.rounds, "dec")
     st.subheader("Export")
     st.download_button(
         "Download the trace (JSON)",

@@ -16,8 +16,15 @@ import streamlit as st
 from cactus_core.app import frontier_figures as ff
 from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_sweep_size
 from cactus_core.app.metrics import METRIC_HELP
+from cactus_core.app.reference_view import answer_budget, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.experiments.reference import (
+    Reference,
+    ReferenceSweep,
+    confirm_config,
+    load_reference,
+)
 from cactus_core.experiments.sweep import (
     METRIC_LABELS,
     Progress,
@@ -29,6 +36,7 @@ from cactus_core.experiments.sweep import (
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import (
     BASELINE,
+    Setting,
     SweepConfig,
     parse_grid,
     parse_prompt_file,
@@ -43,6 +51,7 @@ if TYPE_CHECKING:
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
+CONFIRMED_KEY = "fr_ref_confirmed"  # (setting id, top-p, SettingResult of the confirming run)
 PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
@@ -235,8 +244,14 @@ def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, on_select=lambda: _remember_click(key), selection_mode="points", key=key)
 
 
-def trade_off(result: SweepResult, config: SweepConfig, selected: str | None) -> None:
+def trade_off(
+    result: SweepResult,
+    config: SweepConfig,
+    selected: str | None,
+    reference: ReferenceSweep | None = None,
+) -> None:
     rows, curve = result.rows(), result.pooled_limit()
+    ref_rows = reference.rows if reference is not None else None
     st.subheader("Trade-off")
     st.caption(
         "Error bars: 95% intervals over prompts (over chunks for tokens/s and speedup). The "
@@ -246,7 +261,8 @@ def trade_off(result: SweepResult, config: SweepConfig, selected: str | None) ->
         ["tokens per call", "speedup", "tokens/s", "acceptance vs the limit", "modelled speedup"]
     )
     with tabs[0]:
-        chart(ff.frontier_chart(rows, "tokens_per_call", selected=selected), CHARTS[0])
+        fig = ff.frontier_chart(rows, "tokens_per_call", selected=selected, reference=ref_rows)
+        chart(fig, CHARTS[0])
         st.caption(METRIC_HELP["tokens per call"])
     with tabs[1]:
         chart(ff.frontier_chart(rows, "speedup", selected=selected), CHARTS[1])
@@ -393,20 +409,108 @@ def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: Swee
         show_tuned(tuned[1], result)
 
 
-def main() -> None:
-    st.title("Frontier")
+# ---------------------------------------------------------------------------- reference
+REF_COLUMNS = {
+    "label": "setting",
+    "tokens_per_call": "tokens/call",
+    "acceptance_rate": "acceptance",
+    "emitted_kl": "emitted KL",
+    "limit_acceptance": "limit",
+    "efficiency": "efficiency",
+}
+
+
+def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None:
+    """The shipped reference sweep: no model and no sweep needed, so it is there at once."""
+    try:
+        ref = load_reference()
+    except ValueError as err:
+        st.info(f"No reference sweep is shipped here: {err}")
+        return None
+    part, note = reference_part(ref, s.sampling)
+    st.subheader(f"Reference frontier (top-p {part.top_p:g})")
+    st.caption(ref.caption() + " Pair: " + ref.model)
+    if note:
+        st.caption(note)
+    tabs = st.tabs(["tokens per call", "acceptance vs the limit", "efficiency table"])
+    with tabs[0]:
+        fig = ff.frontier_chart(
+            part.rows, "tokens_per_call", title="reference sweep: tokens per call vs emitted KL"
+        )
+        fig.update_layout(margin={"t": 120}, height=480)  # every rule's legend entry above
+        st.plotly_chart(fig, key="fr_ref_tpc")
+        st.caption(
+            "Measured on the reference prompts; the dashed line is the Pareto frontier over "
+            "every rule. " + METRIC_HELP["tokens per call"]
+        )
+    with tabs[1]:
+        if part.limit is not None:
+            fig = ff.acceptance_limit_chart(part.rows, part.limit)
+            st.plotly_chart(fig, key="fr_ref_limit")
+    with tabs[2]:
+        rows = [r for r in part.rows if r["rule"] != BASELINE]
+        st.dataframe(
+            [{name: r.get(key) for key, name in REF_COLUMNS.items()} for r in rows],
+            hide_index=True,
+            key="fr_ref_table",
+        )
+    return ref, part
+
+
+@st.fragment
+def reference_tuner(s: AppSettings, ref: Reference, part: ReferenceSweep) -> None:
+    """Which setting keeps emitted KL ≤ X: read off the reference curve at once, confirmed by
+    one run on the reference's prompts when asked."""
+    st.subheader("Tuner: the parameter that meets a KL budget (from the reference)")
+    names = [r for r in tunable_rules() if part.rule_rows(r)]
+    t1, t2, t3 = st.columns([1, 1, 1])
+    rule = t1.selectbox("Rule", names, key="fr_ref_rule")
+    budget = t2.number_input(
+        "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f",
+        key="fr_ref_budget",
+    )  # fmt: skip
+    try:
+        ans = answer_budget(part, rule, budget)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    m1, m2, m3 = st.columns(3)
+    m1.metric(ans.param, f"{ans.value:.4g}")
+    m2.metric("reference emitted KL", f"{ans.kl:.4f}")
+    m3.metric("reference tokens per call", f"{ans.tokens_per_call:.2f}")
     st.caption(
-        "Every rule setting on the same prompts, seeds and coins (common random numbers), so "
-        "the curves are smooth and every comparison is paired. Each chunk of the sweep is cached "
-        "on disk as soon as it finishes: re-running is instant and an interrupted sweep resumes. "
-        "Model pair, sampling, k and seed are in the sidebar."
+        "Interpolated between the reference's measured settings. Confirm it with one run of "
+        "that setting on the reference's prompts, seeds and sampling (the model loads first)."
     )
-    s = settings()
+    setting = Setting.of(rule, **{ans.param: ans.value})
+    if t3.button("Confirm with a run", icon=":material/play_arrow:", key="fr_ref_confirm"):
+        pair = get_pair(s)
+        if pair is None:
+            return
+        with st.spinner(f"Running {setting.label} on the reference prompts…"):
+            res = run_sweep(pair, confirm_config(ref, part, setting), SweepCache()).settings[0]
+        st.session_state[CONFIRMED_KEY] = (setting.id, part.top_p, res)
+    done = st.session_state.get(CONFIRMED_KEY)
+    if done is not None and done[:2] == (setting.id, part.top_p):
+        kl = done[2].estimate("emitted_kl")
+        tpc = done[2].estimate("tokens_per_call")
+        met = kl.mean <= budget
+        (st.success if met else st.warning)(
+            f"Confirming run: emitted KL {kl.mean:.4f} (95% interval {kl.lo:.4f}–{kl.hi:.4f}), "
+            f"{tpc.mean:.2f} tokens per call — {'meets' if met else 'misses'} the budget."
+        )
+
+
+# ---------------------------------------------------------------------------- page
+def user_sweep(
+    s: AppSettings, reference: ReferenceSweep | None
+) -> tuple[ModelPair, SweepConfig, SweepResult, SweepCache] | None:
+    """The sweep form and, once run, its results; None until there are results."""
     config, problem = sweep_form(s)
     if config is None:
         if problem:
             st.info(problem)
-        return
+        return None
     b1, b2, info = st.columns([1, 1, 3])
     run_clicked = b1.button("Run sweep", type="primary", icon=":material/play_arrow:", key="fr_run")
     # Any click reruns the script, which stops a sweep in progress; finished chunks stay cached.
@@ -418,24 +522,48 @@ def main() -> None:
         f"seed {sp.seed}. The app runs at most {MAX_SWEEP_RUNS:,} settings × prompts per "
         "sweep; the CLI has no cap."
     )
+    # The reference above is on screen already; only now does the page wait for the model.
     pair = get_pair(s)
     if pair is None:
-        return
+        return None
+    cache = SweepCache()
     problem = prompts_problem(pair, config)
     if problem:
         st.error(problem)
-        return
-    cache = SweepCache()
+        return None
     result = sweep(pair, config, cache, run_clicked, cancelled)
     if result is None:
-        return
+        return None
     selected = st.session_state.get(SELECTED_KEY)
     if selected not in {r["setting"] for r in result.rows()}:
         selected = None
-    trade_off(result, config, selected)
+    trade_off(result, config, selected, reference)
     table(result)
     outputs(result, config, selected)
-    tuner(pair, config, result, cache)
+    return pair, config, result, cache
+
+
+def main() -> None:
+    st.title("Frontier")
+    st.caption(
+        "Every rule setting on the same prompts, seeds and coins (common random numbers), so "
+        "the curves are smooth and every comparison is paired. The reference sweep below ships "
+        "with the lab; your own sweep (further down) is cached on disk chunk by chunk: "
+        "re-running is instant and an interrupted sweep resumes. Model pair, sampling, k and "
+        "seed are in the sidebar."
+    )
+    s = settings()
+    shown = reference_section(s)
+    tuner_slot = st.container()
+    st.divider()
+    st.subheader("Your sweep")
+    mine = user_sweep(s, shown[1] if shown else None)
+    with tuner_slot:
+        if mine is not None:
+            # The user's own sweep replaces the reference in the tuner.
+            tuner(*mine)
+        elif shown is not None:
+            reference_tuner(s, *shown)
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
 
 

@@ -8,7 +8,10 @@ Playwright.
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +31,10 @@ def server(tiny_pair_dirs, tmp_path_factory):
         "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
         "CACTUS_CACHE_DIR": str(root / "cache"),
         "OMP_NUM_THREADS": "1",
+        "CACTUS_LAB_TIMING_LOG": str(root / "timing.jsonl"),
     }
     with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url
+        yield app.url, root / "timing.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +67,7 @@ def test_frontier_sweep_click_a_point_and_read_outputs(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(120_000)
     try:
-        _sweep_click_and_read(page, server)
+        _sweep_click_and_read(page, server[0])
     except Exception:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "frontier-failure.png"), full_page=True)
@@ -76,7 +80,7 @@ def _sweep_click_and_read(page, url: str) -> None:
     from playwright.sync_api import expect
 
     page.goto(f"{url}/frontier")
-    page.get_by_role("heading", name="Frontier").wait_for()
+    page.get_by_role("heading", name="Frontier", exact=True).wait_for()
     _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
     _slider_to_start(page, "Max new tokens")  # 8 tokens
     # the form starts with the default rule and the lossless one (one setting)
@@ -84,11 +88,12 @@ def _sweep_click_and_read(page, url: str) -> None:
     page.get_by_text("3 settings + verifier-only × 2 prompts").wait_for()
     page.get_by_role("button", name="Run sweep").click()
 
-    plot = page.locator(".js-plotly-plot").first
+    plot = page.locator(".st-key-fr_chart_tpc .js-plotly-plot").first
     plot.wait_for(state="visible", timeout=240_000)
     assert page.locator("[data-testid='stException']").count() == 0
-    # the cactus series is the second trace (after verifier-only); click its δ=1 point
-    points = plot.locator(".scatterlayer .trace").nth(1).locator(".points path")
+    # the cactus series is the third trace (after the reference sweep's faint points and
+    # verifier-only); click its δ=1 point
+    points = plot.locator(".scatterlayer .trace").nth(2).locator(".points path")
     assert points.count() == 2
     picker = page.get_by_role("combobox", name="Setting (or click a point)")
     # a click that lands while Streamlit is still rerunning after the sweep can be dropped;
@@ -106,3 +111,94 @@ def _sweep_click_and_read(page, url: str) -> None:
         1, timeout=60_000
     )
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+# What a marker redraw may cost on the server (the fragment's own run: the widgets, the
+# marker's position on the curve and the figure sent to the browser).
+MARKER_BUDGET_MS = 150
+MOVES = 8
+
+
+def _current_marker(page) -> list[float]:
+    """The compact frontier's 'current setting' point, read from Plotly's own data."""
+    return page.evaluate(
+        """() => {
+        for (const el of document.querySelectorAll('.js-plotly-plot')) {
+            const t = (el.data || []).find(d => d.name === 'current setting');
+            if (t) return [t.x[0], t.y[0]];
+        }
+        return null;
+    }"""
+    )
+
+
+def test_decode_marker_follows_delta_within_budget(server, browser):
+    from playwright.sync_api import expect
+
+    url, timing = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(f"{url}/decode")
+        page.get_by_role("heading", name="Decode").wait_for()
+        expect(page.get_by_text("where this setting sits")).to_be_visible()
+        start = _current_marker(page)
+        assert start is not None
+        # The first run goes on to load the pair; a move is measured once the page is idle.
+        page.get_by_text("Press Generate to decode the prompt.").wait_for()
+        thumb = page.get_by_role("slider", name="δ (nats)")
+        before = timing.read_text().count("decode_marker") if timing.exists() else 0
+        seen = start
+        client_ms = []
+        for _ in range(MOVES):
+            thumb.focus()
+            t0 = time.perf_counter()
+            thumb.press("ArrowRight")  # one step of delta
+            page.wait_for_function(
+                "old => { for (const el of document.querySelectorAll('.js-plotly-plot')) {"
+                " const t = (el.data || []).find(d => d.name === 'current setting');"
+                " if (t && t.x[0] !== old[0]) return true; } return false; }",
+                arg=seen,
+            )
+            client_ms.append((time.perf_counter() - t0) * 1000)
+            seen = _current_marker(page)
+            # Let the rerun finish (it logs after sending the chart) before the next press,
+            # which would otherwise interrupt it and leave no timing.
+            done = before + len(client_ms)
+            for _ in range(50):
+                if timing.read_text().count("decode_marker") >= done:
+                    break
+                page.wait_for_timeout(100)
+        assert seen[0] > start[0]  # more delta, more KL
+        assert page.locator("[data-testid='stException']").count() == 0
+        lines = [json.loads(x) for x in timing.read_text().splitlines()]
+        server_ms = [x["ms"] for x in lines if x["name"] == "decode_marker"][before:]
+        assert len(server_ms) == MOVES
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "decode-marker-ms.json").write_text(
+            json.dumps({"server_ms": server_ms, "client_ms": client_ms})
+        )
+        assert statistics.median(server_ms) <= MARKER_BUDGET_MS, server_ms
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "decode-marker-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+def test_frontier_opens_on_the_reference(server, browser):
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        t0 = time.perf_counter()
+        page.goto(f"{url}/frontier")
+        page.get_by_text("Reference sweep shipped with the lab").wait_for(timeout=60_000)
+        page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
+        page.get_by_text("reference tokens per call").wait_for(timeout=60_000)
+        opened_s = time.perf_counter() - t0
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "frontier-open-s.json").write_text(json.dumps({"open_s": opened_s}))
+        assert opened_s <= 10, opened_s
+    finally:
+        page.close()

@@ -25,6 +25,7 @@ from cactus_core.experiments.frontier import (
     interpolate_param_for_budget,
     mean_ci,
     pareto_front,
+    ratio_ci,
     t_quantile_975,
 )
 from cactus_core.experiments.sweep_cache import SweepCache
@@ -75,6 +76,21 @@ def test_mean_ci_edge_cases():
     assert mean_ci([1.0, math.nan, 3.0]).n == 2  # NaN = undefined for that unit, left out
     assert mean_ci([1.0, math.inf]).mean == math.inf
     assert mean_ci([1.0, math.inf]).to_dict()["mean"] is None  # JSON has no inf
+
+
+def test_ratio_ci_stays_positive():
+    """Speedups of two chunks, 0.4 and 0.9: the t interval on the ratios reaches -2.5; the
+    log-ratio interval is exp of the t interval on the logs, so it stays above 0."""
+    ratios = [0.4, 0.9]
+    assert mean_ci(ratios).lo < 0
+    est = ratio_ci(ratios)
+    logs = mean_ci([math.log(r) for r in ratios])
+    assert est.mean == pytest.approx(math.sqrt(0.4 * 0.9))  # the geometric mean
+    assert (est.lo, est.hi) == (pytest.approx(math.exp(logs.lo)), pytest.approx(math.exp(logs.hi)))
+    assert 0 < est.lo < est.mean < est.hi
+    assert ratio_ci([0.7]).lo == pytest.approx(0.7)
+    assert ratio_ci([0.0, math.nan, 2.0]).n == 1  # a ratio must be positive and finite
+    assert math.isnan(ratio_ci([]).mean)
 
 
 def test_pareto_front_keeps_only_undominated_points():

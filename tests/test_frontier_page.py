@@ -5,10 +5,13 @@ confirms a parameter."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
@@ -59,8 +62,9 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     assert any("Run sweep" in i.value for i in at.info)
     at.button(key="fr_run").click().run()
     assert not at.exception, at.exception
-    assert len(at.get("plotly_chart")) == 5  # tokens/call, speedup, tokens/s, limit, modelled
-    table = at.dataframe[0].value
+    # the reference's two, then tokens/call, speedup, tokens/s, limit, modelled
+    assert len(at.get("plotly_chart")) == 7
+    table = at.dataframe[-1].value  # after the reference's table
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0", "cactus δ=0.5", "interp α=0.5"]
     assert table["tokens/call"].iloc[0] == 1.0
     assert (table["efficiency"].iloc[1:] <= 1.0 + 1e-6).all()
@@ -68,7 +72,7 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     # A new session (a browser reload) with the same form finds everything in the cache.
     again = _small_sweep(_frontier())
     assert not again.exception
-    assert len(again.get("plotly_chart")) == 5
+    assert len(again.get("plotly_chart")) == 7
     assert not any("Run sweep" in i.value for i in again.info)
 
 
@@ -98,3 +102,36 @@ def test_bad_grid_gives_an_inline_error(env):
     assert not at.exception
     assert any("'lots' is not a number" in e.value for e in at.error)
     assert "fr_run" not in [b.key for b in at.button]  # the page stops before its buttons
+
+
+def _chart_names(at: AppTest, key: str) -> set[str]:
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key) or key in c.proto.id)
+    return {t.get("name") for t in json.loads(chart.proto.spec)["data"]}
+
+
+def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
+    at = _frontier()
+    assert any("Reference sweep shipped with the lab" in c.value for c in at.caption)
+    names = _chart_names(at, "fr_ref_tpc")
+    assert {DEFAULT_RULE, LOSSLESS_RULE, "Pareto frontier"} <= names
+    assert "limit (best any rule could reach)" in _chart_names(at, "fr_ref_limit")
+    assert len(at.dataframe[0].value) >= 6 * 2  # every setting's efficiency
+    # the tuner answers from the curve, with no run
+    at.number_input(key="fr_ref_budget").set_value(0.02).run()
+    assert not at.exception
+    assert at.metric[0].label == "delta"
+    first = float(at.metric[1].value)
+    assert first <= 0.02 + 1e-9 or float(at.metric[0].value) == 0.0
+    # confirmed by a run on request (the tiny pair here; the reference's prompts and seeds)
+    at.button(key="fr_ref_confirm").click().run()
+    assert not at.exception, at.exception
+    assert any("Confirming run" in m.value for m in [*at.success, *at.warning])
+
+
+def test_a_users_sweep_overlays_the_reference_and_takes_the_tuner(env):
+    at = _small_sweep(_frontier())
+    at.button(key="fr_run").click().run()
+    assert not at.exception
+    assert "reference sweep" in _chart_names(at, "fr_chart_tpc")
+    assert "fr_ref_budget" not in [n.key for n in at.number_input]
+    assert "fr_budget" in [n.key for n in at.number_input]

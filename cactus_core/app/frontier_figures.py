@@ -81,16 +81,20 @@ def frontier_chart(
     limit_curve: LimitCurve | None = None,
     selected: str | None = None,
     modelled: bool = False,
+    reference: Sequence[Row] | None = None,
 ) -> go.Figure:
     """metric (e.g. tokens_per_call) against x (emitted KL per token), one series per rule.
 
     Error bars are the 95% intervals (over prompts, or chunks for timings). `front` draws the
     Pareto frontier over all settings (least KL, most metric). `limit_curve` (for the
     acceptance chart) draws the best any rule could reach. `selected` rings one setting.
+    `reference` (the shipped reference sweep's rows) is drawn faintly underneath.
     """
     if not rows:
         raise ValueError("no rows to plot: run a sweep first")
     fig = go.Figure()
+    if reference:
+        _add_reference(fig, reference, metric, x)
     for rule, group in _by_rule(rows).items():
         _add_rule(fig, rule, group, metric, x)
     if front:
@@ -145,6 +149,22 @@ def _add_rule(fig: go.Figure, rule: str, group: Sequence[Row], metric: str, x: s
             + f"{METRIC_LABELS.get(x, x)}: %{{x:.4f}}<br>"
             + f"{METRIC_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
         ),
+    )
+
+
+def _add_reference(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None:
+    """The reference sweep's points, faint and without clicks, one legend entry for all."""
+    pts = [r for r in rows if _finite_point(r, x, metric) and r["rule"] != BASELINE]
+    if not pts:
+        return
+    fig.add_scatter(
+        x=[_num(r[x]) for r in pts],
+        y=[_num(r[metric]) for r in pts],
+        mode="markers",
+        name="reference sweep",
+        marker={"color": [rule_colour(str(r["rule"])) for r in pts], "size": 6, "opacity": 0.35},
+        customdata=[[r["label"]] for r in pts],
+        hovertemplate="reference: %{customdata[0]}<extra></extra>",
     )
 
 

@@ -7,7 +7,8 @@ with the same seed, so curves are smooth and comparisons between settings are pa
 finishes, keyed by the full configuration and the model pair's identity, so re-running a
 finished sweep calls no model and an interrupted one redoes only the missing chunks.
 
-Per setting it reports, each with a 95% interval over prompts (over chunks for the timings):
+Per setting it reports, each with a 95% interval over prompts (over chunks for the timings;
+for the speedup a geometric mean with a log-ratio interval, which stays positive):
 tokens per verifier call, acceptance rate, tokens/s, speedup over verifier-only, emitted KL per
 token (exact, the mean of the traces' KL(pi ‖ q)), and the verifier's NLL of the text (from
 the decoder's own verify forwards). While a chunk decodes, a probe sees the full p and q rows
@@ -27,13 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from cactus_core.experiments.frontier import (
     Estimate,
     dominance_check,
     mean_ci,
+    ratio_ci,
 )
+from cactus_core.experiments.scoring import PositionScores
 from cactus_core.experiments.sweep_cache import SweepCache, code_version
 from cactus_core.experiments.sweep_config import (
     BASELINE,
@@ -41,8 +42,8 @@ from cactus_core.experiments.sweep_config import (
     SweepConfig,
     prompt_seed,
 )
-from cactus_core.maths.limit import LimitCurve, LimitSums, limit_sums_per_row
-from cactus_core.maths.rules import DEFAULT_RULE, Rule, lossless_rule
+from cactus_core.maths.limit import LimitCurve, LimitSums
+from cactus_core.maths.rules import DEFAULT_RULE, lossless_rule
 
 if TYPE_CHECKING:
     from cactus_core.engine.models import ModelPair
@@ -151,7 +152,9 @@ class SettingResult:
         if metric == "speedup":
             if self.baseline is None:
                 return mean_ci([])
-            return mean_ci(
+            # Geometric mean over chunks with a log-ratio interval: a ratio's interval must
+            # stay positive (`frontier.ratio_ci`).
+            return ratio_ci(
                 [
                     c.tokens_per_s / b.tokens_per_s
                     for c, b in zip(self.chunks, self.baseline, strict=True)
@@ -427,37 +430,44 @@ def run_chunk(
     rule = lossless_rule() if setting.is_baseline else setting.make_rule()
     # At T = 0 the decoder verifies every rule by exact match; so does the accounting.
     judge = lossless_rule() if config.sampling.greedy else rule
-    probe = _PositionScores(judge) if config.limit and not setting.is_baseline else None
+    probe = None if setting.is_baseline else PositionScores(judge, config.limit)
     # The sweep reads counts and emitted tokens only; the top-N rows a trace can keep are
-    # for the Decode page's inspector.
+    # for the Decode page's inspector. The exact KL is scored by the probe, off the decoding
+    # thread (`scoring`), so the decoder skips its own.
     dec = SpeculativeDecoder(
         pair,
         rule,
         sampling=config.sampling,
         record_trace=False,
+        measure_kl=False,
         probe=probe,
     )
     run = dec.generate_autoregressive if setting.is_baseline else dec.generate
     # The decoder seeds row j with seed + j; chunks are contiguous, so prompt i always gets
     # prompt_seed(seed, i), whatever the chunk size.
-    outs = run(
-        prompts,
-        max_new_tokens=config.max_new_tokens,
-        seed=prompt_seed(config.sampling.seed, idx[0]),
-        chat_template=config.chat_template,
-    )
+    try:
+        outs = run(
+            prompts,
+            max_new_tokens=config.max_new_tokens,
+            seed=prompt_seed(config.sampling.seed, idx[0]),
+            chat_template=config.chat_template,
+        )
+    finally:
+        if probe is not None:
+            probe.finish()
     stats = outs[0].stats
-    # The exact-KL bookkeeping and the probe (record_s) are the lab's instrumentation, not
-    # decoding work.
+    # The probe's hand-off (record_s) is the lab's instrumentation, not decoding work.
     wall = stats.wall_s - stats.record_s
-    total = LimitSums.empty() if probe is not None else None
+    total = LimitSums.empty() if probe is not None and config.limit else None
     records = []
     for row, (i, out) in enumerate(zip(idx, outs, strict=True)):
         st = out.stats
         kept = probe.kept(row, out.trace) if probe is not None else []
-        sums = sum((s for s, _ in kept), LimitSums.empty())
         if total is not None:
-            total = total + sums
+            total = total + sum((s for s, _, _ in kept if s is not None), LimitSums.empty())
+        # The probe's KL runs over exactly the positions the decoder's would (drafted,
+        # decided, token kept); the bonus and verifier-only tokens emit q and add 0.
+        kl_sum = sum(d for _, _, d in kept)
         records.append(
             PromptRecord(
                 index=i,
@@ -466,36 +476,11 @@ def run_chunk(
                 verifier_calls=st.verifier_calls,
                 decided=st.decided_tokens,
                 accepted=st.accepted_tokens,
-                emitted_kl_sum=st.kl_sum,
+                emitted_kl_sum=kl_sum,
                 nll_sum=st.nll_sum,
-                scored=len(kept),
-                # The decoder's KL sum runs over exactly these positions (drafted, decided,
-                # token kept; the bonus position emits q and adds 0), so it is already exact.
-                scored_kl_sum=st.kl_sum if kept else 0.0,
-                expected_accept_sum=sum(e for _, e in kept),
+                scored=len(kept) if config.limit else 0,
+                scored_kl_sum=kl_sum if config.limit else 0.0,
+                expected_accept_sum=sum(e for _, e, _ in kept) if config.limit else 0.0,
             )
         )
     return ChunkRecord(setting, records, wall, total)
-
-
-class _PositionScores:
-    """Decoder probe: per decided position, its one-position limit sums and the rule's exact
-    expected acceptance sum_n p(n)·a(n), kept until the sequence's fate is known."""
-
-    def __init__(self, judge: Rule) -> None:
-        self.judge = judge
-        self.rounds: dict[tuple[int, int], list[tuple[LimitSums, float]]] = {}
-
-    def __call__(self, row: int, rnd: int, p: torch.Tensor, q: torch.Tensor) -> None:
-        a = self.judge.accept_probs_all(p, q, validate=False)
-        expected = (p.double() * a.double()).sum(-1).tolist()
-        self.rounds[(row, rnd)] = list(zip(limit_sums_per_row(p, q), expected, strict=True))
-
-    def kept(self, row: int, trace: Any) -> list[tuple[LimitSums, float]]:
-        """The scores of the row's decided positions whose token was kept (a round cut by EOS
-        or max_new_tokens loses its tail)."""
-        out: list[tuple[LimitSums, float]] = []
-        for rnd in trace.rounds:
-            if rnd.k > 0:
-                out.extend(self.rounds.get((row, rnd.index), [])[: len(rnd.emitted_ids)])
-        return out

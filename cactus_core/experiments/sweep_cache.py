@@ -35,7 +35,13 @@ NUMBERS_VERSION = 1
 _PACKAGE = Path(__file__).resolve().parents[1]
 # The sources whose code decides a chunk's numbers: every rule and all the maths, the engine
 # (models, decoder, caches, sampling of rows) and the sweep's own accounting.
-NUMBERS_SOURCES = ("maths", "engine", "experiments/sweep.py", "experiments/sweep_config.py")
+NUMBERS_SOURCES = (
+    "maths",
+    "engine",
+    "experiments/sweep.py",
+    "experiments/sweep_config.py",
+    "experiments/scoring.py",
+)
 
 
 class CacheWarning(UserWarning):

@@ -1,0 +1,59 @@
+"""AppTest of the Decode page's compact frontier: shown before anything is generated, the
+marker follows the parameter with no decoding, and a run adds its point and its own curve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_app_decode import decode_page, generate
+
+from cactus_core.app.reference_view import answer_budget, compact_frontier, marker
+from cactus_core.experiments.reference import load_reference
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tiny_pair_dirs) -> tuple[str, str]:
+    return str(tiny_pair_dirs[0]), str(tiny_pair_dirs[1])
+
+
+def _traces(at) -> dict[str, dict]:
+    chart = next(c for c in at.get("plotly_chart") if "dec_frontier" in c.proto.id)
+    return {t.get("name"): t for t in json.loads(chart.proto.spec)["data"]}
+
+
+def test_marker_moves_with_delta_and_a_run_adds_its_point(pair_dirs, monkeypatch, tmp_path):
+    log = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("CACTUS_LAB_TIMING_LOG", str(log))
+    at = decode_page(pair_dirs)
+    traces = _traces(at)
+    assert {"limit", "current setting", f"{DEFAULT_RULE} (estimated)"} <= set(traces)
+    assert f"{LOSSLESS_RULE} (measured)" in traces
+    before = traces["current setting"]["x"][0], traces["current setting"]["y"][0]
+    assert "this run" not in traces  # nothing generated yet
+
+    at.slider(key=f"dec_{DEFAULT_RULE}_delta").set_value(2.5).run()
+    assert not at.exception
+    after = _traces(at)["current setting"]
+    assert (after["x"][0], after["y"][0]) != before
+    assert "dec_run_counter" not in at.session_state  # the move decoded nothing
+    assert log.read_text().count("decode_marker") >= 2
+
+    generate(at, open_rounds=False)
+    traces = _traces(at)
+    assert "this run" in traces and "this run's positions (estimated)" in traces
+
+
+def test_marker_and_budget_answer_on_the_shipped_reference():
+    part = load_reference().for_top_p(1.0)
+    assert part is not None
+    low = marker(part, DEFAULT_RULE, {"delta": 0.0})
+    high = marker(part, DEFAULT_RULE, {"delta": 3.0})
+    assert low[0] <= high[0] and low[1] <= high[1] + 1e-9
+    fig = compact_frontier(part, DEFAULT_RULE, {"delta": 1.0})
+    assert any(t.name == "current setting" for t in fig.data)
+    ans = answer_budget(part, DEFAULT_RULE, 0.05)
+    assert ans.param == "delta" and ans.value >= 0
+    with pytest.raises(ValueError, match="no parameter"):
+        answer_budget(part, LOSSLESS_RULE, 0.05)

@@ -1,0 +1,64 @@
+"""The shipped reference sweep: its provenance, its coverage, its identity with the embedded
+pair, and the builder that regenerates it (on the tiny pair)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cactus_core.experiments import reference as ref
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.maths.rules import RULES
+
+
+@pytest.fixture(scope="module")
+def shipped() -> ref.Reference:
+    return ref.load_reference()
+
+
+def test_provenance_and_size(shipped: ref.Reference) -> None:
+    p = shipped.provenance
+    for key in ("command", "commit", "model", "date", "prompts"):
+        assert p[key], key
+    assert p["command"].startswith(ref.REFERENCE_COMMAND)
+    assert "verifier=" in p["model"] and "draft=" in p["model"] and "#" in p["model"]
+    assert ref.REFERENCE_FILE.stat().st_size <= 5 * 2**20
+    assert "Reference sweep" in shipped.caption()
+
+
+def test_every_rule_both_top_p_with_the_limit(shipped: ref.Reference) -> None:
+    assert sorted(shipped.sweeps) == sorted(ref.REFERENCE_TOP_P)
+    for top_p, sweep in shipped.sweeps.items():
+        assert sweep.limit is not None and sweep.estimate is not None
+        assert set(sweep.estimate.curves) == set(RULES)
+        for name, cls in RULES.items():
+            rows = sweep.rule_rows(name)
+            want = 1 if cls.swept() is None else ref.MIN_SETTINGS_PER_RULE
+            assert len(rows) >= want, (top_p, name)
+            assert all(math.isfinite(r["tokens_per_call"]) for r in rows), (top_p, name)
+
+
+@pytest.mark.slow
+def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
+    """A new draft (or verifier) gives a new identity: regenerate the reference then."""
+    from cactus_core.engine.models import load_pair
+
+    assert load_pair().identity == shipped.model, (
+        f"the shipped reference sweep was made for another pair; run `{ref.REFERENCE_COMMAND}`"
+    )
+
+
+def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(ref, "REFERENCE_MAX_NEW_TOKENS", 6)
+    prompts = ("Tell me about cacti.", "Name three colours.")
+    data = ref.build_reference(tiny_pair, prompts, "test", SweepCache(tmp_path / "cache"))
+    path = ref.write_reference(data, tmp_path / "ref.json.gz")
+    back = ref.load_reference(path)
+    assert back.model == tiny_pair.identity
+    assert back.provenance["prompts"] == 2
+    part = back.for_top_p(0.95)
+    assert part is not None and back.for_top_p(0.5) is None
+    settings = ref.reference_settings()
+    assert len(part.rows) == len(settings) + 1  # and verifier-only
+    assert {s.rule for s in settings} == set(RULES)
