@@ -121,8 +121,8 @@ def comparison_markdown(winners: Sequence[BudgetWinner]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Emitted KLs this close are the same point (a lossless setting's KL is 0 up to rounding).
-_KL_TIE = 1e-9
+# Emitted KLs this close are the same point (a lossless setting's KL is 0 up to float32 rounding).
+_KL_TIE = 1e-6
 
 
 def tokens_at_kl(points: Sequence[RulePoint], kl: float) -> float:

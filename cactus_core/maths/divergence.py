@@ -37,11 +37,6 @@ def entropy(a: torch.Tensor) -> torch.Tensor:
     return -_per_row(_sum_xlogx, a.to(work_dtype(a)))
 
 
-def support_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """p's mass where q > 0: [..., V] x2 -> [...] (q ≥ 0, so sign(q) is the indicator)."""
-    return _per_row(lambda x, buf, y: torch.linalg.vecdot(x, torch.sign(y, out=buf)), p, q)
-
-
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Jensen–Shannon divergence in nats, [..., V] x2 -> [...], in [0, log 2].
 

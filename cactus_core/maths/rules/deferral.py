@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.divergence import js_divergence, support_mass
+from cactus_core.maths.divergence import js_divergence
 from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_, min1_ratio
 from cactus_core.maths.validation import work_dtype
 
@@ -34,10 +34,11 @@ class Deferral(Rule):
         return (self._defers(p, q).to(q.dtype),)
 
     def _target_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        mass = support_mass(p, q).unsqueeze(-1)
+        # in place on one fresh buffer: this runs on the residual row of every verify
+        h = torch.where(q > 0, p, 0.0)  # p on q's support
+        mass = h.sum(-1, keepdim=True)
         defers = stats[0].unsqueeze(-1) * (mass > 0).to(q.dtype)
-        on_support = torch.where(q > 0, p, 0.0) / mass.clamp_min(_TINY)
-        return defers * on_support + (1 - defers) * q
+        return h.mul_(defers / mass.clamp_min(_TINY)).addcmul_(q, 1 - defers)
 
     def _accept(self, qn, pn, stats):
         # deferring: h_n = p_n / mass ≥ p_n on q's support (q_n = 0 is rejected by Rule.accept)
