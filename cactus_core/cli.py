@@ -374,7 +374,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="a .jsonl or .txt prompt file (default: the built-in chat prompts)",
     )
-    p.add_argument("--n-prompts", type=int, default=20, help="use the first N (default 20)")
+    p.add_argument(
+        "--n-prompts",
+        type=int,
+        default=None,
+        help="use the first N (default 20; with --reference all the built-in prompts)",
+    )
     add_sampling_args(p, max_new_tokens=64)
     p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
     p.add_argument(
@@ -435,6 +440,8 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
             raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
         grids[rule.strip()] = parse_grid(rule.strip(), values)
     prompts = _read_prompts(args.prompts) if args.prompts else builtin_prompts()
+    if args.n_prompts is None:
+        args.n_prompts = 20
     if args.n_prompts < 1:
         raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
     check_seed_range(args.seed, min(len(prompts), args.n_prompts))
@@ -485,6 +492,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from cactus_core.experiments.sweep_cache import SweepCache
 
     check_output_path(args.output, "--output")
+    if args.n_prompts is not None and args.n_prompts < 1:
+        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
     prompts = tuple(builtin_prompts()[: args.n_prompts])
     pair = load_pair_from_args(args)
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()

@@ -14,9 +14,13 @@ model of speculative decoding, each drafted position accepted with chance alpha 
 average and decides (1 − alpha^k) / (1 − alpha) positions, so the KL per emitted token is the
 KL per decided position times their ratio (the bonus token is drawn from q and adds none).
 
-It is off-policy: the positions came from one rule's text, and another rule would have written
-other text. It is an estimate, and docs/benchmarks.md measures its error against the shipped
-reference sweep.
+On one run's rows it is off-policy: the positions came from one rule's text, and another rule
+would have written other text (a rule that accepts more writes text on which draft and
+verifier agree more). `from_own_runs` corrects for that where a sweep ran the rule itself: the
+curve at each value blends the curves estimated on the positions of the rule's own runs at the
+two swept values around it, so at a swept value it is on-policy and between them it leans on
+the nearer run. docs/benchmarks.md measures both against the shipped reference sweep, the
+second with each measured value's own run held out.
 
 Rows may be full ([N, V]) or compact: a decode trace keeps the top M entries of p and of q
 per position and a tail (the mass left over). `compact_rows` and `rows_from_trace` turn either
@@ -79,16 +83,17 @@ def compact_rows(
         raise ValueError(f"p and q must both be [N, V], got {tuple(p.shape)}, {tuple(q.shape)}")
     if top_m < 1 or tail_buckets < 1:
         raise ValueError("top_m and tail_buckets must be >= 1")
-    p = p.detach().to("cpu", torch.float64)
-    q = q.detach().to("cpu", torch.float64)
+    p, q = p.detach(), q.detach()
     m = min(top_m, p.shape[1])
     ids = torch.cat([p.topk(m, -1).indices, q.topk(m, -1).indices], -1)  # [N, 2m]
     ids, _ = ids.sort(-1)
     # A repeated id keeps its first copy; the others become zero entries.
     first = torch.ones_like(ids, dtype=torch.bool)
     first[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    kept_p = torch.where(first, p.gather(-1, ids), 0.0)
-    kept_q = torch.where(first, q.gather(-1, ids), 0.0)
+    # Only the kept entries go to float64, not the whole [N, V] rows.
+    first = first.cpu()
+    kept_p = torch.where(first, p.gather(-1, ids).to("cpu", torch.float64), 0.0)
+    kept_q = torch.where(first, q.gather(-1, ids).to("cpu", torch.float64), 0.0)
     return _with_tail(kept_p, kept_q, tail_buckets)
 
 
@@ -159,14 +164,10 @@ class EstimatedCurve:
         ys = getattr(self, field)
         if self.param is None or value is None or len(self.values) == 1:
             return float(ys[0])
-        xs = self.values
-        spec = rule_class(self.rule).swept()
-        if spec is not None and spec.log and xs[0] >= 0:
-            floor = xs[xs > 0].min() if np.any(xs > 0) else 1.0
-            xs = np.log(np.maximum(xs, floor / 10))
-            value = math.log(max(float(value), floor / 10))
+        axis = _ParamAxis(self.rule, self.values)
+        xs = axis(self.values)
         order = np.argsort(xs)
-        return float(np.interp(float(value), xs[order], ys[order]))
+        return float(np.interp(axis(value), xs[order], ys[order]))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "param": self.param}
@@ -192,6 +193,21 @@ _ARRAYS = (
     "limit_acceptance",
     "limit_tokens_per_call",
 )
+
+
+class _ParamAxis:
+    """The scale a rule's parameter is interpolated in: log for a log-spaced parameter (a zero
+    sits a decade below the smallest positive value), linear otherwise."""
+
+    def __init__(self, rule: str, values: np.ndarray) -> None:
+        spec = rule_class(rule).swept()
+        self.log = bool(spec is not None and spec.log and np.nanmin(values) >= 0)
+        positive = values[values > 0]
+        self.floor = float(positive.min()) / 10 if positive.size else 0.1
+
+    def __call__(self, x: Any) -> Any:
+        x = np.asarray(x, dtype=np.float64)
+        return np.log(np.maximum(x, self.floor)) if self.log else x
 
 
 def _json_float(x: float) -> float | None:
@@ -284,13 +300,33 @@ def _curve(
         a, pi = judge.accept_probs_all_and_emitted(p, q, validate=False)
         acc.append(float((p * a.double()).sum(-1).mean()))
         div.append(0.0 if rule.lossless else float(kl(pi.double(), q).mean()))
-    alpha = np.asarray(acc)
-    kl_pos = np.asarray(div)
-    lim = np.asarray([limit.at(x) for x in kl_pos])
+    return _modelled(
+        name,
+        None if spec is None else spec.name,
+        np.asarray(values, dtype=np.float64),
+        np.asarray(acc),
+        np.asarray(div),
+        limit,
+        k,
+    )
+
+
+def _modelled(
+    rule: str,
+    param: str | None,
+    values: np.ndarray,
+    alpha: np.ndarray,
+    kl_pos: np.ndarray,
+    limit: LimitCurve | np.ndarray,
+    k: int,
+) -> EstimatedCurve:
+    """A curve from its per-position means; limit is the limit curve of the rows or, already
+    read off at each kl_pos, the limit acceptances."""
+    lim = np.asarray([limit.at(x) for x in kl_pos]) if isinstance(limit, LimitCurve) else limit
     return EstimatedCurve(
-        rule=name,
-        param=None if spec is None else spec.name,
-        values=np.asarray(values, dtype=np.float64),
+        rule=rule,
+        param=param,
+        values=values,
         acceptance=alpha,
         kl_position=kl_pos,
         kl_token=kl_pos * decided_per_token(alpha, k),
@@ -298,6 +334,94 @@ def _curve(
         limit_acceptance=lim,
         limit_tokens_per_call=tokens_per_call(lim, k),
     )
+
+
+# ------------------------------------------------------------------------------ own runs
+
+# The per-position means a curve is made of; the other fields are modelled from them.
+_MEANS = ("acceptance", "kl_position", "limit_acceptance")
+
+# One run of a rule: its swept parameter's value (None for a rule without one) and the rule's
+# curve estimated on the positions that run decoded.
+OwnRun = tuple[float | None, EstimatedCurve]
+
+
+def pool_curves(
+    curves: Sequence[EstimatedCurve], weights: Sequence[float], k: int
+) -> EstimatedCurve:
+    """One rule's curves on several sets of positions (a sweep's chunks) as one: the
+    per-position means weighted by each set's positions (the limit acceptance too, which is
+    then an average of limits rather than the limit of the pooled rows)."""
+    if not curves or len(curves) != len(weights):
+        raise ValueError("need one weight per curve, and at least one curve")
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    first = curves[0]
+    means = {f: sum(wi * getattr(c, f) for wi, c in zip(w, curves, strict=True)) for f in _MEANS}
+    return _modelled(
+        first.rule,
+        first.param,
+        first.values,
+        means["acceptance"],
+        means["kl_position"],
+        means["limit_acceptance"],
+        k,
+    )
+
+
+def own_runs_at(runs: Sequence[OwnRun], value: float | None) -> dict[str, float]:
+    """The per-position means (`_MEANS`) at `value` from a rule's own runs: a blend of the two
+    runs whose values bracket it, each read at `value` on its own curve and weighted by its
+    nearness (in the parameter's scale); the nearest run's curve outside their range."""
+    if not runs:
+        raise ValueError("need at least one run")
+    ordered = sorted(runs, key=lambda r: -math.inf if r[0] is None else r[0])
+    curve = ordered[0][1]
+    if value is None or curve.param is None or len(ordered) == 1:
+        return {f: curve.at(value, f) for f in _MEANS}
+    axis = _ParamAxis(curve.rule, curve.values)
+    xs = [float(axis(v)) for v, _ in ordered]
+    x = float(axis(value))
+    j = int(np.searchsorted(xs, x, side="right")) - 1
+    if j < 0 or j >= len(ordered) - 1:
+        end = ordered[0 if j < 0 else -1][1]
+        return {f: end.at(value, f) for f in _MEANS}
+    w = (x - xs[j]) / (xs[j + 1] - xs[j])
+    lo, hi = ordered[j][1], ordered[j + 1][1]
+    return {f: (1 - w) * lo.at(value, f) + w * hi.at(value, f) for f in _MEANS}
+
+
+def from_own_runs(runs: Sequence[OwnRun], k: int) -> EstimatedCurve:
+    """A rule's curve over the values of its runs' curves, each value from the runs around it
+    (`own_runs_at`): on-policy at every value a run was made at."""
+    curve = runs[0][1]
+    at = [own_runs_at(runs, None if curve.param is None else float(v)) for v in curve.values]
+    means = {f: np.asarray([a[f] for a in at]) for f in _MEANS}
+    return _modelled(
+        curve.rule,
+        curve.param,
+        curve.values,
+        means["acceptance"],
+        means["kl_position"],
+        means["limit_acceptance"],
+        k,
+    )
+
+
+def held_out(runs: Sequence[OwnRun], index: int, k: int) -> dict[str, float]:
+    """What `from_own_runs` would say at run `index`'s value without that run: the honest test
+    of the curve between swept values. Modelled fields included; ValueError for a lone run."""
+    value = runs[index][0]
+    rest = [r for i, r in enumerate(runs) if i != index]
+    if not rest:
+        raise ValueError("a rule with one run has nothing to hold it out against")
+    means = own_runs_at(rest, value)
+    alpha, kl_pos = means["acceptance"], means["kl_position"]
+    return {
+        **means,
+        "kl_token": float(kl_pos * decided_per_token(alpha, k)),
+        "tokens_per_call": float(tokens_per_call(alpha, k)),
+    }
 
 
 def _as(spec: Any, value: float) -> float | int:

@@ -2,9 +2,11 @@
 
 Every rule at the values of its metadata grid (`Param.grid`, at least six), T = 0.7, k = 4,
 top-p 1.0 and 0.95, the built-in prompts, 64 new tokens, with the limit. Per top-p it keeps the
-sweep's rows (each setting's means and 95% intervals), the pooled limit curve, and the
-estimated frontier (`estimate`) from the rows of one traced `sps` run on the same prompts, so
-the Decode page can place any parameter value on its rule's curve. Provenance travels with
+sweep's rows (each setting's means and 95% intervals), the pooled limit curve, and every
+setting's own estimated curve: the rule's curve over 50 values of its parameter on the
+positions that setting's run decoded. Those make the estimated frontier
+(`estimate.from_own_runs`: each value from the runs at the swept values around it), so the
+Decode page can place any parameter value on its rule's curve. Provenance travels with
 it: the command, the commit, the pair's identity (the hashes of both models' weights) and the
 date. `python -m cactus_core sweep --reference` regenerates it; tests/test_reference.py fails
 when the file no longer matches the embedded pair.
@@ -23,12 +25,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cactus_core.experiments.estimate import EstimatedFrontier, estimate_frontier, rows_from_trace
+from cactus_core.experiments.estimate import (
+    EstimatedCurve,
+    EstimatedFrontier,
+    OwnRun,
+    from_own_runs,
+)
 from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig, prompt_seed
+from cactus_core.experiments.sweep_config import Setting, SweepConfig
 from cactus_core.maths.limit import LimitCurve
-from cactus_core.maths.rules import LOSSLESS_RULE, RULES
+from cactus_core.maths.rules import RULES, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
@@ -40,7 +47,7 @@ REFERENCE_TOP_P: tuple[float, ...] = (1.0, 0.95)
 REFERENCE_SAMPLING = SamplingSettings(k=4, temperature=0.7, top_k=0, top_p=1.0, seed=0)
 REFERENCE_MAX_NEW_TOKENS = 64
 MIN_SETTINGS_PER_RULE = 6
-FORMAT = 1
+FORMAT = 2  # 2: every setting's own estimated curve replaces one sps run's estimate
 
 
 def reference_settings() -> tuple[Setting, ...]:
@@ -70,6 +77,7 @@ def reference_configs(prompts: tuple[str, ...]) -> list[SweepConfig]:
             max_new_tokens=REFERENCE_MAX_NEW_TOKENS,
             chunk_size=len(prompts),
             limit=True,
+            own_estimate=True,
         )
         for top_p in REFERENCE_TOP_P
     ]
@@ -80,12 +88,14 @@ def reference_configs(prompts: tuple[str, ...]) -> list[SweepConfig]:
 
 @dataclass(frozen=True)
 class ReferenceSweep:
-    """One top-p's part: the sweep's rows, its limit curve and the estimated frontier."""
+    """One top-p's part: the sweep's rows, its limit curve, each rule's own runs' estimated
+    curves, and the estimated frontier made of them."""
 
     top_p: float
     config: dict[str, Any]
     rows: list[dict[str, Any]]
     limit: LimitCurve | None
+    own_runs: dict[str, list[OwnRun]]
     estimate: EstimatedFrontier | None
     wall_s: float
 
@@ -155,14 +165,27 @@ def _load(path: str, _stamp: int) -> Reference:
 
 
 def _sweep_from_dict(s: dict[str, Any]) -> ReferenceSweep:
-    lim = s.get("limit")
-    est = s.get("estimate")
+    lim = None if s.get("limit") is None else _limit(s["limit"])
+    runs: dict[str, list[OwnRun]] = {}
+    for run in s["own_curves"]:
+        curve = EstimatedCurve.from_dict(run["curve"])
+        runs.setdefault(curve.rule, []).append((run["value"], curve))
+    k = int(s["config"]["k"])
+    estimate = None
+    if lim is not None and runs:
+        estimate = EstimatedFrontier(
+            k=k,
+            positions=int(s["positions"]),
+            curves={rule: from_own_runs(r, k) for rule, r in runs.items()},
+            limit=lim,
+        )
     return ReferenceSweep(
         top_p=float(s["top_p"]),
         config=s["config"],
         rows=s["rows"],
-        limit=None if lim is None else _limit(lim),
-        estimate=None if est is None else EstimatedFrontier.from_dict(est),
+        limit=lim,
+        own_runs=runs,
+        estimate=estimate,
         wall_s=float(s["wall_s"]),
     )
 
@@ -194,27 +217,6 @@ def _commit() -> str:
     return head + ("+uncommitted" if dirty else "")
 
 
-def traced_rows_estimate(pair: ModelPair, config: SweepConfig) -> EstimatedFrontier:
-    """The estimated frontier from one traced sps run on the sweep's prompts and seeds."""
-    import torch
-
-    from cactus_core.engine.decoder import SpeculativeDecoder
-
-    dec = SpeculativeDecoder(pair, LOSSLESS_RULE, sampling=config.sampling)
-    # One batched call: row j is seeded seed + j, the sweep's seeds for these prompts.
-    outs = dec.generate(
-        list(config.prompts),
-        max_new_tokens=config.max_new_tokens,
-        seed=prompt_seed(config.sampling.seed, 0),
-        chat_template=config.chat_template,
-    )
-    rows = [rows_from_trace(out.trace) for out in outs]
-    width = max(p.shape[1] for p, _ in rows)
-    p = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p, _ in rows])
-    q = torch.cat([torch.nn.functional.pad(q, (0, width - q.shape[1])) for _, q in rows])
-    return estimate_frontier(p, q, config.sampling.k)
-
-
 def build_reference(
     pair: ModelPair,
     prompts: tuple[str, ...],
@@ -222,13 +224,12 @@ def build_reference(
     cache: SweepCache | None = None,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the reference sweeps (cached chunk by chunk) and the traced sps runs; the dict
-    that `write_reference` stores."""
+    """Run the reference sweeps (cached chunk by chunk); the dict that `write_reference`
+    stores."""
     sweeps = []
     for config in reference_configs(prompts):
         start = time.perf_counter()
         result: SweepResult = run_sweep(pair, config, cache, on_progress)
-        estimate = traced_rows_estimate(pair, config)
         body = json.loads(result.to_json(indent=None))
         sweeps.append(
             {
@@ -236,7 +237,8 @@ def build_reference(
                 "config": body["config"],
                 "rows": body["rows"],
                 "limit": _limit_dict(result),
-                "estimate": estimate.to_dict(),
+                "own_curves": _own_curves(result, config.sampling.k),
+                "positions": sum(r.scored for s in result.settings for r in s.prompts),
                 "wall_s": time.perf_counter() - start,
             }
         )
@@ -254,6 +256,20 @@ def build_reference(
         "seed": s.seed,
     }
     return {"format": FORMAT, "provenance": provenance, "sweeps": sweeps}
+
+
+def _own_curves(result: SweepResult, k: int) -> list[dict[str, Any]]:
+    out = []
+    for res in result.settings:
+        curve = res.own_curve(k)
+        if curve is None:
+            continue
+        spec = rule_class(res.setting.rule).swept()
+        value = (
+            None if spec is None else float(dict(res.setting.params).get(spec.name, spec.default))
+        )
+        out.append({"setting": res.setting.id, "value": value, "curve": curve.to_dict()})
+    return out
 
 
 def _limit_dict(result: SweepResult) -> dict[str, Any] | None:

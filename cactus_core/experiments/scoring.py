@@ -6,6 +6,8 @@ more per position, and done inside the decoder's round it was 25–40% of a swee
 (docs/benchmarks.md, "Faster sweeps"). It needs nothing the next round needs, so the decoder
 hands the rows to a `PositionScores` probe, which scores them on one worker thread while the
 models run the next rounds: torch releases the GIL in both, so on two cores the two overlap.
+With `rows_top_m` it also keeps each position's compact rows (`estimate.compact_rows`), from
+which the sweep estimates the rule's curve on the positions its own run decoded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import torch
 
+from cactus_core.experiments.estimate import compact_rows
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.limit import LimitSums, limit_sums_per_row
 from cactus_core.maths.rules import Rule
@@ -30,12 +33,17 @@ _MAX_PENDING = 8
 class PositionScores:
     """Decoder probe: per decided position, its exact KL(pi ‖ q), the rule's expected
     acceptance and (with `limit`) its one-position limit sums, kept until the sequence's fate
-    is known. Call `finish` when the decoding is over: it waits for the worker and stops it."""
+    is known. Call `finish` when the decoding is over: it waits for the worker and stops it.
+    rows_top_m > 0 also keeps each position's compact (p, q) rows over the union of their
+    top rows_top_m ids and the tail."""
 
-    def __init__(self, judge: Rule, limit: bool) -> None:
+    def __init__(self, judge: Rule, limit: bool, rows_top_m: int = 0) -> None:
         self.judge = judge
         self.limit = limit
+        self.rows_top_m = rows_top_m
         self.rounds: dict[tuple[int, int], list[Score]] = {}
+        # (row, round) -> compact p and q, [decided, 2·rows_top_m + 1] each
+        self.rows: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         # OpenMP's thread count is per thread: a new thread would use every core and spin
         # against the decoding thread, so the worker takes the caller's count.
         self._pool = ThreadPoolExecutor(
@@ -61,6 +69,8 @@ class PositionScores:
             list(limit_sums_per_row(p, q)) if self.limit else [None] * p.shape[0]
         )
         self.rounds[(row, rnd)] = list(zip(sums, expected, div, strict=True))
+        if self.rows_top_m:
+            self.rows[(row, rnd)] = compact_rows(p, q, self.rows_top_m)
 
     def finish(self) -> None:
         """Wait for every submitted round (re-raising a worker's error) and stop the worker."""
@@ -73,8 +83,20 @@ class PositionScores:
     def kept(self, row: int, trace: Any) -> list[Score]:
         """The scores of the row's decided positions whose token was kept (a round cut by EOS
         or max_new_tokens loses its tail). Call after `finish`."""
-        out: list[Score] = []
-        for rnd in trace.rounds:
-            if rnd.k > 0:
-                out.extend(self.rounds.get((row, rnd.index), [])[: len(rnd.emitted_ids)])
-        return out
+        return [s for rnd, n in _decided(trace) for s in self.rounds.get((row, rnd), [])[:n]]
+
+    def kept_rows(self, row: int, trace: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The compact rows of the same positions as `kept` ([N, W] each), or None if none."""
+        kept = [
+            (self.rows[(row, rnd)][0][:n], self.rows[(row, rnd)][1][:n])
+            for rnd, n in _decided(trace)
+            if (row, rnd) in self.rows and n > 0
+        ]
+        if not kept:
+            return None
+        return torch.cat([p for p, _ in kept]), torch.cat([q for _, q in kept])
+
+
+def _decided(trace: Any) -> list[tuple[int, int]]:
+    """(round index, positions whose token was kept) of the trace's drafting rounds."""
+    return [(rnd.index, len(rnd.emitted_ids)) for rnd in trace.rounds if rnd.k > 0]

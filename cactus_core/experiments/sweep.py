@@ -28,6 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from cactus_core.experiments.estimate import (
+    EstimatedCurve,
+    estimate_frontier,
+    pool_curves,
+)
 from cactus_core.experiments.frontier import (
     Estimate,
     dominance_check,
@@ -90,6 +97,9 @@ class ChunkRecord:
     prompts: list[PromptRecord]
     wall_s: float  # the batched generate call only (no scoring)
     limit: LimitSums | None
+    # the rule's estimated curve on this chunk's decided positions (SweepConfig.own_estimate)
+    estimate: EstimatedCurve | None = None
+    estimate_positions: int = 0
 
     @property
     def tokens(self) -> int:
@@ -105,6 +115,8 @@ class ChunkRecord:
             "prompts": [_encode(vars(r)) for r in self.prompts],
             "wall_s": self.wall_s,
             "limit": self.limit.to_dict() if self.limit is not None else None,
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "estimate_positions": self.estimate_positions,
         }
 
     @classmethod
@@ -115,6 +127,8 @@ class ChunkRecord:
             prompts=[PromptRecord(**_decode(r)) for r in d["prompts"]],
             wall_s=float(d["wall_s"]),
             limit=LimitSums.from_dict(d["limit"]) if d["limit"] is not None else None,
+            estimate=EstimatedCurve.from_dict(d["estimate"]) if d.get("estimate") else None,
+            estimate_positions=int(d.get("estimate_positions", 0)),
         )
 
 
@@ -196,6 +210,16 @@ class SettingResult:
     def efficiency(self) -> float:
         lim = self.limit_acceptance
         return self.expected_acceptance / lim if lim > 0 else math.nan
+
+    def own_curve(self, k: int) -> EstimatedCurve | None:
+        """The rule's curve estimated on the positions this setting decoded (its chunks'
+        curves pooled by positions), or None where the sweep kept none."""
+        done = [c for c in self.chunks if c.estimate is not None and c.estimate_positions]
+        if not done:
+            return None
+        if len(done) == 1:
+            return done[0].estimate
+        return pool_curves([c.estimate for c in done], [c.estimate_positions for c in done], k)
 
     def summary(self) -> dict[str, Any]:
         """A flat dict: the setting, each metric's mean and interval, and the limit numbers."""
@@ -363,6 +387,8 @@ def _chunk_payload(
         "limit": config.limit,
         "prompts": [hashlib.sha256(config.prompts[i].encode()).hexdigest() for i in idx],
         "seeds": [prompt_seed(config.sampling.seed, i) for i in idx],
+        # only when set, so chunks of sweeps without it keep their keys
+        **({"own_estimate": True} if config.own_estimate else {}),
     }
 
 
@@ -430,7 +456,12 @@ def run_chunk(
     rule = lossless_rule() if setting.is_baseline else setting.make_rule()
     # At T = 0 the decoder verifies every rule by exact match; so does the accounting.
     judge = lossless_rule() if config.sampling.greedy else rule
-    probe = None if setting.is_baseline else PositionScores(judge, config.limit)
+    own = config.own_estimate and not setting.is_baseline
+    probe = (
+        None
+        if setting.is_baseline
+        else PositionScores(judge, config.limit, OWN_ESTIMATE_TOP_M if own else 0)
+    )
     # The sweep reads counts and emitted tokens only; the top-N rows a trace can keep are
     # for the Decode page's inspector. The exact KL is scored by the probe, off the decoding
     # thread (`scoring`), so the decoder skips its own.
@@ -483,4 +514,25 @@ def run_chunk(
                 expected_accept_sum=sum(e for _, e, _ in kept) if config.limit else 0.0,
             )
         )
-    return ChunkRecord(setting, records, wall, total)
+    curve, positions = _own_curve(probe, outs, setting, config) if own else (None, 0)
+    return ChunkRecord(setting, records, wall, total, curve, positions)
+
+
+# The top ids of p and of q each kept position keeps for the own-run estimate (as a trace does).
+OWN_ESTIMATE_TOP_M = 128
+
+
+def _own_curve(
+    probe: PositionScores | None, outs: list, setting: Setting, config: SweepConfig
+) -> tuple[EstimatedCurve | None, int]:
+    """The setting's rule curve on the positions the chunk decoded (and kept), with their
+    count."""
+    assert probe is not None
+    parts = [probe.kept_rows(row, out.trace) for row, out in enumerate(outs)]
+    parts = [x for x in parts if x is not None]
+    if not parts:
+        return None, 0
+    p = torch.cat([p for p, _ in parts])
+    q = torch.cat([q for _, q in parts])
+    front = estimate_frontier(p, q, config.sampling.k, rules=[setting.rule])
+    return front.curves[setting.rule], int(p.shape[0])

@@ -219,6 +219,9 @@ class SweepConfig:
     chat_template: bool = True
     chunk_size: int = 5
     limit: bool = True  # score every decided position for the limit and the efficiency
+    # also estimate each setting's rule curve on the positions its own run decoded
+    # (`estimate.from_own_runs`); what the shipped reference keeps
+    own_estimate: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -256,6 +259,7 @@ class SweepConfig:
             **self.decoding(),
             "chunk_size": self.chunk_size,
             "limit": self.limit,
+            "own_estimate": self.own_estimate,
             "settings": [s.id for s in self.settings],
             "prompts": list(self.prompts),
         }
