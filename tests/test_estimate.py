@@ -14,6 +14,10 @@ from cactus_core.experiments.estimate import (
     EstimatedFrontier,
     compact_rows,
     decided_per_token,
+    from_own_runs,
+    held_out,
+    own_runs_at,
+    pool_curves,
     rows_from_trace,
     tokens_per_call,
 )
@@ -118,3 +122,75 @@ def test_from_a_decode_trace(tiny_pair) -> None:
     torch.testing.assert_close(q.sum(-1), torch.ones(decided, dtype=torch.float64))
     est = estimate_frontier(p, q, 3, rules=[LOSSLESS_RULE, DEFAULT_RULE], count=4)
     assert math.isfinite(est.curves[DEFAULT_RULE].tokens_per_call[-1])
+
+
+def _own(seeds: tuple[int, ...], rule: str = DEFAULT_RULE) -> list:
+    """One curve per row set, as if each came from a run of `rule` at its own value."""
+    values = (0.1, 0.5, 2.0)
+    return [
+        (values[i], estimate_frontier(*_rows(seed=s), k=4, rules=[rule]).curves[rule])
+        for i, s in enumerate(seeds)
+    ]
+
+
+def test_own_runs_are_on_policy_at_their_values_and_blend_between() -> None:
+    runs = _own((1, 2))
+    (v0, c0), (v1, c1) = runs
+    curve = from_own_runs(runs, k=4)
+    fields = ("acceptance", "kl_position", "limit_acceptance")
+    for f in fields:
+        # At a run's own value, that run's curve alone; beyond the runs, the nearest one.
+        assert curve.at(v0, f) == pytest.approx(c0.at(v0, f), rel=1e-6)
+        assert curve.at(v1, f) == pytest.approx(c1.at(v1, f), rel=1e-6)
+        assert own_runs_at(runs, 0.01)[f] == pytest.approx(c0.at(0.01, f))
+        assert own_runs_at(runs, 3.0)[f] == pytest.approx(c1.at(3.0, f))
+        # Between them, weighted by nearness on the parameter's (log) scale.
+        mid = math.sqrt(v0 * v1)
+        want = 0.5 * c0.at(mid, f) + 0.5 * c1.at(mid, f)
+        assert own_runs_at(runs, mid)[f] == pytest.approx(want)
+        near = math.exp(0.75 * math.log(v0) + 0.25 * math.log(v1))
+        want = 0.75 * c0.at(near, f) + 0.25 * c1.at(near, f)
+        assert own_runs_at(runs, near)[f] == pytest.approx(want)
+    # The modelled fields follow from the blended acceptance, not from blending them.
+    np.testing.assert_allclose(curve.tokens_per_call, tokens_per_call(curve.acceptance, 4))
+    np.testing.assert_allclose(
+        curve.kl_token, curve.kl_position * decided_per_token(curve.acceptance, 4)
+    )
+
+
+def test_held_out_leaves_the_run_out() -> None:
+    runs = _own((1, 2, 3))
+    out = held_out(runs, 1, k=4)
+    want = own_runs_at([runs[0], runs[2]], runs[1][0])
+    for f, v in want.items():
+        assert out[f] == pytest.approx(v)
+    assert out["tokens_per_call"] == pytest.approx(float(tokens_per_call(out["acceptance"], 4)))
+    # An end run is read off its neighbour's curve.
+    assert held_out(runs, 0, k=4)["acceptance"] == pytest.approx(
+        runs[1][1].at(runs[0][0], "acceptance")
+    )
+    with pytest.raises(ValueError, match="one run"):
+        held_out(runs[:1], 0, k=4)
+
+
+def test_a_rule_without_a_parameter_is_its_one_run() -> None:
+    p, q = _rows(seed=4)
+    curve = estimate_frontier(p, q, k=4, rules=[LOSSLESS_RULE]).curves[LOSSLESS_RULE]
+    back = from_own_runs([(None, curve)], k=4)
+    np.testing.assert_allclose(back.acceptance, curve.acceptance)
+    np.testing.assert_allclose(back.tokens_per_call, curve.tokens_per_call)
+
+
+def test_pooled_chunks_are_the_curve_on_all_their_positions() -> None:
+    p, q = _rows(n=40, seed=5)
+    whole = estimate_frontier(p, q, k=4, rules=[DEFAULT_RULE]).curves[DEFAULT_RULE]
+    parts = [
+        estimate_frontier(p[a:b], q[a:b], k=4, rules=[DEFAULT_RULE]).curves[DEFAULT_RULE]
+        for a, b in ((0, 10), (10, 40))
+    ]
+    pooled = pool_curves(parts, [10, 30], k=4)
+    np.testing.assert_allclose(pooled.acceptance, whole.acceptance, rtol=1e-10)
+    np.testing.assert_allclose(pooled.kl_position, whole.kl_position, rtol=1e-10)
+    np.testing.assert_allclose(pooled.tokens_per_call, whole.tokens_per_call, rtol=1e-10)
+    with pytest.raises(ValueError):
+        pool_curves(parts, [1.0], k=4)

@@ -37,6 +37,16 @@ def test_every_rule_both_top_p_with_the_limit(shipped: ref.Reference) -> None:
             want = 1 if cls.swept() is None else ref.MIN_SETTINGS_PER_RULE
             assert len(rows) >= want, (top_p, name)
             assert all(math.isfinite(r["tokens_per_call"]) for r in rows), (top_p, name)
+            # Every measured setting brought its own estimated curve, made on its positions.
+            runs = sweep.own_runs[name]
+            assert sorted(v for v, _ in runs if v is not None) == sorted(
+                r["value"] for r in rows if r["value"] is not None
+            ), (top_p, name)
+            curve = sweep.estimate.curves[name]
+            for value, own in runs:
+                assert curve.at(value, "acceptance") == pytest.approx(
+                    own.at(value, "acceptance")
+                ), (top_p, name, value)
 
 
 @pytest.mark.slow
@@ -62,3 +72,5 @@ def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
     settings = ref.reference_settings()
     assert len(part.rows) == len(settings) + 1  # and verifier-only
     assert {s.rule for s in settings} == set(RULES)
+    assert part.estimate is not None and set(part.estimate.curves) == set(RULES)
+    assert sum(len(r) for r in part.own_runs.values()) == len(settings)

@@ -252,3 +252,28 @@ def test_compare_reads_cactus_front_at_each_other_point(swept):
         for r in rows:
             assert r["a_wins"] == (r["a"] > r["b"])
     assert swept.compare("topk") == {}
+
+
+def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
+    tiny_pair, swept, tmp_path, monkeypatch
+):
+    """With own_estimate, each setting keeps its rule's curve on the positions it decoded; with
+    every id kept (top-M = the vocabulary) it is exact there: at the setting's own value its
+    acceptance and KL are the sweep's exact expectation and KL on the same positions."""
+    import cactus_core.experiments.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "OWN_ESTIMATE_TOP_M", tiny_pair.verifier.config.vocab_size)
+    settings = (Setting.of("interp", alpha=1.0), Setting.of("sps"))
+    config = _config(settings=settings, own_estimate=True, chunk_size=3)
+    result = run_sweep(tiny_pair, config, SweepCache(tmp_path))
+    for res in result.settings:
+        curve = res.own_curve(config.sampling.k)
+        assert curve is not None and curve.rule == res.setting.rule
+        assert sum(c.estimate_positions for c in res.chunks) == sum(r.scored for r in res.prompts)
+        value = dict(res.setting.params).get("alpha")
+        assert curve.at(value, "acceptance") == pytest.approx(res.expected_acceptance, rel=1e-6)
+        assert curve.at(value, "kl_position") == pytest.approx(res.scored_kl, rel=1e-6, abs=1e-9)
+    # A sweep without it keeps none, and the two never share cached chunks.
+    assert all(s.own_curve(4) is None for s in swept.settings)
+    plain = run_sweep(tiny_pair, replace(config, own_estimate=False), SweepCache(tmp_path))
+    assert plain.computed_chunks == len(plain.config.chunks()) * (len(settings) + 1)

@@ -2,9 +2,9 @@
 compact frontier with its marker, a run's own estimated curve, and the Frontier page's answer
 to "which setting keeps emitted KL ≤ X?" read off the reference's measured curve.
 
-The marker sits on the rule's estimated curve (`experiments.estimate`, from the reference's
-traced sps rows), which covers every parameter value; the reference's measured points are
-drawn beside it, so the gap between the two is in view.
+The marker sits on the rule's estimated curve (`experiments.estimate.from_own_runs`, from the
+positions of the reference's own runs of that rule), which covers every parameter value; the
+reference's measured points are drawn beside it, so the gap between the two is in view.
 """
 
 from __future__ import annotations

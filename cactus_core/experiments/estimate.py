@@ -392,15 +392,18 @@ def own_runs_at(runs: Sequence[OwnRun], value: float | None) -> dict[str, float]
 
 
 def from_own_runs(runs: Sequence[OwnRun], k: int) -> EstimatedCurve:
-    """A rule's curve over the values of its runs' curves, each value from the runs around it
-    (`own_runs_at`): on-policy at every value a run was made at."""
+    """A rule's curve over the values of its runs' curves and the runs' own values, each value
+    from the runs around it (`own_runs_at`): on-policy at every value a run was made at."""
     curve = runs[0][1]
-    at = [own_runs_at(runs, None if curve.param is None else float(v)) for v in curve.values]
+    values = curve.values
+    if curve.param is not None:
+        values = np.unique(np.concatenate([values, [float(v) for v, _ in runs if v is not None]]))
+    at = [own_runs_at(runs, None if curve.param is None else float(v)) for v in values]
     means = {f: np.asarray([a[f] for a in at]) for f in _MEANS}
     return _modelled(
         curve.rule,
         curve.param,
-        curve.values,
+        values,
         means["acceptance"],
         means["kl_position"],
         means["limit_acceptance"],

@@ -38,7 +38,41 @@ def _one_hot(ids: torch.Tensor, v: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.nn.functional.one_hot(ids, v).to(dtype)
 
 
-class TAS(Rule):
+class _QThreshold(Rule):
+    """Accept n iff q_n passes the position's threshold (`position_stats()[0]`); a rejection
+    draws from the normalised `residual_weights`. Subclasses set the threshold, the test and
+    the residual."""
+
+    needs_rows = True
+
+    @staticmethod
+    def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+        # q_n > 0 as well: at T = 0 the k-th largest q is 0, and the rule must stay exact match
+        return (q >= threshold) & (q > 0)
+
+    def _accept(self, qn, pn, stats):
+        return self._passes(qn, stats[0]).to(qn.dtype)
+
+    def _accept_all(self, p, q, stats):
+        return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
+
+    def _target(self, q, p, n, qn, pn, stats):
+        drafted = _one_hot(n, q.shape[-1], q.dtype)
+        w = self.residual_weights(q, p, n, qn, pn, stats)
+        passes = self._passes(qn, stats[0]).unsqueeze(-1)
+        return torch.where(passes, drafted, w / w.sum(-1, keepdim=True))
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
+        p, q = p.to(dtype), q.to(dtype)
+        stats = self.position_stats(q, p)
+        keep = self.accept_all(p, q, stats)
+        rejected = (p * (1 - keep)).sum(-1, keepdim=True)
+        w = self.residual_weights(q, p, None, None, None, stats)
+        return p * keep + rejected * w / w.sum(-1, keepdim=True)
+
+
+class TAS(_QThreshold):
     """Typical acceptance: accept n iff q_n > min(epsilon, alpha·exp(−H(q))); on rejection
     emit argmax q."""
 
@@ -46,7 +80,6 @@ class TAS(Rule):
     description = "typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))"
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
     guarantee = "none on the divergence; a rejection emits argmax q"
-    needs_rows = True
     params_spec = (
         Param(
             "epsilon",
@@ -75,29 +108,15 @@ class TAS(Rule):
         threshold = self.params["alpha"] * torch.exp(-entropy(q))
         return (torch.clamp_max(threshold, self.params["epsilon"]).to(q.dtype),)
 
-    def _accept(self, qn, pn, stats):
-        return (qn > stats[0]).to(qn.dtype)
-
-    def _target(self, q, p, n, qn, pn, stats):
-        drafted = _one_hot(n, q.shape[-1], q.dtype)
-        passes = (qn > stats[0]).unsqueeze(-1)
-        return torch.where(passes, drafted, self.residual_weights(q, p, n, qn, pn, stats))
+    @staticmethod
+    def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+        return q > threshold
 
     def residual_weights(self, q, p, n, qn, pn, stats):
         return _one_hot(q.argmax(-1), q.shape[-1], q.dtype)
 
-    def _accept_all(self, p, q, stats):
-        return (q > stats[0].unsqueeze(-1)).to(q.dtype)
 
-    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
-        p, q = p.to(dtype), q.to(dtype)
-        keep = self.accept_all(p, q, self.position_stats(q, p))
-        rejected = (p * (1 - keep)).sum(-1, keepdim=True)
-        return p * keep + rejected * _one_hot(q.argmax(-1), q.shape[-1], dtype)
-
-
-class TopK(Rule):
+class TopK(_QThreshold):
     """Accept n iff q_n > 0 and q_n is at least the k_top-th largest q (ties all pass); on
     rejection sample normalise(max(0, 1[passes] − p))."""
 
@@ -105,7 +124,6 @@ class TopK(Rule):
     description = "accept a draft in q's top k_top"
     citation = "a common lossy baseline: top-k membership under the verifier"
     guarantee = "emits only tokens in q's top k_top"
-    needs_rows = True
     params_spec = (
         Param(
             "k_top",
@@ -128,39 +146,13 @@ class TopK(Rule):
     def position_stats(self, q, p):
         return (kth_largest(q, min(int(self.params["k_top"]), q.shape[-1])),)
 
-    @staticmethod
-    def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-        # q_n > 0 as well: at T = 0 the k-th largest q is 0, and the rule must stay exact match
-        return (q >= threshold) & (q > 0)
-
-    def _accept(self, qn, pn, stats):
-        return self._passes(qn, stats[0]).to(qn.dtype)
-
-    def _target(self, q, p, n, qn, pn, stats):
-        drafted = _one_hot(n, q.shape[-1], q.dtype)
-        w = self.residual_weights(q, p, n, qn, pn, stats)
-        r = w / w.sum(-1, keepdim=True)
-        return torch.where(self._passes(qn, stats[0]).unsqueeze(-1), drafted, r)
-
     def residual_weights(self, q, p, n, qn, pn, stats):
         inside = self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
         # no mass only if the draft is certain of the one passing token (never rejected then)
         return fallback_((inside - p).clamp_min_(0.0), inside)
 
-    def _accept_all(self, p, q, stats):
-        return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
 
-    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
-        p, q = p.to(dtype), q.to(dtype)
-        stats = self.position_stats(q, p)
-        keep = self.accept_all(p, q, stats)
-        rejected = (p * (1 - keep)).sum(-1, keepdim=True)
-        w = self.residual_weights(q, p, None, None, None, stats)
-        return p * keep + rejected * w / w.sum(-1, keepdim=True)
-
-
-class RelaxedTopK(Rule):
+class RelaxedTopK(_QThreshold):
     """Relaxed acceptance: accept n for sure when it is among q's K most likely tokens and
     q_n ≥ max q − delta_r; otherwise reject and draw from q itself.
 
@@ -173,7 +165,6 @@ class RelaxedTopK(Rule):
     description = "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
     citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
     guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
-    needs_rows = True
     tunable = True
     params_spec = (
         Param(
@@ -209,26 +200,5 @@ class RelaxedTopK(Rule):
         floor = q.amax(-1) - self.params["delta_r"]
         return (torch.maximum(kth, floor),)
 
-    @staticmethod
-    def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-        return (q >= threshold) & (q > 0)
-
-    def _accept(self, qn, pn, stats):
-        return self._passes(qn, stats[0]).to(qn.dtype)
-
-    def _target(self, q, p, n, qn, pn, stats):
-        drafted = _one_hot(n, q.shape[-1], q.dtype)
-        return torch.where(self._passes(qn, stats[0]).unsqueeze(-1), drafted, q)
-
     def residual_weights(self, q, p, n, qn, pn, stats):
         return q.clone()
-
-    def _accept_all(self, p, q, stats):
-        return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
-
-    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
-        p, q = p.to(dtype), q.to(dtype)
-        keep = self.accept_all(p, q, self.position_stats(q, p))
-        rejected = (p * (1 - keep)).sum(-1, keepdim=True)
-        return p * keep + rejected * q
