@@ -22,6 +22,14 @@ measured here.
 
     PYTHONPATH=. python3 benchmarks/bench_steps.py --costs --device cuda \
         --dtypes float32 bfloat16 --verifier random --json steps.json
+
+With --cache-compare, the decoder's own cache (`SequenceCache.step`) against transformers'
+plain forward with a `DynamicCache`, for 1 and k + 1 new tokens on the embedded verifier (the
+prompt as context), calls interleaved so that a busy machine slows both alike; medians and
+minima per dtype.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --cache-compare \
+        --dtypes float32 bfloat16
 """
 
 from __future__ import annotations
@@ -152,10 +160,10 @@ def cost_models(
         return pair.verifier, pair.draft, pair.feature_draft
     # The loader load_pair uses for the embedded draft: its own trained layers on the
     # verifier's embedding, exactly as decoding runs it.
-    from cactus_core.engine.models import _load_embedded_draft
+    from cactus_core.engine.models import load_embedded_draft
 
     model = random_verifier(device, dtype)
-    draft, _ = _load_embedded_draft(model, dtype)
+    draft, _ = load_embedded_draft(model, dtype)
     feature = None if feature_dir is None else FeatureDraft.load(feature_dir, model, dtype)
     return model, draft, feature
 
@@ -334,9 +342,65 @@ def embedded_cpu() -> None:
         print(f"first traced round, run {run}: {time.perf_counter() - t0:.2f} s")
 
 
+def _interleaved(
+    model: PreTrainedModel, prefix: list[int], width: int, reps: int, warmup: int
+) -> tuple[list[float], list[float]]:
+    """Times (ms) of `width` new tokens through the decoder's cache and through a plain
+    DynamicCache forward, the two calls alternating."""
+    from transformers import DynamicCache
+
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ours = SequenceCache(model, vocab)
+    ours.prefill([prefix])
+    plain = DynamicCache()
+    model(input_ids=torch.tensor([prefix]), cache=plain, use_cache=True, logits_to_keep=1)
+    ids = torch.arange(200, 200 + width)[None]
+
+    def own() -> None:
+        ours.step(ids, None, width)
+        ours.keep([len(prefix)])
+
+    def hf() -> None:
+        model(input_ids=ids, cache=plain, use_cache=True, logits_to_keep=width)
+        plain.crop(-width)
+
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(warmup):
+        own(), hf()
+    for _ in range(reps):
+        for out, fn in zip(times, (own, hf), strict=True):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def cache_compare(args: argparse.Namespace) -> None:
+    """Interleaved timings: the decoder's cache against a plain DynamicCache forward."""
+    print("| dtype | new tokens | decoder's cache: median (min) | DynamicCache forward | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for name in args.dtypes:
+        pair = load_pair(device="cpu", dtype=getattr(torch, name))
+        prefix = pair.encode_prompt(PROMPT)
+        for width in (1, args.k + 1):
+            own, hf = _interleaved(pair.verifier, prefix, width, args.reps, args.warmup)
+            o, h = statistics.median(own), statistics.median(hf)
+            print(
+                f"| {name} | {width} | {o:.1f} ({min(own):.1f}) ms | "
+                f"{h:.1f} ({min(hf):.1f}) ms | {o / h:.2f} |",
+                flush=True,
+            )
+        gc.collect()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--costs", action="store_true", help="only the step costs (options below)")
+    ap.add_argument(
+        "--cache-compare",
+        action="store_true",
+        help="the decoder's cache against a plain DynamicCache forward (--dtypes, --k, --reps)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=("float32", "bfloat16"))
     ap.add_argument(
@@ -356,6 +420,10 @@ def main() -> None:
     ap.add_argument("--alpha-feature", type=float, help="acceptance of the feature draft")
     ap.add_argument("--json", metavar="PATH", help="also write the --costs results as JSON")
     args = ap.parse_args()
+    if args.cache_compare:
+        torch.set_num_threads(args.threads)
+        cache_compare(args)
+        return
     if not args.costs:
         embedded_cpu()
         return

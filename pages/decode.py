@@ -97,7 +97,8 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
     st.caption(
         "Circles: the reference sweep's measured settings; line: the rule's curve estimated from "
-        "the reference's recorded positions; ring: the current setting."
+        "the positions of the reference's own runs of this rule (at a measured setting, that "
+        "run's own; between two, a blend of both); ring: the current setting."
         + (" ×: your last run; dashed: the curve estimated from its own positions." if run else "")
         + (f" {note}" if note else "")
     )

@@ -54,3 +54,34 @@ def test_sampling_runs_and_traces(pair):
     assert 0 < len(out.token_ids) <= 24
     assert out.stats.mean_emitted_kl >= 0
     assert out.trace.rounds[0].positions[0].q_ids
+
+
+def _ulp(x: float, mantissa_bits: int) -> float:
+    """The spacing of floats with this many stored mantissa bits at x (bfloat16: 7)."""
+    return 2.0 ** (torch.tensor(abs(x)).log2().floor().item() - mantissa_bits)
+
+
+def test_bfloat16_greedy_differs_from_the_verifier_s_only_at_a_rounding_tie():
+    """In bfloat16 a k + 1-column verify forward and a 1-column forward round differently, and
+    the logits themselves are bfloat16 (steps of 1/8 at 16–32), so two tokens can tie. The
+    greedy run must equal the verifier's own autoregressive greedy run up to the first such
+    tie: where they first differ, both tokens are within one bfloat16 step of the top logit of
+    a plain forward over the common prefix."""
+    from cactus_core.engine.models import load_pair
+
+    pair16 = load_pair(device="cpu", dtype=torch.bfloat16)
+    dec = SpeculativeDecoder(pair16, make_rule("sps"), k=4, temperature=0.0, record_trace=False)
+    for prompt in builtin_prompts()[:6]:
+        spec = dec.generate(prompt, max_new_tokens=64, seed=0).token_ids
+        own = dec.generate_autoregressive(prompt, max_new_tokens=64, seed=0).token_ids
+        first = next((j for j, (a, b) in enumerate(zip(spec, own, strict=False)) if a != b), None)
+        if first is None:
+            assert spec == own
+            continue
+        prefix = pair16.encode_prompt(prompt) + own[:first]
+        with torch.inference_mode():
+            logits = pair16.verifier(input_ids=torch.tensor([prefix])).logits[0, -1].float()
+        top = float(logits.max())
+        step = _ulp(top, 7)
+        for token in (spec[first], own[first]):
+            assert top - float(logits[token]) <= step, (prompt, first, top, float(logits[token]))

@@ -229,7 +229,7 @@ def _load_pair(verifier, draft, dev, dt, cache: Path, trust: bool, policy) -> Mo
                 f"the embedded draft uses SmolLM2's tokenizer, but the verifier {v.name!r} has a "
                 "different one; pass a draft that shares the verifier's tokenizer"
             )
-        d_model, d_name = _load_embedded_draft(v_model, dt)
+        d_model, d_name = load_embedded_draft(v_model, dt)
         d = _Loaded(d_model, v.tok, d_name, weights_digest(DRAFT_DIR, cache), None)
     else:
         d = _load_any(draft, cache, dt, trust, policy)
@@ -518,7 +518,9 @@ def embedded_draft_name() -> str:
     return f"cactus-draft-{meta['num_hidden_layers']}L (embedded, {digest[:10]})"
 
 
-def _load_embedded_draft(verifier: PreTrainedModel, dtype: torch.dtype):
+def load_embedded_draft(
+    verifier: PreTrainedModel, dtype: torch.dtype
+) -> tuple[PreTrainedModel, str]:
     """The draft's own layers from the assets; its embedding and its first
     `cactus_shared_verifier_layers` layers are the verifier's own modules (frozen in training,
     so sharing them is exact and saves their memory)."""
