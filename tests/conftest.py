@@ -135,3 +135,15 @@ def tiny_pair_dirs(tiny_pair: ModelPair, tmp_path_factory) -> tuple[Path, Path]:
         model.save_pretrained(root / role)
         tiny_pair.tokenizer.save_pretrained(root / role)
     return root / "verifier", root / "draft"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless through Playwright, one per browser-test module."""
+    from playwright.sync_api import sync_playwright
+    from streamlit_server import launch_chromium
+
+    with sync_playwright() as pw:
+        b = launch_chromium(pw)
+        yield b
+        b.close()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from streamlit_server import launch_chromium, streamlit_app
+from streamlit_server import streamlit_app
 
 pytestmark = pytest.mark.browser
 
@@ -34,16 +34,6 @@ def server(tiny_pair_dirs) -> Iterator[str]:
     ARTIFACTS.mkdir(exist_ok=True)
     with open(ARTIFACTS / "streamlit-server.log", "w") as log, streamlit_app(env, log) as app:
         yield app.url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 class Session:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import launch_chromium, streamlit_app
+from streamlit_server import streamlit_app
 
 from cactus_core.engine.deployment import (
     ALLOWED_ENV,
@@ -58,16 +58,6 @@ def deployment(tiny_pair_dirs, tmp_path_factory):
     ARTIFACTS.mkdir(exist_ok=True)
     with open(ARTIFACTS / "streamlit-deploy.log", "w") as log, streamlit_app(env, log) as app:
         yield app.url, secrets
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from streamlit_server import launch_chromium, streamlit_app
+from streamlit_server import streamlit_app
 
 pytestmark = pytest.mark.browser
 
@@ -35,16 +35,6 @@ def server(tiny_pair_dirs, tmp_path_factory):
     }
     with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
         yield app.url, root / "timing.jsonl"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 def _fill(page, label: str, value: str) -> None:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from streamlit_server import launch_chromium, streamlit_app
+from streamlit_server import streamlit_app
 from test_browser import ARTIFACTS, Session
 
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
@@ -36,16 +36,6 @@ def server(tiny_pair_dirs) -> Iterator[str]:
         streamlit_app(app_env(tiny_pair_dirs), log) as app,
     ):
         yield app.url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 def step_title(s: Session) -> str:
