@@ -194,3 +194,19 @@ def test_pooled_chunks_are_the_curve_on_all_their_positions() -> None:
     np.testing.assert_allclose(pooled.tokens_per_call, whole.tokens_per_call, rtol=1e-10)
     with pytest.raises(ValueError):
         pool_curves(parts, [1.0], k=4)
+
+
+def test_a_rounding_leftover_is_no_tail() -> None:
+    """p and q disjoint (a truncated q, a draft elsewhere): every draft is rejected and topk
+    spreads its residual over q's passing tokens. A float32 row's leftover mass (~1e-9) must
+    not become a tail token that passes and takes a third of the residual."""
+    p = torch.zeros(1, 50, dtype=torch.float32)
+    q = torch.zeros(1, 50, dtype=torch.float32)
+    p[0, [1, 3]] = torch.tensor([0.1128, 0.8872])
+    q[0, [0, 2]] = torch.tensor([0.0104, 0.9896])
+    pc, qc = compact_rows(p, q, top_m=8)
+    assert float(pc[0, -1]) == 0.0 and float(qc[0, -1]) == 0.0
+    for name in ("topk", "cascade"):
+        full = estimate_frontier(p.double(), q.double(), 4, rules=[name], count=3).curves[name]
+        small = estimate_frontier(pc, qc, 4, rules=[name], count=3).curves[name]
+        np.testing.assert_allclose(small.kl_position, full.kl_position, rtol=1e-6)

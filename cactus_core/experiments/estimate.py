@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 DEFAULT_COUNT = 50  # parameter values per rule
 DEFAULT_TAIL_BUCKETS = 1  # tail buckets per compact row (see the module docstring)
+_ROUNDING = 1e-6  # a compact row's leftover mass up to this is rounding (float32 rows)
 
 
 # ------------------------------------------------------------------------------ the model
@@ -101,7 +102,11 @@ def _with_tail(
     kept_p: torch.Tensor, kept_q: torch.Tensor, buckets: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     def tail(x: torch.Tensor) -> torch.Tensor:
-        left = (1.0 - x.sum(-1, keepdim=True)).clamp_min(0.0)
+        left = 1.0 - x.sum(-1, keepdim=True)
+        # What is left of a row whose kept entries hold all its mass is float32 rounding, not
+        # a tail: kept as mass it would be a token with q > 0, which the threshold and
+        # deferral rules can send all their residual to when p and q are disjoint.
+        left = torch.where(left > _ROUNDING, left, 0.0)
         return (left / buckets).expand(-1, buckets)
 
     p = torch.cat([kept_p, tail(kept_p)], -1)
