@@ -273,7 +273,7 @@ def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
         value = dict(res.setting.params).get("alpha")
         assert curve.at(value, "acceptance") == pytest.approx(res.expected_acceptance, rel=1e-6)
         assert curve.at(value, "kl_position") == pytest.approx(res.scored_kl, rel=1e-6, abs=1e-9)
-    # A sweep without it keeps none, and the two never share cached chunks.
+    # A sweep without it keeps none, and shares only the verifier-only chunks with it.
     assert all(s.own_curve(4) is None for s in swept.settings)
     plain = run_sweep(tiny_pair, replace(config, own_estimate=False), SweepCache(tmp_path))
-    assert plain.computed_chunks == len(plain.config.chunks()) * (len(settings) + 1)
+    assert plain.computed_chunks == len(plain.config.chunks()) * len(settings)

@@ -387,8 +387,9 @@ def _chunk_payload(
         "limit": config.limit,
         "prompts": [hashlib.sha256(config.prompts[i].encode()).hexdigest() for i in idx],
         "seeds": [prompt_seed(config.sampling.seed, i) for i in idx],
-        # only when set, so chunks of sweeps without it keep their keys
-        **({"own_estimate": True} if config.own_estimate else {}),
+        # only where it changes the chunk (not the verifier-only baseline), so chunks of
+        # sweeps without it keep their keys
+        **({"own_estimate": True} if config.own_estimate and not setting.is_baseline else {}),
     }
 
 
