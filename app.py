@@ -12,7 +12,17 @@ import os
 
 import streamlit as st
 
-from cactus_core.app.links import SEED, SOURCES, TEMPERATURE, TOP_K, TOP_P, K, Slider
+from cactus_core.app.links import (
+    EMBEDDED_DRAFT_KEY,
+    EMBEDDED_DRAFT_LABELS,
+    SEED,
+    SOURCES,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    K,
+    Slider,
+)
 from cactus_core.app.settings import (
     AppSettings,
     available_devices,
@@ -22,6 +32,7 @@ from cactus_core.app.settings import (
 )
 from cactus_core.app.tour import tour
 from cactus_core.engine.deployment import DeploymentPolicy, deployment_policy
+from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import CactusBudget, CactusExact
 from cactus_core.maths.sampling import SamplingSettings
 from pages._common import (
@@ -63,7 +74,20 @@ def _pair_widgets(policy: DeploymentPolicy) -> tuple[dict[str, str | None], str 
     missing = None
     if source == CUSTOM and not verifier:
         missing = "enter a verifier (a hub id or a local folder)"
-    return {"verifier": verifier or None, "draft": draft or None}, missing
+    pair: dict[str, str | None] = {"verifier": verifier or None, "draft": draft or None}
+    if source == EMBEDDED:
+        pair["embedded_draft"] = _embedded_draft_widget()
+    return pair, missing
+
+
+def _embedded_draft_widget() -> str:
+    """Which shipped draft the embedded verifier drafts with (EMBEDDED_DRAFTS)."""
+    return st.selectbox(
+        "Draft",
+        EMBEDDED_DRAFT_LABELS,
+        key=EMBEDDED_DRAFT_KEY,
+        help="\n\n".join(f"**{d.label}**: {d.description}" for d in EMBEDDED_DRAFTS),
+    )
 
 
 def _offered_pair(choices: dict[str, str | None]) -> tuple[dict[str, str | None], str | None]:
@@ -73,21 +97,27 @@ def _offered_pair(choices: dict[str, str | None]) -> tuple[dict[str, str | None]
         "Model", list(choices), key="sb_offer_verifier", help="The models this server offers."
     )
     d_label = None
+    embedded = None
     if choices.get(v_label) is not None:
         d_label = st.selectbox(
             "Draft", public_draft_choices(choices), key="sb_offer_draft",
             help="It must share the verifier's tokenizer.",
         )  # fmt: skip
+    else:
+        embedded = _embedded_draft_widget()
     try:
         pick = public_pair(choices, v_label, d_label)
     except ValueError as err:
         return {}, str(err)
-    return {
+    pair = {
         "verifier": pick.verifier,
         "draft": pick.draft,
         "verifier_label": pick.verifier_label,
         "draft_label": pick.draft_label,
-    }, None
+    }
+    if embedded is not None:
+        pair["embedded_draft"] = embedded
+    return pair, None
 
 
 def _slider(spec: Slider, help: str | None = None) -> float:

@@ -270,6 +270,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         default_rows,
         markdown_table,
         paired_ratio,
+        position_table,
         run_bench,
     )
 
@@ -314,6 +315,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["tables"][str(top_p)] = summaries
         print(f"\n### top-p {top_p:g}\n")
         print(markdown_table(summaries, args.c))
+        by_position = position_table(summaries)
+        if by_position:
+            print(f"\n{by_position}")
         ours = paired_ratio(summaries, LOSSLESS_RULE, HF_ASSISTED)
         if ours is not None:
             print(

@@ -20,6 +20,7 @@ from cactus_core.app import links
 from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings, param_value, rules_markdown
 from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, ModelLoadError, deployment_policy
+from cactus_core.engine.embedded_drafts import embedded_draft
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param
 
 if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
@@ -76,9 +77,14 @@ def warm_label(s: AppSettings) -> str | None:
 _PAIRS: PairCache[ModelPair] = PairCache(max_entries=2)
 
 
-def _load_pair(verifier: str | None, draft: str | None, device: str) -> ModelPair:
+def _load_pair(
+    verifier: str | None, draft: str | None, device: str, embedded: str | None
+) -> ModelPair:
+    """`AppSettings.pair_key`'s pair; `embedded`: the embedded verifier's draft, by label."""
     from cactus_core.engine.models import load_pair
 
+    if verifier is None and embedded is not None:
+        return load_pair(device=device, **embedded_draft(embedded).load_kwargs(device))
     return load_pair(verifier=verifier, draft=draft, device=device)
 
 
@@ -103,7 +109,7 @@ def _cached_pair(s: AppSettings) -> ModelPair:
 PRELOAD_ENV = "CACTUS_LAB_PRELOAD"  # "0" turns the start-up load off (the tests do)
 _PRELOAD_LOCK = threading.Lock()
 # pair key -> "running", "done" or "skipped" (no cached conversion, or the load failed)
-_PRELOADS: dict[tuple[str | None, str | None, str], str] = {}
+_PRELOADS: dict[tuple[str | None, str | None, str, str | None], str] = {}
 
 
 def preload_pair(s: AppSettings) -> bool:

@@ -86,7 +86,7 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     except ValueError as err:
         st.caption(f"No reference frontier: {err}")
         return rule_name, rule_params
-    part, note = reference_part(ref, s.sampling)
+    part, note = reference_part(ref, s.sampling, s.on_reference_pair)
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     point = own = None
     if run is not None:

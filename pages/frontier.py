@@ -427,7 +427,7 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
     except ValueError as err:
         st.info(f"No reference sweep is shipped here: {err}")
         return None
-    part, note = reference_part(ref, s.sampling)
+    part, note = reference_part(ref, s.sampling, s.on_reference_pair)
     st.subheader(f"Reference frontier (top-p {part.top_p:g})")
     st.caption(ref.caption() + " Pair: " + ref.model)
     if note:

@@ -230,3 +230,31 @@ def test_measured_speedup_belongs_to_the_run_it_measured(pair_dirs):
     generate(at, open_rounds=False)
     assert _measured_speedup(at) == "–"
     assert not any(v.value.startswith("Speculation is") for v in [*at.warning, *at.success])
+
+
+@pytest.mark.slow
+def test_the_embedded_feature_draft_decodes_on_the_page():
+    """The sidebar's fast embedded choice: the bfloat16 verifier with the shipped feature
+    draft, picked in the sidebar, decodes on the Decode page and names its draft."""
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_NAME
+    from pages import _common
+
+    _common._PAIRS.clear()
+    at = AppTest.from_file(APP, default_timeout=300)
+    set_state(
+        at,
+        sb_source="Embedded pair (offline)",
+        sb_embedded_draft="feature draft, bfloat16",
+        sb_device="cpu",
+        dec_max_new=MAX_NEW,
+    )
+    at.run()
+    at.switch_page("pages/decode.py").run()
+    assert not at.exception
+    generate(at, open_rounds=False)
+    run = at.session_state["decode_run"]
+    assert run.trace.meta["draft"] == FEATURE_DRAFT_NAME
+    assert len(run.output.token_ids) == MAX_NEW
+    # The reference frontier beside the rule is the default pair's, and the page says so.
+    assert any("not on the pair you picked" in c.value for c in at.caption)
+    _common._PAIRS.clear()

@@ -116,7 +116,10 @@ def test_public_sidebar_offers_only_the_allow_list_and_no_text_box(public):
     offered = at.sidebar.selectbox(key="sb_offer_verifier")
     assert offered.options == list(deployment_policy().choices())
     assert offered.value == EMBEDDED_LABEL
+    # The embedded verifier's shipped drafts are offered; a folder of one's own is not.
+    assert len(at.sidebar.selectbox(key="sb_embedded_draft").options) == 2
     offered.set_value("Tiny verifier").run()
+    assert not [b for b in at.sidebar.selectbox if b.key == "sb_embedded_draft"]
     drafts = at.sidebar.selectbox(key="sb_offer_draft")
     assert drafts.options == [EMBEDDED_DRAFT_LABEL, "Tiny verifier", "Tiny draft", "Gone", "Broken"]
     text = _all_text(at)

@@ -169,7 +169,7 @@ def test_speed_comparison_says_plainly_when_slower():
 
 def test_settings_validation():
     s = A.AppSettings()
-    assert s.pair_label == "embedded pair"
+    assert s.pair_label == "embedded pair (3-layer draft, float32)"
     assert s.sampling == SamplingSettings()
     assert s.decoder_kwargs() == {"k": 4, "temperature": 0.7, "top_k": 0, "top_p": 1.0}
     with pytest.raises(ValueError, match="draft needs a verifier"):
@@ -178,6 +178,43 @@ def test_settings_validation():
         A.AppSettings(sampling={"top_p": 0.5})
     with pytest.raises(ValueError, match="top_p"):  # SamplingSettings checks its own fields
         A.AppSettings(sampling=SamplingSettings(top_p=0.0))
+
+
+def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch):
+    from cactus_core.engine import models
+    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
+    from pages import _common
+
+    plain, fast = (A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS)
+    assert plain.pair_key != fast.pair_key  # two loaded pairs, not one
+    assert fast.pair_label == "embedded pair (feature draft, bfloat16)"
+    # A typed pair does not depend on the embedded choice.
+    typed = [
+        A.AppSettings(verifier="v", embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS
+    ]
+    assert typed[0].pair_key == typed[1].pair_key
+    with pytest.raises(ValueError, match="unknown embedded draft"):
+        A.AppSettings(embedded_draft="a 70B draft")
+    seen = []
+    monkeypatch.setattr(models, "load_pair", lambda **kw: seen.append(kw))
+    _common._load_pair(*plain.pair_key)
+    _common._load_pair(*fast.pair_key)
+    _common._load_pair(*typed[1].pair_key)
+    assert seen == [
+        {"device": "cpu", "feature_draft": None, "dtype": "float32"},
+        {"device": "cpu", "feature_draft": FEATURE_DRAFT_DIR, "dtype": "bfloat16"},
+        {"verifier": "v", "draft": None, "device": "cpu"},
+    ]
+
+
+def test_a_public_server_refuses_a_feature_draft_folder_of_its_own(tmp_path):
+    """Only the shipped feature draft loads on a public server (tests/test_decoder_embedded.py
+    loads it there); any other folder is refused before the disk is read."""
+    from cactus_core.engine import models
+    from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, DeploymentPolicy
+
+    with pytest.raises(models.ModelLoadError, match=PUBLIC_LOAD_ERROR):
+        models.load_pair(device="cpu", feature_draft=tmp_path, policy=DeploymentPolicy(public=True))
 
 
 def test_taylor_gap_overshoot_only_when_the_closed_form_exceeds_delta():

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from cactus_core import cli
+from cactus_core.engine.generation import acceptance_by_position
 from cactus_core.engine.trace import Trace
 from cactus_core.experiments.bench import (
     HF_ASSISTED,
@@ -90,6 +91,20 @@ def test_bench_rows_and_table(use_tiny, capsys, tmp_path):
     assert rows[2]["mean_emitted_kl"] >= 0 and rows[1]["mean_emitted_kl"] == 0.0
     assert all(len(r["prompt_tokens_per_s"]) == 2 for r in rows)
     assert f"sps ÷ {HF_ASSISTED}, tokens/s:" in text.out
+    # Where the speculative rows' rounds stop, and what their draft and verify steps cost.
+    assert "| acceptance at 1 | acceptance at 2 |" in text.out
+    sps = rows[1]
+    assert len(sps["acceptance_by_position"]) == 4  # k = 4
+    assert 0 <= sps["acceptance_by_position"][0] <= 1
+    assert sps["draft_ms_per_round"] > 0 and sps["verify_ms_per_round"] > 0
+    assert rows[0]["acceptance_by_position"] == [] and rows[0]["draft_ms_per_round"] is None
+
+
+def test_acceptance_by_position_is_conditional_on_reaching_the_position():
+    # 10 rounds: 4 accepted nothing, 3 one draft, 2 two, 1 all three.
+    assert acceptance_by_position([4, 3, 2, 1]) == [6 / 10, 3 / 6, 1 / 3]
+    assert acceptance_by_position([5, 0, 0]) == [0.0, None]
+    assert acceptance_by_position([]) == []
 
 
 def test_paired_ratio_pools_and_takes_the_median_per_prompt():

@@ -48,6 +48,40 @@ def test_greedy_equals_verifier_greedy(pair, greedy_reference, rule):
     assert sum(o.stats.verifier_calls for o in outs) <= sum(len(r) for r in refs)
 
 
+@pytest.mark.parametrize("rule", ["sps", "cactus", "topk"])
+def test_the_shipped_feature_draft_keeps_greedy_the_verifier_s_own(pair, greedy_reference, rule):
+    """float32, the shipped feature draft, the three prompts as one batch."""
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.feature_drafting import with_feature_draft
+
+    prompts, refs = greedy_reference
+    fpair = with_feature_draft(pair, FEATURE_DRAFT_DIR)
+    dec = SpeculativeDecoder(fpair, make_rule(rule), k=4, temperature=0.0, record_trace=False)
+    outs = dec.generate(prompts, max_new_tokens=64, seed=0)
+    for out, ref in zip(outs, refs, strict=True):
+        assert out.token_ids == ref
+    # The feature draft agrees with greedy more often than not (a random one would not).
+    assert sum(o.stats.new_tokens for o in outs) > 1.5 * sum(o.stats.verifier_calls for o in outs)
+
+
+def test_a_public_server_loads_the_fast_embedded_choice():
+    """The embedded verifier in bfloat16 with the shipped feature draft (the sidebar's second
+    choice), on a public server: the shipped folder is allowed, and it decodes."""
+    from cactus_core.engine.deployment import DeploymentPolicy
+    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_NAME
+    from cactus_core.engine.models import load_pair
+
+    fast = EMBEDDED_DRAFTS[1]
+    pair = load_pair(device="cpu", policy=DeploymentPolicy(public=True), **fast.load_kwargs("cpu"))
+    assert pair.dtype == torch.bfloat16 and pair.feature_draft is not None
+    # Named, never by its folder (a server path)
+    assert pair.feature_draft_name == FEATURE_DRAFT_NAME
+    assert f"feature_draft={FEATURE_DRAFT_NAME}#" in pair.identity
+    dec = SpeculativeDecoder(pair, make_rule("cactus", delta=1.0), k=4, temperature=0.7)
+    out = dec.generate(builtin_prompts()[1], max_new_tokens=24, seed=0)
+    assert 0 < len(out.token_ids) <= 24 and out.stats.tokens_per_call > 1
+
+
 def test_sampling_runs_and_traces(pair):
     dec = SpeculativeDecoder(pair, make_rule("cactus", delta=1.0), k=4, temperature=0.7)
     out = dec.generate(builtin_prompts()[0], max_new_tokens=24, seed=0)

@@ -6,7 +6,7 @@ draft's softmax on the verifier's real features of the committed positions (so t
 the right features); the features fed after each round are exactly the verifier's pre-norm
 states of the committed positions, and the draft's cache rolls back to them; the trace and
 lazy-head settings change nothing; every rule, replay, streaming and the probe run; the pair's
-identity names the draft; batches are refused; the verifier's norm keeps no hook.
+identity names the draft; a batch equals its rows alone; the verifier's norm keeps no hook.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from cactus_core.engine.decoder import SpeculativeDecoder
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.feature_drafting import (
     FeatureDrafter,
+    FeatureDrafters,
     draft_features,
     open_caches,
     with_feature_draft,
@@ -206,21 +207,55 @@ def test_one_token_prompt_and_no_hook_left_behind(feature_pair):
     assert not norm._forward_pre_hooks
 
 
-def test_a_batch_decodes_row_by_row_with_the_batch_coins(feature_pair):
-    """Row i of a batch is prompt i alone with seed + i, as for an independent draft."""
-    dec = SpeculativeDecoder(feature_pair, "sps", k=4, temperature=0.9, record_trace=False)
+@pytest.mark.parametrize("rule", ["sps", "cactus"])
+def test_a_batch_equals_its_rows_alone(feature_pair, rule, monkeypatch):
+    """Row i of a batch is prompt i alone with seed + i, as for an independent draft: the
+    verifier runs batched (right-padded prefill, holes after uneven acceptance), each row's
+    draft reads its own features, and finished rows leave the batch."""
+    dec = SpeculativeDecoder(feature_pair, rule, k=4, temperature=0.9)
+    prompts = [*PROMPTS, "a"]  # prompt lengths differ; "a" is one token with no chat template
+    batch_sizes = []
+    original = FeatureDrafters.propose
+
+    def spy(self, coins, probs):
+        batch_sizes.append(len(self.rows))
+        return original(self, coins, probs)
+
+    monkeypatch.setattr(FeatureDrafters, "propose", spy)
     seen = []
-    outs = dec.generate(PROMPTS, max_new_tokens=16, seed=5, on_round=lambda r, i: seen.append(i))
-    alone = [dec.generate(p, max_new_tokens=16, seed=5 + i) for i, p in enumerate(PROMPTS)]
+    outs = dec.generate(
+        prompts, 24, seed=5, chat_template=False, on_round=lambda r, i: seen.append(i)
+    )
+    alone = [dec.generate(p, 24, seed=5 + i, chat_template=False) for i, p in enumerate(prompts)]
     assert [o.token_ids for o in outs] == [o.token_ids for o in alone]
-    assert sorted(set(seen)) == [0, 1, 2]
+    assert [[r.draft_fates for r in o.trace.rounds] for o in outs] == [
+        [r.draft_fates for r in o.trace.rounds] for o in alone
+    ]
+    assert batch_sizes[0] == 4 and len(set(batch_sizes)) > 1  # rows finished at different rounds
+    assert sum(o.stats.rejected_tokens for o in outs) > 0  # holes after uneven acceptance
     assert seen.count(1) == len(outs[1].trace.rounds)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         dec.generate([PROMPTS[0], " "], max_new_tokens=4)  # every prompt checked first
     plain = dec.generate_autoregressive(PROMPTS[:2], max_new_tokens=8)
     assert [len(o.token_ids) for o in plain] == [8, 8]
-    with pytest.raises(ValueError, match="one prompt at a time"):
-        open_caches(feature_pair, dec.vocab, [[5, 6], [7, 8]], speculative=True)
+
+
+def test_a_padded_prefill_in_pieces_gives_every_row_its_own_features(feature_pair, monkeypatch):
+    """A long padded batch is prefilled in pieces of columns; the drafters still get each
+    row's prefix features, equal to a plain forward over that row alone."""
+    from cactus_core.engine import kv_cache
+
+    monkeypatch.setattr(kv_cache, "MASK_BUDGET", 64)  # pieces of PIECE_MIN columns
+    ids = [list(range(5, 45)), list(range(7, 20))]
+    vocab = SpeculativeDecoder(feature_pair, "sps").vocab
+    verifier, drafters = open_caches(feature_pair, vocab, ids, speculative=True)
+    assert verifier.features.shape[1] == 39
+    for row, tokens in zip(drafters.rows, ids, strict=True):
+        assert row.length == len(tokens) - 1
+    for b, tokens in enumerate(ids):
+        want = prenorm_features(feature_pair.verifier, tokens[:-1])[0]
+        got = verifier.features[b, : len(tokens) - 1]
+        assert torch.allclose(got, want, atol=ATOL)
 
 
 def test_identity_names_the_feature_draft_and_folders_load(tiny_pair, tiny_pair_dirs, tmp_path):

@@ -137,6 +137,24 @@ def test_the_overview_restores_the_sidebar_from_a_link():
     assert at.session_state["settings"].sampling.temperature == 1.1
 
 
+def test_the_sidebar_picks_the_embedded_draft_and_a_link_carries_it():
+    fast = "feature draft, bfloat16"
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update({"embedded_draft": fast})
+    at.run()
+    assert not at.exception
+    box = at.sidebar.selectbox(key="sb_embedded_draft")
+    assert box.options == ["3-layer draft, float32", fast] and box.value == fast
+    s = at.session_state["settings"]
+    assert s.embedded_draft == fast and s.pair_label == f"embedded pair ({fast})"
+    box.set_value("3-layer draft, float32").run()
+    assert at.session_state["settings"].embedded_draft == "3-layer draft, float32"
+    # a typed pair has no embedded draft to pick
+    at.sidebar.radio(key="sb_source").set_value("Hub id or local folder").run()
+    assert not [b for b in at.sidebar.selectbox if b.key == "sb_embedded_draft"]
+    assert restore("", {"embedded_draft": "a 70B draft"}, {}, public=False) == {}
+
+
 @pytest.mark.parametrize("page", PAGES)
 @pytest.mark.parametrize("public", [False, True])
 def test_no_two_settings_share_a_name_in_the_url(page, public):

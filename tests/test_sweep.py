@@ -277,3 +277,19 @@ def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
     assert all(s.own_curve(4) is None for s in swept.settings)
     plain = run_sweep(tiny_pair, replace(config, own_estimate=False), SweepCache(tmp_path))
     assert plain.computed_chunks == len(plain.config.chunks()) * len(settings)
+
+
+def test_a_feature_draft_sweeps_in_batches_with_the_same_text_as_alone(tiny_pair, tmp_path):
+    """A pair with a feature draft sweeps chunk by chunk like any pair (the verifier batched,
+    the draft row by row), and prompt i's text does not depend on its chunk."""
+    from cactus_core.engine.feature_draft import FeatureDraft
+    from cactus_core.engine.feature_drafting import with_feature_draft
+
+    pair = with_feature_draft(tiny_pair, FeatureDraft.tiny_for(tiny_pair.verifier))
+    settings = (Setting.of("sps"), Setting.of("cactus", delta=0.3))
+    batched = run_sweep(pair, _config(settings=settings), SweepCache(tmp_path / "b"))
+    alone = run_sweep(pair, _config(settings=settings, chunk_size=1), SweepCache(tmp_path / "a"))
+    for name in ("sps", "cactus:delta=0.3"):
+        got = batched.get(name)
+        assert [r.text for r in got.prompts] == [r.text for r in alone.get(name).prompts]
+        assert all(r.text for r in got.prompts)

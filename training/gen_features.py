@@ -142,8 +142,17 @@ def main() -> None:
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument(
+        "--prompt-seed",
+        type=int,
+        default=0,
+        help="training.prompts seed: other template picks, sums and order (0: the shipped rounds)",
+    )
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--extra-prompts", action="store_true", help="add training.prompts' EXTRA_FAMILIES"
+    )
     ap.add_argument("--skip", type=Path, nargs="*", default=[], help="skip shards present here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -169,7 +178,7 @@ def main() -> None:
             print(f"{src.name}: {n_tokens} tokens, {el:.0f}s", flush=True)
         return
 
-    prompts = generate_prompts()
+    prompts = generate_prompts(args.prompt_seed, extra=args.extra_prompts)
     for start in range(0, len(prompts), args.batch):
         name = f"shard_{start // args.batch:04d}.pt"
         shard = args.out / name

@@ -340,7 +340,163 @@ COMPARE = [
 ]
 
 
-def generate_prompts(seed: int = 0) -> list[str]:
+# Families added for the later feature-draft rounds (`--extra-prompts`): kinds of request the
+# first prompt list lacked (messages, recipes, plots, trade-offs, how-tos, concepts, plans).
+# Each entry: templates, then the fillers; a prompt takes 2 templates per filler.
+EXTRA_FAMILIES: list[tuple[list[str], list[str]]] = [
+    (
+        [
+            "Write a polite email {x}.",
+            "Draft a short, friendly message {x}.",
+            "Help me write a note {x}.",
+        ],
+        [
+            "to my landlord about a broken heater",
+            "thanking a colleague for their help on a project",
+            "declining an invitation to a meeting",
+            "asking a teacher for more time on an assignment",
+            "to a customer apologising for a late delivery",
+            "inviting the neighbours to a barbecue",
+            "asking a shop for a refund for a faulty kettle",
+            "congratulating a friend on a new job",
+            "asking a professor for a meeting",
+            "reminding my team about a deadline on Monday",
+            "to a hotel asking about late check-in",
+            "welcoming a new member to our book club",
+        ],
+    ),
+    (
+        [
+            "Give me an easy recipe for {x}.",
+            "How do I make {x} at home?",
+            "What ingredients do I need for {x}, and what are the steps?",
+        ],
+        [
+            "an omelette",
+            "tomato soup",
+            "banana bread",
+            "guacamole",
+            "fried rice",
+            "lemonade",
+            "chocolate chip cookies",
+            "hummus",
+            "spaghetti bolognese",
+            "porridge",
+            "a fruit smoothie",
+            "vegetable curry",
+        ],
+    ),
+    (
+        [
+            "Summarise the story of {x} in a few sentences.",
+            "What is {x} about?",
+            "Who are the main characters in {x}, and what happens to them?",
+        ],
+        [
+            "Hamlet",
+            "Cinderella",
+            "The Odyssey",
+            "Frankenstein",
+            "Pride and Prejudice",
+            "Moby-Dick",
+            "Little Red Riding Hood",
+            "The Wizard of Oz",
+            "Alice in Wonderland",
+            "A Christmas Carol",
+            "Macbeth",
+            "Treasure Island",
+        ],
+    ),
+    (
+        [
+            "What are the advantages and disadvantages of {x}?",
+            "Give me a balanced view of {x}.",
+            "Is {x} a good idea? List the arguments on both sides.",
+        ],
+        [
+            "electric cars",
+            "social media for teenagers",
+            "online learning",
+            "living abroad",
+            "owning a dog",
+            "nuclear power",
+            "a four-day work week",
+            "public transport",
+            "homeschooling",
+            "credit cards",
+            "open-plan offices",
+            "self-driving cars",
+        ],
+    ),
+    (
+        [
+            "How do I {x}?",
+            "What is the best way to {x}?",
+            "Give me step-by-step instructions to {x}.",
+        ],
+        [
+            "change a flat tyre on a bicycle",
+            "start a small vegetable garden",
+            "learn a new language quickly",
+            "save money on groceries",
+            "prepare for my first marathon",
+            "make a monthly budget",
+            "clean a laptop keyboard",
+            "train a puppy to sit",
+            "brew a good cup of coffee",
+            "back up the photos on my phone",
+            "paint a room",
+            "memorise a speech",
+        ],
+    ),
+    (
+        [
+            "Explain what {x} is in one paragraph.",
+            "What is {x}, and why is it useful?",
+            "Explain {x} with a simple example.",
+        ],
+        [
+            "recursion",
+            "a hash table",
+            "an API",
+            "a compiler",
+            "a database index",
+            "object-oriented programming",
+            "a queue in programming",
+            "version control",
+            "cloud computing",
+            "machine learning",
+            "a web browser's cache",
+            "an operating system",
+        ],
+    ),
+    (
+        [
+            "Plan a one-day visit to {x} for a first-time tourist.",
+            "What are the best things to see in {x}?",
+            "I have a weekend in {x}. What should I do?",
+        ],
+        [
+            "Paris",
+            "Tokyo",
+            "Rome",
+            "New York",
+            "London",
+            "Barcelona",
+            "Istanbul",
+            "Sydney",
+            "Cairo",
+            "Amsterdam",
+            "Lisbon",
+            "Seoul",
+        ],
+    ),
+]
+
+
+def generate_prompts(seed: int = 0, extra: bool = False) -> list[str]:
+    """The training prompts, shuffled by `seed`; `extra` adds `EXTRA_FAMILIES` (2 templates per
+    filler). seed 0 without extra is the list the shipped rounds were generated from."""
     rng = random.Random(seed)
     out: list[str] = []
     for t in EXPLAIN_TOPICS:
@@ -370,6 +526,11 @@ def generate_prompts(seed: int = 0) -> list[str]:
     for x, y in COMPARE:
         out.append(f"What is the difference between {x} and {y}?")
         out.append(f"Compare {x} and {y}: which is better and why?")
+    if extra:
+        for templates, fillers in EXTRA_FAMILIES:
+            for x in fillers:
+                for tpl in rng.sample(templates, 2):
+                    out.append(tpl.format(x=x))
     bench = set(_benchmark_prompts())
     out = [p for p in dict.fromkeys(out) if p not in bench]
     rng.shuffle(out)

@@ -45,7 +45,12 @@ def shard_index(path: Path) -> int:
 
 
 def load_split(dirs: list[Path], eval_shards: set[int]) -> tuple[list[dict], list[dict]]:
-    """(train, held): held = the records of the shards in eval_shards, in every folder."""
+    """(train, held): held = the records of the shards in eval_shards, in every folder.
+
+    A folder generated with another --prompt-seed orders the prompts differently, so a
+    held-out prompt can sit in one of its training shards: such records are held out too,
+    which keeps every held-out prompt unseen in training.
+    """
     train, held = [], []
     for d in dirs:
         for shard in sorted(d.glob("shard_*.pt")):
@@ -53,6 +58,9 @@ def load_split(dirs: list[Path], eval_shards: set[int]) -> tuple[list[dict], lis
             for r in recs:
                 r["source"] = f"{d.name}/{shard.name}"
             (held if shard_index(shard) in eval_shards else train).extend(recs)
+    held_prompts = {r["prompt"] for r in held}
+    held += [r for r in train if r["prompt"] in held_prompts]
+    train = [r for r in train if r["prompt"] not in held_prompts]
     return train, held
 
 
@@ -254,9 +262,14 @@ def main() -> None:
     sample = torch.cat([r["features"][len(r["prompt_ids"]) :] for r in train[:200]])
     embed_scale = 1 / rms(verifier.get_input_embeddings().weight)
     feature_scale = 1 / rms(sample)
-    draft = FeatureDraft.from_verifier(verifier, head_ids, embed_scale, feature_scale)
+    warm = None
     if args.init_from is not None:
-        draft.load_state_dict(FeatureDraft.load(args.init_from, verifier).state_dict())
+        # The fc was trained on inputs at the saved draft's scales: keep them.
+        warm = FeatureDraft.load(args.init_from, verifier)
+        embed_scale, feature_scale = warm.embed_scale, warm.feature_scale
+    draft = FeatureDraft.from_verifier(verifier, head_ids, embed_scale, feature_scale)
+    if warm is not None:
+        draft.load_state_dict(warm.state_dict())
         print(f"warm start from {args.init_from}", flush=True)
     draft.train()
     params = [p for p in draft.parameters() if p.requires_grad]

@@ -20,6 +20,7 @@ from cactus_core.app.limits import MAX_PROMPT_CHARS
 from cactus_core.app.playground import playground_params
 from cactus_core.app.positions import PRESETS
 from cactus_core.app.settings import DEVICES, EMBEDDED_DRAFT_LABEL
+from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import RULES
 
 Value = str | int | float | bool
@@ -84,22 +85,27 @@ TOP_P = Slider("sb_top_p", "top-p", 0.05, 1.0, 1.0, 0.01)
 K = Slider("sb_k", "k (draft tokens per round)", 1, 12, 4, 1)
 SEED = Slider("sb_seed", "Seed", 0, 2**31 - 1, 0, 1)
 SOURCES = ("Embedded pair (offline)", "Hub id or local folder")
+EMBEDDED_DRAFT_KEY = "sb_embedded_draft"  # the embedded pair's draft (EMBEDDED_DRAFTS)
+EMBEDDED_DRAFT_LABELS = tuple(d.label for d in EMBEDDED_DRAFTS)
 MAX_NAME_URL = 300
 
 
 def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]:
     """The sidebar's settings. A public server names models by the operator's labels only."""
+    embedded = LinkField("embedded_draft", EMBEDDED_DRAFT_KEY, str, choices=EMBEDDED_DRAFT_LABELS)
     if public:
         labels = tuple(offered)
         pair = [
             LinkField("model", "sb_offer_verifier", str, choices=labels),
             LinkField("draft", "sb_offer_draft", str, choices=(EMBEDDED_DRAFT_LABEL, *labels)),
+            embedded,
         ]
     else:
         pair = [
             LinkField("source", "sb_source", str, choices=SOURCES),
             LinkField("verifier", "sb_verifier", str, max_len=MAX_NAME_URL),
             LinkField("draft", "sb_draft", str, max_len=MAX_NAME_URL),
+            embedded,
         ]
     numbers = [
         LinkField("T", TEMPERATURE.key, float, TEMPERATURE.low, TEMPERATURE.high),

@@ -30,21 +30,28 @@ X_LABEL = "emitted KL per token (nats)"
 Y_LABEL = "tokens per verifier call"
 
 
-def reference_part(ref: Reference, sampling: SamplingSettings) -> tuple[ReferenceSweep, str | None]:
+def reference_part(
+    ref: Reference, sampling: SamplingSettings, same_pair: bool = True
+) -> tuple[ReferenceSweep, str | None]:
     """The reference part for these settings (top-p 1 when theirs is not in it) and a note
-    saying how the settings differ from the reference's, if they do."""
+    saying how the settings (and the pair, unless `same_pair`) differ from the reference's."""
     part = ref.for_top_p(sampling.top_p)
-    note = None
+    notes = []
     if part is None:
         part = ref.for_top_p(1.0) or next(iter(ref.sweeps.values()))
+    if not same_pair:
+        notes.append(
+            "The reference was measured on the embedded pair with its default draft in "
+            "float32 on a CPU, not on the pair you picked, so read it as a guide."
+        )
     if not ref.matches(sampling):
         p = ref.provenance
-        note = (
+        notes.append(
             f"The reference was made at T = {p['temperature']:g}, k = {p['k']}, top-k "
             f"{p['top_k']}, top-p {part.top_p:g}; your sampling settings differ, so read it as "
             "a guide."
         )
-    return part, note
+    return part, " ".join(notes) or None
 
 
 def swept_value(rule: str, params: Mapping[str, float | int]) -> float | None:

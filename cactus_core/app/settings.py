@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cactus_core.engine.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
+from cactus_core.engine.load_args import resolve_device
 from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -21,6 +23,8 @@ class AppSettings:
     verifier: str | None = None
     draft: str | None = None
     device: str = "auto"
+    # With the embedded pair (verifier None): which shipped draft, an EMBEDDED_DRAFTS label.
+    embedded_draft: str = DEFAULT_EMBEDDED_DRAFT
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     # What the pages call the models instead of their sources: a public server names them by
     # the operator's labels, so a folder's server path is never shown. None: the sources.
@@ -30,6 +34,7 @@ class AppSettings:
     def __post_init__(self) -> None:
         if self.verifier is None and self.draft is not None:
             raise ValueError("a draft needs a verifier; leave both empty for the embedded pair")
+        embedded_draft(self.embedded_draft)  # ValueError for an unknown label
         if self.device not in DEVICES:
             raise ValueError(f"device must be {', '.join(DEVICES)}, got {self.device!r}")
         if not isinstance(self.sampling, SamplingSettings):
@@ -49,15 +54,28 @@ class AppSettings:
         return {"k": s.k, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
 
     @property
-    def pair_key(self) -> tuple[str | None, str | None, str]:
-        """What identifies a loaded pair: the cache key for the process-wide model cache."""
-        return (self.verifier, self.draft, self.device)
+    def pair_key(self) -> tuple[str | None, str | None, str, str | None]:
+        """What identifies a loaded pair: the cache key for the process-wide model cache (the
+        embedded draft's label only with the embedded verifier)."""
+        embedded = self.embedded_draft if self.verifier is None else None
+        return (self.verifier, self.draft, self.device, embedded)
+
+    @property
+    def on_reference_pair(self) -> bool:
+        """Whether this is the pair the shipped reference sweep was measured on: the embedded
+        verifier in float32 on a CPU with the default draft."""
+        if self.verifier is not None or self.embedded_draft != DEFAULT_EMBEDDED_DRAFT:
+            return False
+        try:
+            return resolve_device(self.device).type == "cpu"
+        except ValueError:  # "cuda" asked for on a machine without one: no pair loads
+            return False
 
     @property
     def pair_label(self) -> str:
         verifier = self.verifier_label or self.verifier
         if verifier is None:
-            return "embedded pair"
+            return f"embedded pair ({self.embedded_draft})"
         draft = self.draft_label or self.draft
         return f"{verifier} + {draft or EMBEDDED_DRAFT_LABEL}"
 

@@ -260,8 +260,6 @@ class SpeculativeDecoder:
         single = isinstance(prompt, str)
         prompts = [prompt] if single else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
-        if speculative and len(rows) > 1 and self.pair.feature_draft is not None:
-            return self._one_by_one(prompts, max_new_tokens, seed, chat_template, on_round)
         events = self._decode(rows, max_new_tokens, speculative)
         while True:
             try:
@@ -272,22 +270,6 @@ class SpeculativeDecoder:
             if on_round is not None:
                 on_round(rnd, row)
         return outputs[0] if single else outputs
-
-    def _one_by_one(
-        self,
-        prompts: list[str],
-        max_new_tokens: int,
-        seed: int,
-        chat_template: bool,
-        on_round: OnRound | None,
-    ) -> list[GenerationOutput]:
-        """A feature draft decodes one sequence at a time; prompt i alone with seed + i meets
-        the coins row i of a batch would (module docstring), so a batch becomes a loop."""
-        outputs = []
-        for i, prompt in enumerate(prompts):
-            hook = None if on_round is None else (lambda rnd, _, i=i: on_round(rnd, i))
-            outputs.append(self._drive(prompt, max_new_tokens, seed + i, chat_template, hook, True))
-        return outputs
 
     def _rows(
         self,

@@ -24,8 +24,13 @@ A round (batch 1):
 
 The rule, the coins, the trace, replay and streaming see an ordinary `Draft` (p [B, k, V] and
 the drafted ids [B, k]), so every rule works unchanged. The draft's head runs at the last row of
-each forward only (`draft_features`). One sequence at a time: `SpeculativeDecoder.generate`
-decodes a batch row by row, row i with seed + i, which meets the coins batch row i would.
+each forward only (`draft_features`).
+
+A batch (`FeatureDrafters`): the verifier runs batched as with any draft (its prefill, its
+verify pass, the holes of uneven acceptance), and the draft runs row by row, each row with its
+own `FeatureDrafter`. The rows' draft caches have different lengths after every round, and a
+draft step costs a few percent of a verifier step, so batching the draft would save little of
+a round and need a second hole-keeping cache.
 """
 
 from __future__ import annotations
@@ -71,6 +76,17 @@ class FeatureCache(SequenceCache):
         super().__init__(model, vocab_size)
         self.norm = final_norm(model)
         self.features: torch.Tensor | None = None
+        self._pieces: list[torch.Tensor] | None = None
+
+    def prefill(self, prefixes: list[list[int]]) -> None:
+        """As `SequenceCache.prefill`; `features` [B, W, D] then holds every column of the
+        right-padded prefixes (a long padded batch is encoded in several pieces)."""
+        self._pieces = []
+        try:
+            super().prefill(prefixes)
+            self.features = torch.cat(self._pieces, 1) if self._pieces else None
+        finally:
+            self._pieces = None
 
     def _forward(self, *args, **kwargs) -> torch.Tensor:
         self.features = None
@@ -86,9 +102,12 @@ class FeatureCache(SequenceCache):
         # closed rounds() iterator) must not leave a hook on the caller's model.
         handle = self.norm.register_forward_pre_hook(capture)
         try:
-            return super()._forward(*args, **kwargs)
+            out = super()._forward(*args, **kwargs)
         finally:
             handle.remove()
+        if self._pieces is not None and self.features is not None:
+            self._pieces.append(self.features)
+        return out
 
 
 class FeatureDrafter:
@@ -150,12 +169,41 @@ class FeatureDrafter:
         new = draft_features(self.draft, features, next_ids, self.cache)[:, -1:]
         return self.draft.logits(new)[:, -1, : self.vocab].float(), new
 
+
+class FeatureDrafters:
+    """The feature draft's state for a batch: one `FeatureDrafter` per row (module docstring:
+    the verifier is batched, the draft is not)."""
+
+    def __init__(self, draft: FeatureDraft, vocab: int, batch: int) -> None:
+        self.rows = [FeatureDrafter(draft, vocab) for _ in range(batch)]
+
+    def prefill(self, tokens: list[list[int]], features: torch.Tensor | None) -> None:
+        """tokens: each row's prompt; features [B, W, D]: the verifier's prefill features of
+        the right-padded prefixes (row b's own are its first len(tokens[b]) - 1 columns)."""
+        for b, (row, ids) in enumerate(zip(self.rows, tokens, strict=True)):
+            own = None if features is None else features[b : b + 1, : len(ids) - 1]
+            row.prefill(ids, own)
+
+    def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Draft:
+        """coins [B, k] -> p [B, k, V] and ids [B, k], row b from its own drafter."""
+        drafts = [row.propose(coins[b : b + 1], probs) for b, row in enumerate(self.rows)]
+        return Draft(
+            probs=torch.cat([d.probs for d in drafts]), ids=torch.cat([d.ids for d in drafts])
+        )
+
+    def feed_round(self, features: torch.Tensor, host: list[HostRound]) -> None:
+        """features [B, k + 1, D]: the verify pass's; row b read its m_b + 1 committed
+        positions [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y]."""
+        for b, (row, h) in enumerate(zip(self.rows, host, strict=True)):
+            ids = torch.tensor([h.emitted_ids], device=features.device)  # [1, m + 1]
+            row.feed(features[b : b + 1, : h.num_accepted + 1], ids)
+
     def keep(self, lengths: list[int]) -> None:
-        """Nothing to roll back here: `feed` cropped the cache when the round's verdict came."""
+        """Nothing to roll back here: `feed_round` cropped every row's cache already."""
 
     def select(self, rows: list[int]) -> None:
-        if rows != [0]:
-            raise ValueError("a feature draft decodes one sequence at a time")
+        """Keep only these batch rows (finished sequences leave the batch)."""
+        self.rows = [self.rows[r] for r in rows]
 
 
 def draft_features(
@@ -184,7 +232,7 @@ def draft_features(
 
 
 # What drafts a round: the independent draft's KV cache, or the feature draft's state.
-Drafter = SequenceCache | FeatureDrafter
+Drafter = SequenceCache | FeatureDrafters
 
 
 def open_caches(
@@ -192,23 +240,17 @@ def open_caches(
 ) -> tuple[SequenceCache, Drafter | None]:
     """The verifier's cache and the drafter (None without speculation), both prefilled with
     every row's tokens but the last. With a feature draft the verifier's cache captures its
-    features and the drafter reads them; it decodes one sequence (ValueError for more:
-    `SpeculativeDecoder.generate` decodes a batch's rows one by one)."""
+    features and the drafter reads them."""
     prefixes = [t[:-1] for t in tokens]
     feature = speculative and pair.feature_draft is not None
-    if feature and len(tokens) > 1:
-        raise ValueError(
-            f"a feature draft decodes one prompt at a time, got a batch of {len(tokens)}; "
-            "decode the prompts one by one"
-        )
     verifier = (FeatureCache if feature else SequenceCache)(pair.verifier, vocab)
     verifier.prefill(prefixes)
     if not speculative:
         return verifier, None
     if feature:
-        drafter = FeatureDrafter(pair.feature_draft, vocab)
-        drafter.prefill(tokens[0], verifier.features)
-        return verifier, drafter
+        drafters = FeatureDrafters(pair.feature_draft, vocab, len(tokens))
+        drafters.prefill(tokens, verifier.features)
+        return verifier, drafters
     draft = SequenceCache(pair.draft, vocab)
     draft.prefill(prefixes)
     return verifier, draft
@@ -217,7 +259,7 @@ def open_caches(
 def propose(draft: Drafter, pending: list[list[int]], coins: torch.Tensor, probs: ProbsFn) -> Draft:
     """The round's draft from either kind of drafter (coins [B, k] -> p [B, k, V], ids [B, k]);
     pending: the tokens an independent draft has not encoded yet (see `draft_tokens`)."""
-    if isinstance(draft, FeatureDrafter):
+    if isinstance(draft, FeatureDrafters):
         return draft.propose(coins, probs)
     return draft_tokens(draft, pending, coins, probs)
 
@@ -226,12 +268,8 @@ def feed_round(draft: Drafter, verifier: SequenceCache, host: list[HostRound]) -
     """After the verify pass: the feature draft reads the verifier's features of the positions
     the round committed, [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y]. An independent
     draft needs nothing here (it encodes the new tokens in its next round's first forward)."""
-    if not isinstance(draft, FeatureDrafter):
-        return
-    (row,) = host
-    m = row.num_accepted
-    ids = torch.tensor([row.emitted_ids], device=verifier.features.device)  # [1, m + 1]
-    draft.feed(verifier.features[:, : m + 1], ids)
+    if isinstance(draft, FeatureDrafters):
+        draft.feed_round(verifier.features, host)
 
 
 def feature_draft_digest(draft: FeatureDraft) -> str:

@@ -5,7 +5,7 @@ of a streaming generation (`DecodeStream`). The metrics follow DESIGN.md's defin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cactus_core.engine.trace import RoundTrace, Trace
@@ -23,6 +23,8 @@ class GenerationStats:
     decided_tokens: int = 0  # drafted tokens that got an accept/reject decision
     accepted_tokens: int = 0
     rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
+    # rounds by m, their accepted drafts: index 0 .. k (speculative rounds only)
+    accepted_histogram: list[int] = field(default_factory=list)
     kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
     nll_sum: float = 0.0  # the verifier's NLL of the emitted tokens (T = 1, nats)
     kl_measured: bool = True
@@ -65,6 +67,16 @@ class GenerationStats:
     def to_dict(self) -> dict[str, Any]:
         derived = ("tokens_per_call", "acceptance_rate", "mean_emitted_kl", "tokens_per_s")
         return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+
+
+def acceptance_by_position(histogram: list[int]) -> list[float | None]:
+    """Acceptance at each draft position j = 1 .. k, given the round got that far: rounds
+    that accepted at least j drafts ÷ rounds that accepted at least j - 1 (None where no round
+    got there). histogram[m]: rounds that accepted m drafts (`accepted_histogram`)."""
+    at_least = [sum(histogram[m:]) for m in range(len(histogram))]  # rounds with >= m accepted
+    return [
+        at_least[j] / at_least[j - 1] if at_least[j - 1] else None for j in range(1, len(histogram))
+    ]
 
 
 @dataclass

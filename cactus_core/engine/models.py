@@ -28,7 +28,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,6 +50,7 @@ from cactus_core.engine.deployment import (
     looks_like_path,
     selected_files,
 )
+from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR, FEATURE_DRAFT_NAME
 from cactus_core.engine.feature_draft import FeatureDraft
 from cactus_core.engine.feature_drafting import feature_draft_digest, with_feature_draft
 from cactus_core.engine.load_args import (
@@ -198,7 +199,7 @@ def load_pair(
         When public, anything off its allow-list is refused before the disk is touched, and
         every error is the same fixed message (`deployment.PUBLIC_LOAD_ERROR`).
     feature_draft: a local folder holding a feature-conditioned draft for this verifier
-        (`FeatureDraft.save`'s format); the decoder then drafts with it, one sequence at a time.
+        (`FeatureDraft.save`'s format); the decoder then drafts with it.
     """
     policy = deployment_policy() if policy is None else policy
     dev = resolve_device(device)
@@ -206,14 +207,17 @@ def load_pair(
     cache = resolve_cache_dir(cache_dir)
     policy.check(verifier)
     policy.check(draft)
-    policy.check(feature_draft)  # a local folder: refused when public unless allow-listed
+    shipped = feature_draft is not None and Path(feature_draft).resolve() == FEATURE_DRAFT_DIR
+    if not shipped:
+        policy.check(feature_draft)  # a local folder: refused when public unless allow-listed
     if policy.public and trust_remote_code:
         raise policy.public_error(ValueError("trust_remote_code=True on a public server"))
     try:
         pair = _load_pair(verifier, draft, dev, dt, cache, bool(trust_remote_code), policy)
         if feature_draft is None:
             return pair
-        return with_feature_draft(pair, Path(feature_draft), cache)
+        pair = with_feature_draft(pair, Path(feature_draft), cache)
+        return replace(pair, feature_draft_name=FEATURE_DRAFT_NAME) if shipped else pair
     except Exception as exc:
         if policy.public:
             raise policy.public_error(exc) from None

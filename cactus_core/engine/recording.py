@@ -170,3 +170,6 @@ def count_draft(st: GenerationStats, h: HostRound) -> None:
     st.decided_tokens += h.decided
     st.accepted_tokens += m
     st.rejected_q_zero += int(m < h.k and h.q_n[m] == 0.0)
+    if len(st.accepted_histogram) <= h.k:
+        st.accepted_histogram += [0] * (h.k + 1 - len(st.accepted_histogram))
+    st.accepted_histogram[m] += 1

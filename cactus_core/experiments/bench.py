@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.generation import acceptance_by_position
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -79,6 +80,10 @@ class RowResult:
     accepted: int = 0
     rejected_q_zero: int = 0
     kl_sum: float = 0.0
+    accepted_histogram: list[int] = field(default_factory=list)  # rounds by accepted drafts
+    rounds: int = 0
+    draft_s: float = 0.0  # drafting, the feature draft's feed included
+    verify_s: float = 0.0
 
     def summary(self, base: RowResult | None, k: int, c: float) -> dict[str, Any]:
         """Times exclude the exact-KL bookkeeping (record_s, a measurement a deployed decoder
@@ -110,6 +115,13 @@ class RowResult:
             "rejected_q_zero_share": self.rejected_q_zero / rejected if rejected else None,
             "modelled_speedup": (tpc / (1 + k * c) if speculative else 1.0) if tpc else None,
             "record_share": record / wall if wall > 0 else 0.0,
+            # Why a speculative row is as fast as it is: where its rounds stop, and what a
+            # round's draft and verify steps cost.
+            "acceptance_by_position": acceptance_by_position(self.accepted_histogram),
+            "draft_ms_per_round": (
+                1e3 * self.draft_s / self.rounds if self.rounds and speculative else None
+            ),
+            "verify_ms_per_round": 1e3 * self.verify_s / self.rounds if self.rounds else None,
             # Per prompt, bookkeeping left out: rows compared prompt by prompt ran back to back,
             # so their ratio is robust to load that changes during a long run.
             "prompt_tokens_per_s": [
@@ -233,6 +245,13 @@ def run_bench(
                 res.rejected_q_zero += st.rejected_q_zero
                 res.kl_sum += st.kl_sum
                 res.record_s.append(st.record_s)
+                res.rounds += st.rounds
+                res.draft_s += st.draft_s
+                res.verify_s += st.verify_s
+                hist = st.accepted_histogram
+                res.accepted_histogram += [0] * (len(hist) - len(res.accepted_histogram))
+                for m, n in enumerate(hist):
+                    res.accepted_histogram[m] += n
             if progress is not None:
                 rate = res.new_tokens[-1] / res.wall_s[-1] if res.wall_s[-1] > 0 else 0.0
                 progress(
@@ -272,4 +291,27 @@ def markdown_table(summaries: list[dict[str, Any]], c: float) -> str:
             f"| {kl_text} | {_fmt(s['rejected_q_zero_share'], '.1%')} "
             f"| {_fmt(s['modelled_speedup'], '.2f')} | {s['record_share']:.1%} of wall |"
         )
+    return head + "\n".join(lines)
+
+
+def position_table(summaries: list[dict[str, Any]]) -> str:
+    """The speculative rows' acceptance at each draft position (given the round got there)
+    and a round's draft and verify time: the two halves of a row's speed."""
+    rows = [s for s in summaries if s.get("acceptance_by_position")]
+    if not rows:
+        return ""
+    k = max(len(s["acceptance_by_position"]) for s in rows)
+    head = (
+        "| row | "
+        + " | ".join(f"acceptance at {j}" for j in range(1, k + 1))
+        + " | draft ms per round | verify ms per round |\n"
+        + "|---" * (k + 3)
+        + "|\n"
+    )
+    lines = []
+    for s in rows:
+        cells = [_fmt(a, ".3f") for a in s["acceptance_by_position"]]
+        cells += ["–"] * (k - len(cells))
+        times = [_fmt(s["draft_ms_per_round"], ".1f"), _fmt(s["verify_ms_per_round"], ".1f")]
+        lines.append(f"| {s['row']} | " + " | ".join(cells + times) + " |")
     return head + "\n".join(lines)

@@ -1,0 +1,63 @@
+"""The ways to run the embedded pair (SmolLM2-135M-Instruct as the verifier): which shipped
+draft drafts for it, and the verifier's dtype on a CPU. The sidebar, the CLI and the docs read
+them from here; `load_pair` takes `choice.load_kwargs(device)`.
+
+Kept free of transformers so that the app's settings can import it at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cactus_core.engine.load_args import resolve_device
+
+FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[1] / "assets" / "feature_draft"
+# What traces and pages call the shipped feature draft (never its folder: a server path).
+FEATURE_DRAFT_NAME = "cactus feature draft (embedded, 1 layer)"
+
+
+@dataclass(frozen=True)
+class EmbeddedDraft:
+    """A shipped draft for the embedded verifier, and the verifier's dtype on a CPU."""
+
+    label: str
+    description: str
+    feature_draft: Path | None  # None: the independent 3-layer draft (assets/draft)
+    cpu_dtype: str  # on CUDA every choice runs in the device's default dtype
+
+    def load_kwargs(self, device: str | torch.device) -> dict[str, Any]:
+        """`load_pair` keywords (feature_draft, dtype) for the embedded verifier on `device`."""
+        on_cpu = resolve_device(device).type == "cpu"
+        return {"feature_draft": self.feature_draft, "dtype": self.cpu_dtype if on_cpu else None}
+
+
+EMBEDDED_DRAFTS = (
+    EmbeddedDraft(
+        "3-layer draft, float32",
+        "An independent 3-layer draft model, and the verifier in float32: the pair the shipped "
+        "reference sweep was measured on.",
+        None,
+        "float32",
+    ),
+    EmbeddedDraft(
+        "feature draft, bfloat16",
+        "An EAGLE-style draft that reads the verifier's own features through one decoder layer, "
+        "and the verifier in bfloat16, where checking 5 tokens costs about what 1 does: the "
+        "fastest speculation on a CPU.",
+        FEATURE_DRAFT_DIR,
+        "bfloat16",
+    ),
+)
+DEFAULT_EMBEDDED_DRAFT = EMBEDDED_DRAFTS[0].label
+
+
+def embedded_draft(label: str) -> EmbeddedDraft:
+    """The `EMBEDDED_DRAFTS` entry with this label (ValueError otherwise)."""
+    for choice in EMBEDDED_DRAFTS:
+        if choice.label == label:
+            return choice
+    names = ", ".join(repr(c.label) for c in EMBEDDED_DRAFTS)
+    raise ValueError(f"unknown embedded draft {label!r}; choose one of {names}")
