@@ -265,14 +265,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from cactus_core.engine.prompts import builtin_prompts
-    from cactus_core.experiments.bench import (
-        HF_ASSISTED,
-        default_rows,
-        markdown_table,
-        paired_ratio,
-        position_table,
-        run_bench,
-    )
+    from cactus_core.experiments.bench import default_rows, report_text, run_bench
 
     prompts = builtin_prompts()
     if args.prompts is not None:
@@ -314,17 +307,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
         report["tables"][str(top_p)] = summaries
         print(f"\n### top-p {top_p:g}\n")
-        print(markdown_table(summaries, args.c))
-        by_position = position_table(summaries)
-        if by_position:
-            print(f"\n{by_position}")
-        ours = paired_ratio(summaries, LOSSLESS_RULE, HF_ASSISTED)
-        if ours is not None:
-            print(
-                f"\n{LOSSLESS_RULE} ÷ {HF_ASSISTED}, tokens/s: {ours['pooled']:.2f}× pooled, "
-                f"{ours['median']:.2f}× median of per-prompt ratios"
-            )
-        sys.stdout.flush()
+        print(report_text(summaries, args.c), flush=True)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)

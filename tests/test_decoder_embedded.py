@@ -95,15 +95,21 @@ def _ulp(x: float, mantissa_bits: int) -> float:
     return 2.0 ** (torch.tensor(abs(x)).log2().floor().item() - mantissa_bits)
 
 
-def test_bfloat16_greedy_differs_from_the_verifier_s_only_at_a_rounding_tie():
+@pytest.mark.parametrize("feature_draft", [False, True], ids=["3-layer", "feature"])
+def test_bfloat16_greedy_differs_from_the_verifier_s_only_at_a_rounding_tie(feature_draft):
     """In bfloat16 a k + 1-column verify forward and a 1-column forward round differently, and
     the logits themselves are bfloat16 (steps of 1/8 at 16–32), so two tokens can tie. The
     greedy run must equal the verifier's own autoregressive greedy run up to the first such
     tie: where they first differ, both tokens are within one bfloat16 step of the top logit of
-    a plain forward over the common prefix."""
+    a plain forward over the common prefix. With either shipped draft."""
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
     from cactus_core.engine.models import load_pair
 
-    pair16 = load_pair(device="cpu", dtype=torch.bfloat16)
+    pair16 = load_pair(
+        device="cpu",
+        dtype=torch.bfloat16,
+        feature_draft=FEATURE_DRAFT_DIR if feature_draft else None,
+    )
     dec = SpeculativeDecoder(pair16, make_rule("sps"), k=4, temperature=0.0, record_trace=False)
     for prompt in builtin_prompts()[:6]:
         spec = dec.generate(prompt, max_new_tokens=64, seed=0).token_ids

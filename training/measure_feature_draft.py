@@ -103,6 +103,13 @@ def main() -> None:
     ap.add_argument("--accept", action="store_true")
     ap.add_argument("--data", type=Path, nargs="+", default=[Path("/work/data/fd/r1")])
     ap.add_argument("--eval-shards", default="3,29")
+    ap.add_argument(
+        "--eval-data",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="measure only these folders' held-out answers (default: all of --data)",
+    )
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--head-sizes", default="", help="also try the head cut to these sizes")
     ap.add_argument("--export-head", type=int, default=0)
@@ -121,7 +128,10 @@ def main() -> None:
         sizes.append(args.export_head)
     train, held = [], []
     if args.accept or sizes:
-        train, held = load_split(args.data, {int(x) for x in args.eval_shards.split(",") if x})
+        eval_shards = {int(x) for x in args.eval_shards.split(",") if x}
+        train, held = load_split(args.data, eval_shards)
+        if args.eval_data is not None:
+            _, held = load_split(args.eval_data, eval_shards)
         print(f"held-out: {len(held)} answers, {sum(len(r['answer_ids']) for r in held)} tokens")
     if sizes:
         score = scores(train, vocab)

@@ -1,6 +1,7 @@
 """The ways to run the embedded pair (SmolLM2-135M-Instruct as the verifier): which shipped
-draft drafts for it, and the verifier's dtype on a CPU. The sidebar, the CLI and the docs read
-them from here; `load_pair` takes `choice.load_kwargs(device)`.
+draft drafts for it, and the verifier's dtype on a CPU. The sidebar's "Draft" choice, its links
+and the tests read them from here; `load_pair(**choice.load_kwargs(device))` loads one (the CLI
+spells the same as `--feature-draft cactus_core/assets/feature_draft --dtype bfloat16`).
 
 Kept free of transformers so that the app's settings can import it at start-up."""
 

@@ -315,3 +315,19 @@ def position_table(summaries: list[dict[str, Any]]) -> str:
         times = [_fmt(s["draft_ms_per_round"], ".1f"), _fmt(s["verify_ms_per_round"], ".1f")]
         lines.append(f"| {s['row']} | " + " | ".join(cells + times) + " |")
     return head + "\n".join(lines)
+
+
+def report_text(summaries: list[dict[str, Any]], c: float) -> str:
+    """What `bench` prints for one table: the rows, the speculative rows by draft position,
+    and sps against transformers' assisted generation when both ran."""
+    parts = [markdown_table(summaries, c)]
+    by_position = position_table(summaries)
+    if by_position:
+        parts.append(by_position)
+    ours = paired_ratio(summaries, LOSSLESS_RULE, HF_ASSISTED)
+    if ours is not None:
+        parts.append(
+            f"{LOSSLESS_RULE} ÷ {HF_ASSISTED}, tokens/s: {ours['pooled']:.2f}× pooled, "
+            f"{ours['median']:.2f}× median of per-prompt ratios"
+        )
+    return "\n\n".join(parts)
