@@ -212,9 +212,13 @@ def test_a_public_server_refuses_a_feature_draft_folder_of_its_own(tmp_path):
     loads it there); any other folder is refused before the disk is read."""
     from cactus_core.engine import models
     from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, DeploymentPolicy
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
 
+    public = DeploymentPolicy(public=True)
     with pytest.raises(models.ModelLoadError, match=PUBLIC_LOAD_ERROR):
-        models.load_pair(device="cpu", feature_draft=tmp_path, policy=DeploymentPolicy(public=True))
+        models.load_pair(device="cpu", feature_draft=tmp_path, policy=public)
+    assert public.allows(FEATURE_DRAFT_DIR) and public.allows(str(FEATURE_DRAFT_DIR))
+    assert not public.allows(FEATURE_DRAFT_DIR / "..")  # the assets folder itself is not
 
 
 def test_taylor_gap_overshoot_only_when_the_closed_form_exceeds_delta():

@@ -24,6 +24,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+
 PUBLIC_ENV = "CACTUS_LAB_PUBLIC"
 ALLOWED_ENV = "CACTUS_LAB_ALLOWED_MODELS"
 MAX_DOWNLOAD_ENV = "CACTUS_LAB_MAX_DOWNLOAD_MB"
@@ -97,14 +99,14 @@ class DeploymentPolicy:
 
     def allows(self, spec: str | os.PathLike | None) -> bool:
         """True when `spec` may be loaded: always when not public; else the embedded model
-        (None) or an allow-listed hub id, folder or .gguf file."""
+        (None), the shipped feature draft, or an allow-listed hub id, folder or .gguf file."""
         if not self.public or spec is None:
             return True
         if not isinstance(spec, str | os.PathLike):
             return False
         text = os.fspath(spec)
         if isinstance(spec, os.PathLike) or looks_like_path(text):
-            return _real(text) in self.paths
+            return _real(text) in (*self.paths, _real(str(FEATURE_DRAFT_DIR)))
         return text in self.hub_ids
 
     def check(self, spec: str | os.PathLike | None) -> None:

@@ -207,9 +207,7 @@ def load_pair(
     cache = resolve_cache_dir(cache_dir)
     policy.check(verifier)
     policy.check(draft)
-    shipped = feature_draft is not None and Path(feature_draft).resolve() == FEATURE_DRAFT_DIR
-    if not shipped:
-        policy.check(feature_draft)  # a local folder: refused when public unless allow-listed
+    policy.check(feature_draft)  # a local folder: refused when public unless allow-listed
     if policy.public and trust_remote_code:
         raise policy.public_error(ValueError("trust_remote_code=True on a public server"))
     try:
@@ -217,7 +215,9 @@ def load_pair(
         if feature_draft is None:
             return pair
         pair = with_feature_draft(pair, Path(feature_draft), cache)
-        return replace(pair, feature_draft_name=FEATURE_DRAFT_NAME) if shipped else pair
+        if Path(feature_draft).resolve() != FEATURE_DRAFT_DIR:
+            return pair
+        return replace(pair, feature_draft_name=FEATURE_DRAFT_NAME)  # never its server path
     except Exception as exc:
         if policy.public:
             raise policy.public_error(exc) from None
