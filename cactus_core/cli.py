@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -73,25 +74,6 @@ def check_seed_range(seed: int, rows: int, flag: str = "--seed") -> None:
             f"{flag} must be an integer in [0, {SEED_MAX - max(rows - 1, 0)}] for {rows} "
             f"prompt(s), got {seed}"
         )
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models")
-    g.add_argument("--verifier", help="local folder, .gguf file or hub id (default: embedded)")
-    g.add_argument("--draft", help="local folder, .gguf file or hub id (default: embedded)")
-    g.add_argument(
-        "--feature-draft",
-        metavar="FOLDER",
-        default=None,
-        help="draft with a feature-conditioned draft for the verifier instead, e.g. "
-        "cactus_core/assets/feature_draft (the independent draft still serves transformers' "
-        "assisted row)",
-    )
-    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    g.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default per device)")
-    g.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for torch (default: torch's)"
-    )
 
 
 def add_sampling_args(
@@ -167,13 +149,7 @@ def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
 
-    return load_pair(
-        verifier=args.verifier,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        feature_draft=args.feature_draft,
-    )
+    return load_pair(**pair_kwargs_from_args(args))
 
 
 # -- generate -----------------------------------------------------------------------------------

@@ -233,28 +233,30 @@ def test_measured_speedup_belongs_to_the_run_it_measured(pair_dirs):
 
 
 @pytest.mark.slow
-def test_the_embedded_feature_draft_decodes_on_the_page():
-    """The sidebar's fast embedded choice: the bfloat16 verifier with the shipped feature
-    draft, picked in the sidebar, decodes on the Decode page and names its draft."""
+@pytest.mark.parametrize("choice", ["default", "3-layer draft, float32"])
+def test_each_embedded_draft_decodes_on_the_page(choice):
+    """The embedded pair's default, the bfloat16 verifier with the shipped feature draft, and
+    the sidebar's other choice, the 3-layer draft in float32: each decodes on the Decode page,
+    names its draft, and only the non-default one says the reference is another pair's."""
     from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_NAME
+    from cactus_core.engine.models import embedded_draft_name
     from pages import _common
 
     _common._PAIRS.clear()
     at = AppTest.from_file(APP, default_timeout=300)
+    picked = {} if choice == "default" else {"sb_embedded_draft": choice}
     set_state(
-        at,
-        sb_source="Embedded pair (offline)",
-        sb_embedded_draft="feature draft, bfloat16",
-        sb_device="cpu",
-        dec_max_new=MAX_NEW,
+        at, sb_source="Embedded pair (offline)", sb_device="cpu", dec_max_new=MAX_NEW, **picked
     )
     at.run()
     at.switch_page("pages/decode.py").run()
     assert not at.exception
     generate(at, open_rounds=False)
     run = at.session_state["decode_run"]
-    assert run.trace.meta["draft"] == FEATURE_DRAFT_NAME
+    default = choice == "default"
+    assert run.trace.meta["draft"] == (FEATURE_DRAFT_NAME if default else embedded_draft_name())
     assert len(run.output.token_ids) == MAX_NEW
-    # The reference frontier beside the rule is the default pair's, and the page says so.
-    assert any("not on the pair you picked" in c.value for c in at.caption)
+    # The reference frontier beside the rule is the default pair's; the page says when not.
+    other_pair = any("not on the pair you picked" in c.value for c in at.caption)
+    assert other_pair != default
     _common._PAIRS.clear()

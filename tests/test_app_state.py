@@ -169,7 +169,7 @@ def test_speed_comparison_says_plainly_when_slower():
 
 def test_settings_validation():
     s = A.AppSettings()
-    assert s.pair_label == "embedded pair (3-layer draft, float32)"
+    assert s.pair_label == "embedded pair (feature draft, bfloat16)"
     assert s.sampling == SamplingSettings()
     assert s.decoder_kwargs() == {"k": 4, "temperature": 0.7, "top_k": 0, "top_p": 1.0}
     with pytest.raises(ValueError, match="draft needs a verifier"):
@@ -185,7 +185,8 @@ def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch)
     from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
     from pages import _common
 
-    plain, fast = (A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS)
+    fast, plain = (A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS)
+    assert fast == A.AppSettings(device="cpu")  # the feature draft is the default
     assert plain.pair_key != fast.pair_key  # two loaded pairs, not one
     assert fast.pair_label == "embedded pair (feature draft, bfloat16)"
     # A typed pair does not depend on the embedded choice.

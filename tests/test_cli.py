@@ -156,3 +156,30 @@ def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
     with pytest.raises(ValueError, match="stop here"):
         cli.load_pair_from_args(args)
     assert seen["feature_draft"] == "cactus_core/assets/feature_draft"
+
+
+def test_without_model_flags_the_cli_loads_the_default_embedded_pair(capsys):
+    from cactus_core.cli_models import pair_kwargs_from_args
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+
+    def kwargs(*flags: str) -> dict:
+        return pair_kwargs_from_args(cli.build_parser().parse_args(["generate", "hi", *flags]))
+
+    plain = {"verifier": None, "draft": None, "device": "cpu"}
+    # The default is the app's: the feature draft, the verifier in bfloat16 on a CPU.
+    assert kwargs("--device", "cpu") == {
+        **plain, "feature_draft": FEATURE_DRAFT_DIR, "dtype": "bfloat16"
+    }  # fmt: skip
+    assert kwargs("--device", "cpu", "--embedded-draft", "3-layer") == {
+        **plain, "feature_draft": None, "dtype": "float32"
+    }  # fmt: skip
+    assert kwargs("--device", "cpu", "--dtype", "float32")["dtype"] == "float32"
+    # A typed pair is loaded as typed: no draft of the embedded pair is added to it.
+    assert kwargs("--verifier", "v")["feature_draft"] is None
+    assert kwargs("--verifier", "v")["dtype"] is None
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "hi", "--verifier", "v", "--embedded-draft", "feature"])
+    assert (
+        exc.value.code == 2
+        and "--embedded-draft picks the embedded pair's draft" in capsys.readouterr().err
+    )

@@ -65,13 +65,14 @@ def test_the_shipped_feature_draft_keeps_greedy_the_verifier_s_own(pair, greedy_
 
 
 def test_a_public_server_loads_the_fast_embedded_choice():
-    """The embedded verifier in bfloat16 with the shipped feature draft (the sidebar's second
+    """The embedded verifier in bfloat16 with the shipped feature draft (the default embedded
     choice), on a public server: the shipped folder is allowed, and it decodes."""
     from cactus_core.engine.deployment import DeploymentPolicy
     from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_NAME
     from cactus_core.engine.models import load_pair
 
-    fast = EMBEDDED_DRAFTS[1]
+    fast = EMBEDDED_DRAFTS[0]
+    assert fast.feature_draft is not None and fast.cpu_dtype == "bfloat16"
     pair = load_pair(device="cpu", policy=DeploymentPolicy(public=True), **fast.load_kwargs("cpu"))
     assert pair.dtype == torch.bfloat16 and pair.feature_draft is not None
     assert pair.feature_draft.dtype == torch.float32  # the faster draft step on a CPU

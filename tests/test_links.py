@@ -138,17 +138,17 @@ def test_the_overview_restores_the_sidebar_from_a_link():
 
 
 def test_the_sidebar_picks_the_embedded_draft_and_a_link_carries_it():
-    fast = "feature draft, bfloat16"
+    fast, plain = "feature draft, bfloat16", "3-layer draft, float32"
     at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params.update({"embedded_draft": fast})
+    at.query_params.update({"embedded_draft": plain})
     at.run()
     assert not at.exception
     box = at.sidebar.selectbox(key="sb_embedded_draft")
-    assert box.options == ["3-layer draft, float32", fast] and box.value == fast
+    assert box.options == [fast, plain] and box.value == plain
     s = at.session_state["settings"]
-    assert s.embedded_draft == fast and s.pair_label == f"embedded pair ({fast})"
-    box.set_value("3-layer draft, float32").run()
-    assert at.session_state["settings"].embedded_draft == "3-layer draft, float32"
+    assert s.embedded_draft == plain and s.pair_label == f"embedded pair ({plain})"
+    box.set_value(fast).run()
+    assert at.session_state["settings"].embedded_draft == fast
     # a typed pair has no embedded draft to pick
     at.sidebar.radio(key="sb_source").set_value("Hub id or local folder").run()
     assert not [b for b in at.sidebar.selectbox if b.key == "sb_embedded_draft"]

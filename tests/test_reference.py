@@ -53,16 +53,25 @@ def test_every_rule_both_top_p_with_the_limit(shipped: ref.Reference) -> None:
 def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
     """A new draft (or verifier) gives a new identity: regenerate the reference then."""
     from cactus_core.app.settings import AppSettings
+    from cactus_core.cli import build_parser
+    from cactus_core.cli_models import pair_kwargs_from_args
     from cactus_core.engine.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
     from cactus_core.engine.models import load_pair
 
-    assert load_pair().identity == shipped.model, (
+    default = embedded_draft(DEFAULT_EMBEDDED_DRAFT).load_kwargs("cpu")
+    assert load_pair(device="cpu", **default).identity == shipped.model, (
         f"the shipped reference sweep was made for another pair; run `{ref.REFERENCE_COMMAND}`"
     )
-    # The pair the app loads for the settings it says are the reference's.
+    # The pair the app loads for the settings it says are the reference's, and the one the
+    # reference's own command loads.
     assert AppSettings(device="cpu").on_reference_pair
-    app_pair = load_pair(device="cpu", **embedded_draft(DEFAULT_EMBEDDED_DRAFT).load_kwargs("cpu"))
-    assert app_pair.identity == shipped.model
+    args = build_parser().parse_args(["sweep", "--reference", "--device", "cpu"])
+    assert pair_kwargs_from_args(args) == {
+        "verifier": None,
+        "draft": None,
+        "device": "cpu",
+        **default,
+    }
 
 
 def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Reference) -> None:
@@ -71,13 +80,13 @@ def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Referen
     from cactus_core.maths.sampling import SamplingSettings
 
     same = AppSettings(device="cpu", sampling=SamplingSettings(temperature=0.7, k=4))
-    fast = AppSettings(
-        device="cpu", embedded_draft="feature draft, bfloat16", sampling=same.sampling
+    plain = AppSettings(
+        device="cpu", embedded_draft="3-layer draft, float32", sampling=same.sampling
     )
     typed = AppSettings(verifier="some/model", device="cpu", sampling=same.sampling)
-    assert same.on_reference_pair and not fast.on_reference_pair and not typed.on_reference_pair
+    assert same.on_reference_pair and not plain.on_reference_pair and not typed.on_reference_pair
     assert reference_part(shipped, same.sampling, same.on_reference_pair)[1] is None
-    _, note = reference_part(shipped, fast.sampling, fast.on_reference_pair)
+    _, note = reference_part(shipped, plain.sampling, plain.on_reference_pair)
     assert note.startswith("The reference was measured on the embedded pair with its default")
 
 

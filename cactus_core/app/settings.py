@@ -63,7 +63,7 @@ class AppSettings:
     @property
     def on_reference_pair(self) -> bool:
         """Whether this is the pair the shipped reference sweep was measured on: the embedded
-        verifier in float32 on a CPU with the default draft."""
+        verifier with the default draft (DEFAULT_EMBEDDED_DRAFT), on a CPU."""
         if self.verifier is not None or self.embedded_draft != DEFAULT_EMBEDDED_DRAFT:
             return False
         try:

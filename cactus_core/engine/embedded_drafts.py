@@ -1,7 +1,8 @@
 """The ways to run the embedded pair (SmolLM2-135M-Instruct as the verifier): which shipped
-draft drafts for it, and the verifier's dtype on a CPU. The sidebar's "Draft" choice, its links
-and the tests read them from here; `load_pair(**choice.load_kwargs(device))` loads one (the CLI
-spells the same as `--feature-draft cactus_core/assets/feature_draft --dtype bfloat16`).
+draft drafts for it, and the verifier's dtype on a CPU. The sidebar's "Draft" choice, its links,
+the CLI's `--embedded-draft` and the tests read them from here;
+`load_pair(**choice.load_kwargs(device))` loads one. `load_pair()` alone is the library's plain
+pair: the embedded verifier and its independent 3-layer draft, in the device's default dtype.
 
 Kept free of transformers so that the app's settings can import it at start-up."""
 
@@ -24,7 +25,8 @@ FEATURE_DRAFT_NAME = "cactus feature draft (embedded, 1 layer)"
 class EmbeddedDraft:
     """A shipped draft for the embedded verifier, and the verifier's dtype on a CPU."""
 
-    label: str
+    label: str  # the sidebar's and links' name
+    name: str  # the CLI's (--embedded-draft)
     description: str
     feature_draft: Path | None  # None: the independent 3-layer draft (assets/draft)
     cpu_dtype: str  # on CUDA every choice runs in the device's default dtype
@@ -35,21 +37,26 @@ class EmbeddedDraft:
         return {"feature_draft": self.feature_draft, "dtype": self.cpu_dtype if on_cpu else None}
 
 
+# The first is the default: the pair the app opens on, the CLI loads without model flags and
+# the shipped reference sweep was measured on.
 EMBEDDED_DRAFTS = (
     EmbeddedDraft(
-        "3-layer draft, float32",
-        "An independent 3-layer draft model, and the verifier in float32: the pair the shipped "
-        "reference sweep was measured on.",
-        None,
-        "float32",
-    ),
-    EmbeddedDraft(
         "feature draft, bfloat16",
+        "feature",
         "An EAGLE-style draft that reads the verifier's own features through one decoder layer, "
         "and the verifier in bfloat16, where checking 5 tokens costs about what 1 does: the "
-        "fastest speculation on a CPU.",
+        "fastest speculation on a CPU, and the pair the shipped reference sweep was measured on.",
         FEATURE_DRAFT_DIR,
         "bfloat16",
+    ),
+    EmbeddedDraft(
+        "3-layer draft, float32",
+        "3-layer",
+        "An independent 3-layer draft model (the one transformers' assisted generation can "
+        "run too), and the verifier in float32, where its greedy output equals the verifier's "
+        "own token for token.",
+        None,
+        "float32",
     ),
 )
 DEFAULT_EMBEDDED_DRAFT = EMBEDDED_DRAFTS[0].label
@@ -62,3 +69,12 @@ def embedded_draft(label: str) -> EmbeddedDraft:
             return choice
     names = ", ".join(repr(c.label) for c in EMBEDDED_DRAFTS)
     raise ValueError(f"unknown embedded draft {label!r}; choose one of {names}")
+
+
+def embedded_draft_named(name: str) -> EmbeddedDraft:
+    """The `EMBEDDED_DRAFTS` entry with this CLI name (ValueError otherwise)."""
+    for choice in EMBEDDED_DRAFTS:
+        if choice.name == name:
+            return choice
+    names = ", ".join(c.name for c in EMBEDDED_DRAFTS)
+    raise ValueError(f"unknown embedded draft {name!r}; choose one of {names}")
