@@ -50,7 +50,6 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from cactus_core.engine.decoder import SpeculativeDecoder
 from cactus_core.engine.fast_head import head_logits
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.feature_drafting import draft_features
 from cactus_core.engine.kv_cache import SequenceCache
 from cactus_core.engine.models import DRAFT_DIR, embedded_gguf_path, load_pair
 from cactus_core.maths.rules import make_rule
@@ -118,11 +117,11 @@ def feature_step_ms(
     features = torch.randn(1, positions, draft.config.hidden_size, generator=gen).to(device)
     ids = torch.randint(0, vocab, (1, positions), generator=gen).to(device)
     cache = DraftKVCache()
-    draft_features(draft, features, ids, cache)
+    draft.predict(features, ids, cache)
     feature, token = features[:, -1:], ids[:, -1:]
 
     def step() -> None:
-        new = draft_features(draft, feature, token, cache)[:, -1:]
+        new = draft.predict(feature, token, cache)[:, -1:]
         draft.logits(new)[:, -1, :vocab].float()
         cache.crop(positions)
 

@@ -328,6 +328,8 @@ decoder_rows() { # draft | feature
         extra+=(--feature-draft cactus_core/assets/feature_draft)
         key=feature_draft_ms
         label="feature-conditioned draft"
+    else
+        extra+=(--embedded-draft 3-layer)
     fi
     local c
     c=$(measured_c "$key" "$dtype")

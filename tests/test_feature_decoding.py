@@ -22,7 +22,6 @@ from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.feature_drafting import (
     FeatureDrafter,
     FeatureDrafters,
-    draft_features,
     open_caches,
     with_feature_draft,
 )
@@ -338,23 +337,28 @@ def test_subset_head_drafts_only_its_ids_and_stays_exact_at_greedy(tiny_pair):
     assert greedy.generate(PROMPTS[2], max_new_tokens=24).token_ids == want
 
 
-@pytest.mark.parametrize("head_size", [None, 64])
-def test_draft_features_is_forward_without_the_head(tiny_pair, head_size):
-    """The decoder's headless forward (logits at the last row only) agrees with
-    FeatureDraft.forward: features at every row, logits at the last, the same cache."""
-    draft = FeatureDraft.tiny_for(tiny_pair.verifier, head_size=head_size, seed=3)
-    gen = torch.Generator().manual_seed(0)
-    feats = torch.randn(1, 9, 64, generator=gen) * 3
-    ids = torch.randint(0, 259, (1, 9), generator=gen)
-    ours, ref = DraftKVCache(), DraftKVCache()
-    with torch.no_grad():
-        for lo, hi in ((0, 4), (4, 5), (5, 9)):  # a prefill, a draft step, a round's feed
-            new = draft_features(draft, feats[:, lo:hi], ids[:, lo:hi], ours)
-            logits, want = draft(feats[:, lo:hi], ids[:, lo:hi], ref, lo)
-            torch.testing.assert_close(new, want, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(draft.logits(new[:, -1:]), logits[:, -1:])
-    torch.testing.assert_close(ours.keys, ref.keys)
-    torch.testing.assert_close(ours.values, ref.values)
+@pytest.mark.parametrize("rule", ["sps", "cactus"])
+def test_a_two_layer_draft_decodes_exactly(tiny_pair, rule, monkeypatch):
+    """A stacked draft (two layers, each with its own cache): greedy is the verifier's own,
+    and under sampling both layers' caches hold the same positions after every feed."""
+    draft = FeatureDraft.tiny_for(tiny_pair.verifier, seed=5, num_layers=2)
+    pair = with_feature_draft(tiny_pair, draft)
+    greedy = SpeculativeDecoder(pair, rule, k=3, temperature=0.0, record_trace=False)
+    ids = pair.encode_prompt(PROMPTS[1])
+    want = greedy_reference(pair.verifier, ids, 24, greedy.eos_ids)
+    assert greedy.generate(PROMPTS[1], max_new_tokens=24).token_ids == want
+    lengths = []
+    real = FeatureDrafter.feed
+
+    def feed(self, features, next_ids):
+        real(self, features, next_ids)
+        lengths.append([k.shape[2] for k in self.cache.keys])
+
+    monkeypatch.setattr(FeatureDrafter, "feed", feed)
+    sampler = SpeculativeDecoder(pair, rule, k=3, temperature=1.0, record_trace=False)
+    out = sampler.generate(PROMPTS[1], max_new_tokens=24, seed=1)
+    assert 0 < len(out.token_ids) <= 24
+    assert lengths and all(len(n) == 2 and n[0] == n[1] for n in lengths)
 
 
 @pytest.mark.parametrize("k", [1, 4])

@@ -48,9 +48,12 @@ def verifier_features(verifier, ids: torch.Tensor) -> torch.Tensor:
     return feats[0]
 
 
-@pytest.fixture(params=[None, 48], ids=["full-head", "subset-head"])
+@pytest.fixture(
+    params=[(None, 1), (48, 1), (None, 2)], ids=["full-head", "subset-head", "two-layers"]
+)
 def draft(request, verifier) -> FeatureDraft:
-    return FeatureDraft.tiny_for(verifier, head_size=request.param, seed=1).eval()
+    head_size, layers = request.param
+    return FeatureDraft.tiny_for(verifier, head_size=head_size, seed=1, num_layers=layers).eval()
 
 
 @torch.no_grad()
@@ -61,7 +64,9 @@ def test_shapes_and_cache_length(draft):
     assert logits.shape == (2, 5, VOCAB) and new.shape == (2, 5, HIDDEN)
     assert cache.length == 5
     kv = draft.config.num_key_value_heads
-    assert cache.keys.shape == (2, kv, 5, HIDDEN // draft.config.num_attention_heads)
+    assert len(cache.keys) == len(draft.layers) == draft.config.num_hidden_layers
+    for keys in cache.keys:
+        assert keys.shape == (2, kv, 5, HIDDEN // draft.config.num_attention_heads)
     with pytest.raises(ValueError):
         draft(feats, ids, cache, start_pos=0)  # the cache already holds 5 positions
 
@@ -91,6 +96,23 @@ def test_from_verifier_reads_real_features(verifier):
     torch.testing.assert_close(
         draft.layer.mlp.up_proj.weight, verifier.model.layers[-1].mlp.up_proj.weight
     )
+
+
+@torch.no_grad()
+def test_a_grown_layer_starts_as_the_identity(verifier):
+    """A second layer from `from_verifier` adds nothing at first, so a two-layer draft warm-
+    started from a trained one-layer draft (training.train_feature_draft --layers 2) starts
+    exactly where that one was."""
+    one = FeatureDraft.tiny_for(verifier, head_size=48, seed=4).eval()
+    two = FeatureDraft.from_verifier(verifier, one.head_ids, num_layers=2).eval()
+    missing, unexpected = two.load_state_dict(one.state_dict(), strict=False)
+    assert not unexpected and missing and all(m.startswith("extra_layers.0.") for m in missing)
+    feats, ids = torch.randn(1, 6, HIDDEN), torch.randint(0, VOCAB, (1, 9))
+    unrolled = one.forward_unrolled(feats, ids, 3), two.forward_unrolled(feats, ids, 3)
+    for a, b in zip(*unrolled, strict=True):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="at least one layer"):
+        FeatureDraft.from_verifier(verifier, num_layers=0)
 
 
 @torch.no_grad()
@@ -129,15 +151,14 @@ def test_crop_then_reforward_gives_the_same_outputs(draft):
     torch.testing.assert_close(new, ref_new, atol=ATOL, rtol=1e-5)
     torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=1e-5)
     cache.crop(0)
-    assert cache.length == 0 and cache.keys is None
+    assert cache.length == 0 and cache.keys == []
     with pytest.raises(ValueError):
         cache.crop(1)
 
 
 def _clone(cache: DraftKVCache) -> DraftKVCache:
     out = DraftKVCache()
-    if cache.keys is not None:
-        out.keys, out.values = cache.keys.clone(), cache.values.clone()
+    out.keys, out.values = [k.clone() for k in cache.keys], [v.clone() for v in cache.values]
     return out
 
 

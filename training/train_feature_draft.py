@@ -10,7 +10,9 @@ verifier's distribution q of token x_{i+d+1}. Loss per step, summed over steps:
     + KL(q_S || p)                            (q at T, top-p 1.0; q_S restricted to the head)
     + (1 - sum min(p, q_1.0)) + (1 - sum min(p, q_0.95))   (expected lossless acceptance)
 
-p = the draft at T over its head ids. The decoder layer starts as the verifier's last layer.
+p = the draft at T over its head ids. The decoder layer starts as the verifier's last layer;
+with --layers 2 and --init-from a one-layer draft, the second layer starts as an identity on the
+residual stream (`FeatureDraft.from_verifier`), so training starts where that draft was.
 AdamW, cosine learning rate over a wall-clock budget (--minutes), best/last checkpoints by
 the held-out implied tokens per verifier call at k = depth (mean over top-p 1.0 and 0.95).
 Shards named in --eval-shards (in every data folder) are never trained on.
@@ -227,6 +229,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--init-from", type=Path, default=None, help="warm start: a saved draft")
+    ap.add_argument("--layers", type=int, default=1, help="decoder layers (a deeper head)")
     ap.add_argument("--no-bf16", action="store_true", help="train in float32 (1.5x slower)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -267,10 +270,18 @@ def main() -> None:
         # The fc was trained on inputs at the saved draft's scales: keep them.
         warm = FeatureDraft.load(args.init_from, verifier)
         embed_scale, feature_scale = warm.embed_scale, warm.feature_scale
-    draft = FeatureDraft.from_verifier(verifier, head_ids, embed_scale, feature_scale)
+    draft = FeatureDraft.from_verifier(
+        verifier, head_ids, embed_scale, feature_scale, num_layers=args.layers
+    )
     if warm is not None:
-        draft.load_state_dict(warm.state_dict())
-        print(f"warm start from {args.init_from}", flush=True)
+        # A deeper draft keeps its identity-started layers past the saved draft's.
+        missing, unexpected = draft.load_state_dict(warm.state_dict(), strict=False)
+        grown = len(warm.layers) < args.layers
+        if unexpected or (missing and not grown):
+            raise SystemExit(
+                f"--init-from does not fit --layers {args.layers}: {missing or unexpected}"
+            )
+        print(f"warm start from {args.init_from} ({len(warm.layers)} layer(s))", flush=True)
     draft.train()
     params = [p for p in draft.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params) / 1e6
@@ -283,7 +294,7 @@ def main() -> None:
     # pretrained weights, which a large Adam step would wipe out: two learning rates.
     groups = [
         {"params": list(draft.fc.parameters()), "peak": args.fc_lr},
-        {"params": list(draft.layer.parameters()), "peak": args.lr},
+        {"params": [p for layer in draft.layers for p in layer.parameters()], "peak": args.lr},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
 

@@ -5,7 +5,8 @@ f_t (the last decoder layer's output BEFORE the final norm) together with the em
 token x_{t+1} that follows, and predicts the feature f_{t+1}:
 
     x_t      = fc([e(x_{t+1}) * embed_scale, f_t * feature_scale]) / feature_scale   [B, T, D]
-    f^_{t+1} = LlamaDecoderLayer(x_t)   (attention over the draft's own earlier positions)
+    f^_{t+1} = LlamaDecoderLayer(x_t)   (attention over the draft's own earlier positions;
+                                         a stack of them when config.num_hidden_layers > 1)
     logits   = verifier.lm_head(verifier.norm(f^_{t+1}))     (the distribution of x_{t+2})
 
 The logits come from the verifier's own final norm and LM head, so a good feature prediction
@@ -16,7 +17,7 @@ The fixed input scales keep both halves of the fc input at unit RMS (a feature's
 an embedding's ~0.14 for SmolLM2), so that an identity-initialised fc and Adam's per-weight
 step sizes treat the two halves alike; they are constants stored in config.json.
 
-Only the draft's own weights are stored (fc + one decoder layer, and the ids of a
+Only the draft's own weights are stored (fc + its decoder layer(s), and the ids of a
 vocabulary-subset head); the embedding, the final norm and the LM-head rows are the
 verifier's, taken at load time. A subset head scores S ids and gives every other id
 probability 0 (logit FILL), so the draft never proposes them; speculative sampling stays
@@ -58,45 +59,50 @@ FILL = -1e30
 
 
 class DraftKVCache:
-    """Keys and values of the draft's one attention layer, appendable and croppable.
+    """Keys and values of the draft's attention layers, appendable and croppable.
 
-    keys, values: [B, n_kv_heads, L, head_dim] (None while empty); L = `length`, the number of
-    positions the draft has read. Rolling back rejected drafted positions is `crop(length)`.
+    keys[l], values[l]: layer l's [B, n_kv_heads, L, head_dim] (empty lists while empty);
+    L = `length`, the number of positions the draft has read. Rolling back rejected drafted
+    positions is `crop(length)`.
     """
 
     def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
 
     @property
     def length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self.keys[0].shape[2] if self.keys else 0
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v [B, n_kv, T, hd] -> all keys and values [B, n_kv, L + T, hd]."""
-        if self.keys is None:
-            self.keys, self.values = k, v
+    def append(
+        self, k: torch.Tensor, v: torch.Tensor, layer: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `layer`'s k, v [B, n_kv, T, hd] -> its keys and values [B, n_kv, L + T, hd]."""
+        if layer == len(self.keys):
+            self.keys.append(k)
+            self.values.append(v)
         else:
-            self.keys = torch.cat([self.keys, k], dim=2)
-            self.values = torch.cat([self.values, v], dim=2)
-        return self.keys, self.values
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
+        return self.keys[layer], self.values[layer]
 
     def crop(self, length: int) -> None:
         """Keep the first `length` positions (drop the rejected drafted ones)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"crop({length}): the cache holds {self.length} positions")
-        if self.keys is not None:
-            if length == 0:
-                self.keys = self.values = None
-            else:
-                self.keys = self.keys[:, :, :length]
-                self.values = self.values[:, :, :length]
+        if length == 0:
+            self.keys, self.values = [], []
+        else:
+            self.keys = [k[:, :, :length] for k in self.keys]
+            self.values = [v[:, :, :length] for v in self.values]
 
 
 class FeatureDraft(nn.Module):
-    """fc (2D -> D) + one Llama decoder layer, on the verifier's embedding, norm and head.
+    """fc (2D -> D) + Llama decoder layers, on the verifier's embedding, norm and head.
 
-    Own parameters (saved): fc.weight [D, 2D], fc.bias [D], layer.* (a LlamaDecoderLayer).
+    Own parameters (saved): fc.weight [D, 2D], fc.bias [D], layer.* (the first
+    LlamaDecoderLayer) and extra_layers.{i}.* (the others, config.num_hidden_layers - 1 of
+    them; none in a one-layer draft, whose files predate the stack).
     Buffers taken from the verifier (not saved): norm_weight [D] (its final RMSNorm),
     head_weight_t [D, S] (its LM-head rows of the head ids, transposed: a [1, D] x [D, S]
     product is about twice as fast on CPU as one against the [S, D] layout), head_ids [S]
@@ -123,6 +129,9 @@ class FeatureDraft(nn.Module):
         self.rms_eps = float(config.rms_norm_eps)
         self.fc = nn.Linear(2 * d, d, bias=True)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.extra_layers = nn.ModuleList(
+            LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers)
+        )
         self.rotary = LlamaRotaryEmbedding(config)
         object.__setattr__(self, "embedding", embedding)
         self.register_buffer("norm_weight", norm_weight.detach().clone(), persistent=False)
@@ -147,27 +156,42 @@ class FeatureDraft(nn.Module):
         embed_scale: float = 1.0,
         feature_scale: float = 1.0,
         init_layer: int = -1,
+        num_layers: int = 1,
     ) -> FeatureDraft:
         """A new draft: the decoder layer copied from the verifier's layer `init_layer` (the
         last by default, which already maps a top-layer-like residual to a top feature), and
-        an fc that starts as "feature + half the embedding" (identity blocks)."""
-        draft = cls._bare(verifier, head_ids, embed_scale, feature_scale)
-        layers = verifier.model.layers
-        draft.layer.load_state_dict(layers[init_layer].state_dict())
+        an fc that starts as "feature + half the embedding" (identity blocks). Layers after the
+        first start as the same copy with their output projections zeroed: identities on the
+        residual stream, so a draft grown from a trained shallower one starts as that one."""
+        draft = cls._bare(verifier, head_ids, embed_scale, feature_scale, num_layers)
+        state = verifier.model.layers[init_layer].state_dict()
+        draft.layer.load_state_dict(state)
         d = draft.config.hidden_size
         with torch.no_grad():
+            for extra in draft.extra_layers:
+                extra.load_state_dict(state)
+                for out in (extra.self_attn.o_proj, extra.mlp.down_proj):
+                    out.weight.zero_()
+                    if out.bias is not None:
+                        out.bias.zero_()
             eye = torch.eye(d)
             draft.fc.weight.copy_(torch.cat([0.5 * eye, eye], dim=1))
             draft.fc.bias.zero_()
         return draft
 
     @classmethod
-    def tiny_for(cls, verifier: PreTrainedModel, head_size: int | None = None, seed: int = 0):
-        """Random weights (for tests): fc and the layer drawn from a seeded generator."""
+    def tiny_for(
+        cls,
+        verifier: PreTrainedModel,
+        head_size: int | None = None,
+        seed: int = 0,
+        num_layers: int = 1,
+    ) -> FeatureDraft:
+        """Random weights (for tests): fc and the layers drawn from a seeded generator."""
         vocab = verifier.get_input_embeddings().weight.shape[0]
         gen = torch.Generator().manual_seed(seed)
         ids = None if head_size is None else torch.randperm(vocab, generator=gen)[:head_size]
-        draft = cls._bare(verifier, ids, 1.0, 1.0)
+        draft = cls._bare(verifier, ids, 1.0, 1.0, num_layers)
         with torch.no_grad():
             for name, p in draft.named_parameters():
                 base = 1.0 if "norm" in name else 0.0  # RMSNorm weights near 1
@@ -175,9 +199,11 @@ class FeatureDraft(nn.Module):
         return draft
 
     @classmethod
-    def _bare(cls, verifier, head_ids, embed_scale, feature_scale) -> FeatureDraft:
+    def _bare(cls, verifier, head_ids, embed_scale, feature_scale, num_layers=1) -> FeatureDraft:
+        if num_layers < 1:
+            raise ValueError(f"a feature draft needs at least one layer, got {num_layers}")
         cfg = LlamaConfig.from_dict(verifier.config.to_dict())
-        cfg.num_hidden_layers = 1
+        cfg.num_hidden_layers = num_layers
         cfg.quantization_config = None
         cfg.layer_types = None
         head = verifier.get_output_embeddings().weight  # [V, D]
@@ -239,7 +265,8 @@ class FeatureDraft(nn.Module):
             **(info or {}),
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "architecture": "fc(2D->D) + 1 LlamaDecoderLayer, verifier norm + LM head",
+            "architecture": f"fc(2D->D) + {len(self.layers)} LlamaDecoderLayer, verifier norm "
+            "+ LM head",
             "embed_scale": self.embed_scale,
             "feature_scale": self.feature_scale,
             "head_size": None if self.head_ids is None else int(self.head_ids.numel()),
@@ -255,18 +282,22 @@ class FeatureDraft(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
 
+    @property
+    def layers(self) -> list[LlamaDecoderLayer]:
+        return [self.layer, *self.extra_layers]
+
     def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """features [B, T, D] (any float dtype), next_ids [B, T] -> layer input [B, T, D]."""
         e = self.embedding(next_ids).to(self.dtype) * self.embed_scale  # [B, T, D]
         f = features.to(self.dtype) * self.feature_scale  # [B, T, D]
         return self.fc(torch.cat([e, f], dim=-1)) / self.feature_scale
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor, layer: LlamaDecoderLayer):
         """x [B, T, D], positions [T] -> q [B, H, T, hd], k and v [B, H_kv, T, hd] (RoPE'd)."""
-        attn = self.layer.self_attn
+        attn = layer.self_attn
         b, t, _ = x.shape
         hd = attn.head_dim
-        h = self.layer.input_layernorm(x)
+        h = layer.input_layernorm(x)
         q = attn.q_proj(h).view(b, t, -1, hd).transpose(1, 2)
         k = attn.k_proj(h).view(b, t, -1, hd).transpose(1, 2)
         v = attn.v_proj(h).view(b, t, -1, hd).transpose(1, 2)
@@ -274,11 +305,13 @@ class FeatureDraft(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         return q, k, v
 
-    def finish(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
-        """Residual stream x [B, T, D] + attention output [B, H, T, hd] -> feature [B, T, D]."""
+    def finish(
+        self, x: torch.Tensor, attn_out: torch.Tensor, layer: LlamaDecoderLayer
+    ) -> torch.Tensor:
+        """Residual stream x [B, T, D] + attention output [B, H, T, hd] -> layer output."""
         b, _, t, _ = attn_out.shape
-        x = x + self.layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, -1))
-        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+        x = x + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, -1))
+        return x + layer.mlp(layer.post_attention_layernorm(x))
 
     def norm(self, features: torch.Tensor) -> torch.Tensor:
         """The verifier's final RMSNorm (computed in float32, as transformers does)."""
@@ -320,19 +353,31 @@ class FeatureDraft(nn.Module):
         """
         if cache.length != start_pos:
             raise ValueError(f"start_pos {start_pos} but the cache holds {cache.length} positions")
-        t = features.shape[1]
-        x = self.inputs(features, next_ids)  # [B, T, D]
-        positions = torch.arange(start_pos, start_pos + t, device=x.device)
-        q, k, v = self.qkv(x, positions)
-        keys, values = cache.append(k, v)  # [B, H_kv, start_pos + T, hd]
-        mask = None
-        if t > 1:  # query i sees keys up to start_pos + i
-            mask = torch.ones(t, keys.shape[2], dtype=torch.bool, device=x.device).tril(start_pos)
-        out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, scale=self.layer.self_attn.scaling, enable_gqa=True
-        )  # [B, H, T, hd]
-        new_features = self.finish(x, out)
+        new_features = self.predict(features, next_ids, cache)
         return self.logits(new_features), new_features
+
+    def predict(
+        self, features: torch.Tensor, next_ids: torch.Tensor, cache: DraftKVCache
+    ) -> torch.Tensor:
+        """`forward` at start_pos = cache.length without the head: features [B, T, D] and
+        next_ids [B, T] -> predicted features [B, T, D] (the T positions appended to the
+        cache). Decoding needs logits at the last position only, and the head costs about as
+        much per row as a layer (a 12k-row head on SmolLM2, one CPU thread), so reading a
+        round's m + 1 positions through `forward` would pay for m head rows nobody reads."""
+        start, t = cache.length, features.shape[1]
+        x = self.inputs(features, next_ids)  # [B, T, D]
+        positions = torch.arange(start, start + t, device=x.device)
+        mask = None
+        if t > 1:  # query i sees keys up to start + i
+            mask = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(start)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self.qkv(x, positions, layer)  # [B, H, T, hd], [B, H_kv, T, hd] x 2
+            keys, values = cache.append(k, v, i)  # [B, H_kv, start + T, hd]
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=layer.self_attn.scaling, enable_gqa=True
+            )  # [B, H, T, hd]
+            x = self.finish(x, out, layer)
+        return x
 
     # -------------------------------------------------------------------------------------
     # Training: every position drafts `depth` tokens at once ("training-time test", EAGLE-3)
@@ -351,34 +396,35 @@ class FeatureDraft(nn.Module):
         Returns `depth` tensors [B, T, D]: element d - 1, row i = predicted f_{i+d}.
         """
         t = features.shape[1]
-        attn = self.layer.self_attn
-        rep = attn.num_key_value_groups
         causal = torch.ones(t, t, dtype=torch.bool, device=features.device).tril()  # [T, T]
-        k1 = v1 = None
-        chain_k: list[torch.Tensor] = []  # steps >= 2: keys [B, H, T, hd] of each chain
-        chain_v: list[torch.Tensor] = []
+        # Per layer: keys and values [B, H, T, hd] of step 1 (the verifier-fed positions),
+        # then of each later step (every chain's own entry at that step).
+        keys: list[list[torch.Tensor]] = [[] for _ in self.layers]
+        values: list[list[torch.Tensor]] = [[] for _ in self.layers]
         outs: list[torch.Tensor] = []
         feats = features
         for d in range(1, depth + 1):
             x = self.inputs(feats, tokens[:, d : d + t])  # [B, T, D]
             positions = torch.arange(d - 1, d - 1 + t, device=x.device)
-            q, k, v = self.qkv(x, positions)
-            k = k.repeat_interleave(rep, dim=1)  # [B, H, T, hd]
-            v = v.repeat_interleave(rep, dim=1)
-            if d == 1:
-                k1, v1 = k, v
-            else:
-                chain_k.append(k)
-                chain_v.append(v)
-            main = (q @ k1.transpose(-1, -2)) * attn.scaling  # [B, H, T, T]
-            main = main.masked_fill(~causal, float("-inf"))
-            # Each chain's own later steps: one score per chain and step, [B, H, T, d - 1].
-            diag = [(q * kc).sum(-1, keepdim=True) * attn.scaling for kc in chain_k]
-            probs = torch.softmax(torch.cat([main, *diag], dim=-1).float(), dim=-1).to(q.dtype)
-            out = probs[..., :t] @ v1  # [B, H, T, hd]
-            for j, vc in enumerate(chain_v):
-                out = out + probs[..., t + j : t + j + 1] * vc
-            feats = self.finish(x, out)
+            for i, layer in enumerate(self.layers):
+                attn = layer.self_attn
+                rep = attn.num_key_value_groups
+                q, k, v = self.qkv(x, positions, layer)
+                keys[i].append(k.repeat_interleave(rep, dim=1))  # [B, H, T, hd]
+                values[i].append(v.repeat_interleave(rep, dim=1))
+                k1, *chain_k = keys[i]
+                v1, *chain_v = values[i]
+                main = (q @ k1.transpose(-1, -2)) * attn.scaling  # [B, H, T, T]
+                main = main.masked_fill(~causal, float("-inf"))
+                # Each chain's own later steps: one score per chain and step, [B, H, T, d - 1].
+                diag = [(q * kc).sum(-1, keepdim=True) * attn.scaling for kc in chain_k]
+                probs = torch.softmax(torch.cat([main, *diag], dim=-1).float(), dim=-1)
+                probs = probs.to(q.dtype)
+                out = probs[..., :t] @ v1  # [B, H, T, hd]
+                for j, vc in enumerate(chain_v):
+                    out = out + probs[..., t + j : t + j + 1] * vc
+                x = self.finish(x, out, layer)
+            feats = x
             outs.append(feats)
         return outs
 

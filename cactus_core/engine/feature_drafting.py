@@ -24,7 +24,7 @@ A round (batch 1):
 
 The rule, the coins, the trace, replay and streaming see an ordinary `Draft` (p [B, k, V] and
 the drafted ids [B, k]), so every rule works unchanged. The draft's head runs at the last row of
-each forward only (`draft_features`).
+each forward only (`FeatureDraft.predict`).
 
 A batch (`FeatureDrafters`): the verifier runs batched as with any draft (its prefill, its
 verify pass, the holes of uneven acceptance), and the draft runs row by row, each row with its
@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
@@ -166,7 +165,7 @@ class FeatureDrafter:
     def _read(self, features: torch.Tensor, next_ids: torch.Tensor):
         """One draft forward appended to the cache -> (logits [1, V] float32 of the token
         after the last position, its predicted feature [1, 1, D])."""
-        new = draft_features(self.draft, features, next_ids, self.cache)[:, -1:]
+        new = self.draft.predict(features, next_ids, self.cache)[:, -1:]
         return self.draft.logits(new)[:, -1, : self.vocab].float(), new
 
 
@@ -204,31 +203,6 @@ class FeatureDrafters:
     def select(self, rows: list[int]) -> None:
         """Keep only these batch rows (finished sequences leave the batch)."""
         self.rows = [self.rows[r] for r in rows]
-
-
-def draft_features(
-    draft: FeatureDraft, features: torch.Tensor, next_ids: torch.Tensor, cache: DraftKVCache
-) -> torch.Tensor:
-    """`FeatureDraft.forward` at start_pos = cache.length without the head: features [B, T, D]
-    and next_ids [B, T] -> predicted features [B, T, D] (the T positions appended to the cache).
-
-    Decoding needs logits at the last position only, and the head costs about as much per row
-    as the layer (a 16k-row head on SmolLM2, one CPU thread), so feeding a round's m + 1
-    positions through `forward` would pay for m head rows nobody reads.
-    """
-    start, t = cache.length, features.shape[1]
-    x = draft.inputs(features, next_ids)  # [B, T, D]
-    positions = torch.arange(start, start + t, device=x.device)
-    q, k, v = draft.qkv(x, positions)  # [B, H, T, hd], [B, H_kv, T, hd] x 2
-    keys, values = cache.append(k, v)  # [B, H_kv, start + T, hd]
-    mask = None
-    if t > 1:  # query i sees keys up to start + i
-        mask = torch.ones(t, keys.shape[2], dtype=torch.bool, device=x.device).tril(start)
-    attn = draft.layer.self_attn
-    out = F.scaled_dot_product_attention(
-        q, keys, values, attn_mask=mask, scale=attn.scaling, enable_gqa=True
-    )  # [B, H, T, hd]
-    return draft.finish(x, out)
 
 
 # What drafts a round: the independent draft's KV cache, or the feature draft's state.
