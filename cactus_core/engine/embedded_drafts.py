@@ -53,8 +53,8 @@ EMBEDDED_DRAFTS = (
         "3-layer draft, float32",
         "3-layer",
         "An independent 3-layer draft model (the one transformers' assisted generation can "
-        "run too), and the verifier in float32, where its greedy output equals the verifier's "
-        "own token for token.",
+        "run too), and the verifier in float32, where greedy decoding gives the verifier's own "
+        "output token for token.",
         None,
         "float32",
     ),
