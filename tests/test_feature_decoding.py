@@ -6,7 +6,8 @@ draft's softmax on the verifier's real features of the committed positions (so t
 the right features); the features fed after each round are exactly the verifier's pre-norm
 states of the committed positions, and the draft's cache rolls back to them; the trace and
 lazy-head settings change nothing; every rule, replay, streaming and the probe run; the pair's
-identity names the draft; a batch equals its rows alone; the verifier's norm keeps no hook.
+identity names the draft; a batch equals its rows alone; the verifier's norm keeps no hook; a
+multi-depth draft is fed the earlier layer's outputs beside the top features, and decodes exactly.
 """
 
 from __future__ import annotations
@@ -359,6 +360,50 @@ def test_a_two_layer_draft_decodes_exactly(tiny_pair, rule, monkeypatch):
     out = sampler.generate(PROMPTS[1], max_new_tokens=24, seed=1)
     assert 0 < len(out.token_ids) <= 24
     assert lengths and all(len(n) == 2 and n[0] == n[1] for n in lengths)
+
+
+def layer_outputs(verifier, ids: list[int], layer: int) -> torch.Tensor:
+    """One plain full forward; the output of decoder layer `layer`, [1, T, D]."""
+    seen = []
+    hook = verifier.model.layers[layer].register_forward_hook(
+        lambda m, args, out: seen.append(out[0] if isinstance(out, tuple) else out)
+    )
+    try:
+        with torch.no_grad():
+            verifier(torch.tensor([ids]))
+    finally:
+        hook.remove()
+    return seen[0]
+
+
+@pytest.mark.parametrize("rule", ["sps", "cactus"])
+def test_a_multi_depth_draft_reads_the_earlier_layer_and_decodes_exactly(tiny_pair, rule, feeds):
+    """A draft with feature_layers [0]: every feed holds layer 0's outputs, then the pre-norm
+    top features, of the committed positions; greedy is the verifier's own; no hook is left."""
+    draft = FeatureDraft.tiny_for(tiny_pair.verifier, seed=6, feature_layers=[0])
+    pair = with_feature_draft(tiny_pair, draft)
+    greedy = SpeculativeDecoder(pair, rule, k=3, temperature=0.0, record_trace=False)
+    ids = pair.encode_prompt(PROMPTS[0])
+    want = greedy_reference(pair.verifier, ids, 24, greedy.eos_ids)
+    assert greedy.generate(PROMPTS[0], max_new_tokens=24).token_ids == want
+    feeds.clear()
+    sampler = SpeculativeDecoder(pair, rule, k=3, temperature=1.0, record_trace=False)
+    out = sampler.generate(PROMPTS[0], max_new_tokens=32, seed=3)
+    tokens = out.prompt_ids + out.token_ids
+    ref = torch.cat(
+        [layer_outputs(pair.verifier, tokens, 0), prenorm_features(pair.verifier, tokens)], -1
+    )  # [1, L, 2D]
+    assert ref.shape[-1] == draft.input_width
+    position = 0
+    for call in feeds:
+        t = call["features"].shape[1]
+        torch.testing.assert_close(
+            call["features"], ref[:, position : position + t], atol=ATOL, rtol=0
+        )
+        position += t
+    assert position == len(tokens) - 1 or out.stats.stop_reason == "eos"
+    layers = [pair.verifier.model.norm, *pair.verifier.model.layers]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in layers)
 
 
 @pytest.mark.parametrize("k", [1, 4])

@@ -4,7 +4,9 @@ No embedded model: a 2-layer Llama (hidden 64, vocab 128) stands in for the veri
 checks pin down what the decoder relies on: shapes, the logits being the verifier's own
 norm + head applied to the predicted feature, one-token steps through the cache agreeing with
 one multi-token forward, crop-and-reforward replaying the same outputs, the unrolled training
-forward agreeing with real cache-based drafting, and save/load round trips.
+forward agreeing with real cache-based drafting, and save/load round trips; for a multi-depth
+draft (EAGLE-3 style: it also reads an earlier verifier layer), the same with its wide inputs,
+and a fuse that starts as the top feature alone.
 """
 
 from __future__ import annotations
@@ -49,16 +51,24 @@ def verifier_features(verifier, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.fixture(
-    params=[(None, 1), (48, 1), (None, 2)], ids=["full-head", "subset-head", "two-layers"]
+    params=[(None, 1, None), (48, 1, None), (None, 2, None), (48, 1, [0])],
+    ids=["full-head", "subset-head", "two-layers", "multi-depth"],
 )
 def draft(request, verifier) -> FeatureDraft:
-    head_size, layers = request.param
-    return FeatureDraft.tiny_for(verifier, head_size=head_size, seed=1, num_layers=layers).eval()
+    head_size, layers, feature_layers = request.param
+    return FeatureDraft.tiny_for(
+        verifier, head_size=head_size, seed=1, num_layers=layers, feature_layers=feature_layers
+    ).eval()
+
+
+def verifier_inputs(draft: FeatureDraft, *shape: int) -> torch.Tensor:
+    """Random verifier features [*shape, input_width]: what the verifier feeds this draft."""
+    return torch.randn(*shape, draft.input_width)
 
 
 @torch.no_grad()
 def test_shapes_and_cache_length(draft):
-    feats, ids = torch.randn(2, 5, HIDDEN), torch.randint(0, VOCAB, (2, 5))
+    feats, ids = verifier_inputs(draft, 2, 5), torch.randint(0, VOCAB, (2, 5))
     cache = DraftKVCache()
     logits, new = draft(feats, ids, cache, start_pos=0)
     assert logits.shape == (2, 5, VOCAB) and new.shape == (2, 5, HIDDEN)
@@ -73,7 +83,7 @@ def test_shapes_and_cache_length(draft):
 
 @torch.no_grad()
 def test_logits_are_the_verifiers_norm_and_head(draft, verifier):
-    feats, ids = torch.randn(1, 4, HIDDEN) * 3, torch.randint(0, VOCAB, (1, 4))
+    feats, ids = verifier_inputs(draft, 1, 4) * 3, torch.randint(0, VOCAB, (1, 4))
     logits, new = draft(feats, ids, DraftKVCache(), start_pos=0)
     ref = verifier.lm_head(verifier.model.norm(new))  # [1, 4, V]
     if draft.head_ids is None:
@@ -116,8 +126,38 @@ def test_a_grown_layer_starts_as_the_identity(verifier):
 
 
 @torch.no_grad()
+def test_a_multi_depth_draft_starts_as_the_draft_it_grew_from(verifier):
+    """`from_verifier(feature_layers=...)` with a one-depth draft's weights loaded predicts the
+    same features whatever the earlier layer holds (its fuse reads the top feature alone), so
+    training.train_feature_draft --feature-layers warm-starts where that draft was; after a
+    change to the fuse, the earlier layer's features do change the prediction."""
+    one = FeatureDraft.tiny_for(verifier, head_size=48, seed=4).eval()
+    multi = FeatureDraft.from_verifier(
+        verifier, one.head_ids, feature_layers=[0], layer_scales=[0.5]
+    ).eval()
+    missing, unexpected = multi.load_state_dict(one.state_dict(), strict=False)
+    assert (missing, unexpected) == (["fuse.weight"], [])
+    assert multi.input_width == 2 * HIDDEN
+    top, ids = torch.randn(1, 6, HIDDEN), torch.randint(0, VOCAB, (1, 9))
+    wide = torch.cat([torch.randn(1, 6, HIDDEN) * 7, top], dim=-1)
+    before, after = one.forward_unrolled(top, ids, 3), multi.forward_unrolled(wide, ids, 3)
+    for a, b in zip(before, after, strict=True):
+        torch.testing.assert_close(a, b)
+    multi.fuse.weight[:, :HIDDEN] = 0.01
+    other = multi.forward_unrolled(wide, ids, 1)[0]
+    assert not torch.allclose(other, one.forward_unrolled(top, ids, 1)[0])
+
+
+@pytest.mark.parametrize("layers", [[1], [0, 0], [-1], [3]])
+def test_feature_layers_must_be_earlier_distinct_and_ascending(verifier, layers):
+    # The tiny verifier has layers 0 and 1; layer 1 is the top, which every draft reads.
+    with pytest.raises(ValueError, match="feature_layers"):
+        FeatureDraft.tiny_for(verifier, feature_layers=layers)
+
+
+@torch.no_grad()
 def test_one_token_steps_equal_one_multi_token_forward(draft):
-    feats, ids = torch.randn(1, 7, HIDDEN), torch.randint(0, VOCAB, (1, 7))
+    feats, ids = verifier_inputs(draft, 1, 7), torch.randint(0, VOCAB, (1, 7))
     full_logits, full_new = draft(feats, ids, DraftKVCache(), start_pos=0)
     cache = DraftKVCache()
     # A 3-token prefill, then one token at a time.
@@ -135,7 +175,7 @@ def test_one_token_steps_equal_one_multi_token_forward(draft):
 
 @torch.no_grad()
 def test_crop_then_reforward_gives_the_same_outputs(draft):
-    feats, ids = torch.randn(1, 6, HIDDEN), torch.randint(0, VOCAB, (1, 6))
+    feats, ids = verifier_inputs(draft, 1, 6), torch.randint(0, VOCAB, (1, 6))
     cache = DraftKVCache()
     draft(feats[:, :4], ids[:, :4], cache, start_pos=0)
     # Draft three tokens on the draft's own features, then roll them back.
@@ -167,7 +207,7 @@ def test_unrolled_forward_equals_drafting_with_the_cache(draft):
     """Training-time test: chain i, step d of forward_unrolled is what decoding computes after
     the verifier has read positions 0..i and the draft has fed back its own features."""
     t, depth = 8, 3
-    feats = torch.randn(1, t, HIDDEN)
+    feats = verifier_inputs(draft, 1, t)
     tokens = torch.randint(0, VOCAB, (1, t + depth))
     unrolled = draft.forward_unrolled(feats, tokens, depth)  # depth x [1, T, D]
     for i in (0, 3, 7):
@@ -189,7 +229,9 @@ def test_save_load_round_trip(draft, verifier, tmp_path):
     names = set(loaded.state_dict())
     assert names == set(draft.state_dict())
     assert not any("embed" in n or "head" in n for n in names)  # the verifier's, not stored
-    feats, ids = torch.randn(1, 5, HIDDEN), torch.randint(0, VOCAB, (1, 5))
+    assert loaded.feature_layers == draft.feature_layers
+    assert loaded.layer_scales == draft.layer_scales
+    feats, ids = verifier_inputs(draft, 1, 5), torch.randint(0, VOCAB, (1, 5))
     with torch.no_grad():
         a = draft(feats, ids, DraftKVCache(), start_pos=0)
         b = loaded(feats, ids, DraftKVCache(), start_pos=0)
@@ -204,7 +246,7 @@ def test_bfloat16_draft_runs(draft, tmp_path, verifier):
     bf = FeatureDraft.load(tmp_path / "fd", verifier, dtype=torch.bfloat16)
     with torch.no_grad():
         logits, new = bf(
-            torch.randn(1, 3, HIDDEN), torch.randint(0, VOCAB, (1, 3)), DraftKVCache(), 0
+            verifier_inputs(draft, 1, 3), torch.randint(0, VOCAB, (1, 3)), DraftKVCache(), 0
         )
     assert new.dtype == torch.bfloat16 and torch.isfinite(new).all()
     assert logits.shape == (1, 3, VOCAB)

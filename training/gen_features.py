@@ -12,18 +12,30 @@ Two ways to fill a shard, same record format:
   fed in). The top-K logits are recorded by training.gen_data's logits processor.
 - --convert DIR: shards written by training.gen_data (answers + top-K, no features) get one
   verifier forward pass over each full prompt + answer sequence.
+- --benchmark-prompts N: the verifier's answers to the first N built-in benchmark prompts
+  (cactus_core/data/chat_prompts.jsonl) instead of the training prompts. For measurement
+  only (`training.measure_feature_draft --eval-data`): never train on them.
+- --add-layers 2,15 --convert DIR: shards written here get the outputs of those verifier
+  decoder layers (0-based) as `layer_features`, for a multi-depth (EAGLE-3 style) draft. The
+  forward stops after the deepest of them, so two early layers cost half a full pass.
 Shards are written one batch at a time (resumable; several workers can share the prompt list,
 as in gen_data), named by batch index, so a shard index means the same prompts in every folder.
 
     python -m training.gen_features --out /work/data/fd/tp095 --top-p 0.95 --max-new 192 \\
         --threads 1 --worker 0 --workers 2
     python -m training.gen_features --convert /work/data/fd_gen/tp095 --out /work/data/fd/tp095
+    python -m training.gen_features --benchmark-prompts 20 --batch 4 --max-new 128 --top-p 1.0 \
+        --out /work/data/fd_bench
+    python -m training.gen_features --add-layers 2,15 --convert /work/data/fd/r1 \
+        --out /work/data/fd3/r1 --worker 0 --workers 2
 
 Record: prompt (str), prompt_ids (list, n_p), answer_ids (list, n_a), top_p (float),
 features [n_p + n_a - 1, D] float16 (position j: after reading token j; the last answer token
 is never fed to the verifier, and no draft target needs its feature), top_values [n_a, K]
 float16 and top_indices [n_a, K] int32 (row a: logits at position n_p - 1 + a, i.e. the
-distribution answer token a was drawn from).
+distribution answer token a was drawn from). With --add-layers: feature_layers (list of
+layer indices) and layer_features [n_p + n_a - 1, len(feature_layers) * D] float16, the layers'
+outputs side by side at the same positions as `features`.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from transformers import LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cactus_core.engine.prompts import builtin_prompts
 from training.common import load_verifier_and_tokenizer
 from training.gen_data import RecordAndSample
 from training.prompts import generate_prompts
@@ -131,10 +144,65 @@ def feature_pass(
     return hook.chunks[0][0], vals.half(), idx.int()
 
 
+class _StopForward(Exception):
+    """Raised by the hook on the deepest requested layer: later layers are not needed."""
+
+
+@torch.inference_mode()
+def layer_pass(model, record: dict, layers: list[int]) -> torch.Tensor:
+    """The outputs of decoder `layers` over prompt + answer but its last token:
+    [L - 1, len(layers) * D] float16, the layers side by side in the order given."""
+    ids = torch.tensor([record["prompt_ids"] + record["answer_ids"]])[:, :-1]  # [1, L - 1]
+    outputs: dict[int, torch.Tensor] = {}
+    deepest = max(layers)
+
+    def hook_for(i: int):
+        def hook(_module, _inputs, output) -> None:
+            outputs[i] = (output[0] if isinstance(output, tuple) else output)[0].half()
+            if i == deepest:
+                raise _StopForward
+
+        return hook
+
+    handles = [model.model.layers[i].register_forward_hook(hook_for(i)) for i in set(layers)]
+    try:
+        model.model(input_ids=ids)
+    except _StopForward:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.cat([outputs[i] for i in layers], dim=-1)
+
+
+def add_layers(model, src_dir: Path, out: Path, layers: list[int], worker: int, workers: int):
+    """Copy src_dir's shards to `out` with `layer_features` added (module docstring)."""
+    t0, n_tokens = time.time(), 0
+    for src in sorted(src_dir.glob("shard_*.pt")):
+        dst = out / src.name
+        if int(src.stem.split("_")[1]) % workers != worker or dst.exists():
+            continue
+        records = torch.load(src)
+        for r in records:
+            r["feature_layers"] = list(layers)
+            r["layer_features"] = layer_pass(model, r, layers)
+            if r["layer_features"].shape[0] != r["features"].shape[0]:
+                raise ValueError(f"{src}: layer features do not line up with the features")
+            n_tokens += r["layer_features"].shape[0]
+        _save(records, dst)
+        el = time.time() - t0
+        print(f"{src.name}: {n_tokens} positions, {el:.0f}s", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--convert", type=Path, default=None, help="gen_data shards to add features to")
+    ap.add_argument(
+        "--add-layers",
+        default="",
+        help="with --convert: add these decoder layers' outputs (comma-separated, 0-based)",
+    )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-new", type=int, default=192)
     ap.add_argument("--top-k", type=int, default=64)
@@ -153,6 +221,12 @@ def main() -> None:
     ap.add_argument(
         "--extra-prompts", action="store_true", help="add training.prompts' EXTRA_FAMILIES"
     )
+    ap.add_argument(
+        "--benchmark-prompts",
+        type=int,
+        default=0,
+        help="answer the first N benchmark prompts instead (to measure on; never train on them)",
+    )
     ap.add_argument("--skip", type=Path, nargs="*", default=[], help="skip shards present here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -161,6 +235,12 @@ def main() -> None:
     tok.padding_side = "left"
     t0, n_tokens = time.time(), 0
 
+    if args.add_layers:
+        if args.convert is None:
+            raise SystemExit("--add-layers reads the shards named by --convert")
+        layers = [int(x) for x in args.add_layers.split(",")]
+        add_layers(model, args.convert, args.out, layers, args.worker, args.workers)
+        return
     if args.convert is not None:
         for src in sorted(args.convert.glob("shard_*.pt")):
             dst = args.out / src.name
@@ -179,6 +259,8 @@ def main() -> None:
         return
 
     prompts = generate_prompts(args.prompt_seed, extra=args.extra_prompts)
+    if args.benchmark_prompts:
+        prompts = builtin_prompts()[: args.benchmark_prompts]
     for start in range(0, len(prompts), args.batch):
         name = f"shard_{start // args.batch:04d}.pt"
         shard = args.out / name

@@ -12,6 +12,10 @@ acceptance, and the effect of cutting its head to fewer ids; optionally export t
 --accept: expected acceptance sum min(p, q) at draft steps 1..k on the held-out shards
     (--eval-shards, never trained on), steps >= 2 on the draft's own features, at top-p 1.0
     and 0.95, T = 0.7, and the implied tokens per verifier call and acceptance rate at k.
+--eval-data DIR: measure on the held-out shards of DIR instead, e.g. the verifier's answers to
+    the benchmark prompts (`training.gen_features --benchmark-prompts 20`, all of its shards
+    named in --eval-shards), which says what the decoder's bench will see: the held-out
+    training shards share their prompt templates with the training data.
 --head-sizes: also evaluate (and cost) the draft with its head cut to the top N ids of the
     ranking the training used (training.subset on the training shards); --export-head N
     --export DIR writes the draft with that head.
@@ -46,6 +50,8 @@ def with_head(draft: FeatureDraft, verifier, head_ids: torch.Tensor | None) -> F
         head_ids,
         draft.embed_scale,
         draft.feature_scale,
+        draft.feature_layers,
+        draft.layer_scales,
     )
     new.load_state_dict(draft.state_dict())
     return new.to(draft.dtype).eval()
@@ -102,7 +108,9 @@ def main() -> None:
     ap.add_argument("--cost", action="store_true")
     ap.add_argument("--accept", action="store_true")
     ap.add_argument("--data", type=Path, nargs="+", default=[Path("/work/data/fd/r1")])
-    ap.add_argument("--eval-shards", default="3,29")
+    ap.add_argument(
+        "--eval-shards", default="3,29", help="held-out shard indices (of --eval-data if given)"
+    )
     ap.add_argument(
         "--eval-data",
         type=Path,
@@ -129,7 +137,8 @@ def main() -> None:
     train, held = [], []
     if args.accept or sizes:
         eval_shards = {int(x) for x in args.eval_shards.split(",") if x}
-        train, held = load_split(args.data, eval_shards)
+        if sizes or args.eval_data is None:  # the head ranking needs the training shards
+            train, held = load_split(args.data, eval_shards)
         if args.eval_data is not None:
             _, held = load_split(args.eval_data, eval_shards)
         print(f"held-out: {len(held)} answers, {sum(len(r['answer_ids']) for r in held)} tokens")

@@ -13,6 +13,10 @@ verifier's distribution q of token x_{i+d+1}. Loss per step, summed over steps:
 p = the draft at T over its head ids. The decoder layer starts as the verifier's last layer;
 with --layers 2 and --init-from a one-layer draft, the second layer starts as an identity on the
 residual stream (`FeatureDraft.from_verifier`), so training starts where that draft was.
+With --feature-layers 2,15 (data from `training.gen_features --add-layers 2,15`) the draft is
+multi-depth (EAGLE-3 style): it also reads those verifier layers' outputs at the verifier-fed
+positions, through a fuse that starts as "the top feature alone", so a warm start from a
+one-depth draft starts where that draft was.
 AdamW, cosine learning rate over a wall-clock budget (--minutes), best/last checkpoints by
 the held-out implied tokens per verifier call at k = depth (mean over top-p 1.0 and 0.95).
 Shards named in --eval-shards (in every data folder) are never trained on.
@@ -66,10 +70,11 @@ def load_split(dirs: list[Path], eval_shards: set[int]) -> tuple[list[dict], lis
     return train, held
 
 
-def make_batch(recs: list[dict], depth: int) -> dict:
+def make_batch(recs: list[dict], depth: int, layer_features: bool = False) -> dict:
     """Right-padded tensors of a batch.
 
-    feats [B, T, D] float32: f_0 .. f_{T-1} (T = the longest record's feature count);
+    feats [B, T, D] float32: f_0 .. f_{T-1} (T = the longest record's feature count), or
+    [B, T, (n + 1) D] with `layer_features` (the records' n feature layers, then the top);
     tokens [B, T + depth]: x_0 ..; at position j (j < T + depth): valid [B, T + depth] (j has a
     target: an answer's predicting position with a saved feature), target feature
     tfeat [B, T + depth, D], top-K vals / idx [B, T + depth, K] (the verifier's logits of x_{j+1}).
@@ -79,6 +84,10 @@ def make_batch(recs: list[dict], depth: int) -> dict:
     k = recs[0]["top_values"].shape[1]
     n = t + depth
     feats = torch.zeros(b, n, dim)
+    wide = None
+    if layer_features:
+        extra = recs[0]["layer_features"].shape[1]
+        wide = torch.zeros(b, t, extra + dim)
     tokens = torch.zeros(b, n, dtype=torch.long)
     valid = torch.zeros(b, n, dtype=torch.bool)
     vals = torch.zeros(b, n, k)
@@ -88,6 +97,9 @@ def make_batch(recs: list[dict], depth: int) -> dict:
         n_p = len(r["prompt_ids"])
         m = r["features"].shape[0]  # = n_p + n_answer - 1
         feats[i, :m] = r["features"].float()
+        if wide is not None:
+            wide[i, :m, :extra] = r["layer_features"].float()
+            wide[i, :m, extra:] = r["features"].float()
         tokens[i, : len(seq)] = torch.tensor(seq)
         # Positions n_p - 1 .. m - 1 have both a saved feature and the top-K of their next
         # token (row a of top_values is position n_p - 1 + a).
@@ -95,7 +107,7 @@ def make_batch(recs: list[dict], depth: int) -> dict:
         vals[i, n_p - 1 : m] = r["top_values"][: m - n_p + 1].float()
         idx[i, n_p - 1 : m] = r["top_indices"][: m - n_p + 1].long()
     return {
-        "feats": feats[:, :t],
+        "feats": feats[:, :t] if wide is None else wide,
         "tokens": tokens,
         "valid": valid,
         "tfeat": feats,
@@ -162,7 +174,7 @@ def evaluate(draft, recs, depth, lookup, temperature, batch_size=8) -> dict:
     acc = {tp: [[] for _ in range(depth)] for tp in (1.0, 0.95)}
     chains = {tp: [] for tp in (1.0, 0.95)}  # [N, depth] per batch
     for i in range(0, len(recs), batch_size):
-        batch = make_batch(recs[i : i + batch_size], depth)
+        batch = make_batch(recs[i : i + batch_size], depth, bool(draft.feature_layers))
         outs = draft.forward_unrolled(batch["feats"], batch["tokens"], depth)
         t = outs[0].shape[1]
         per_tp = {tp: torch.full((*outs[0].shape[:2], depth), float("nan")) for tp in acc}
@@ -230,6 +242,11 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--init-from", type=Path, default=None, help="warm start: a saved draft")
     ap.add_argument("--layers", type=int, default=1, help="decoder layers (a deeper head)")
+    ap.add_argument(
+        "--feature-layers",
+        default="",
+        help="multi-depth: also read these verifier layers (data from gen_features --add-layers)",
+    )
     ap.add_argument("--no-bf16", action="store_true", help="train in float32 (1.5x slower)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -265,18 +282,39 @@ def main() -> None:
     sample = torch.cat([r["features"][len(r["prompt_ids"]) :] for r in train[:200]])
     embed_scale = 1 / rms(verifier.get_input_embeddings().weight)
     feature_scale = 1 / rms(sample)
+    feature_layers = [int(x) for x in args.feature_layers.split(",") if x]
+    layer_scales = None
+    if feature_layers:
+        missing = [r["source"] for r in train + held if r.get("feature_layers") != feature_layers]
+        if missing:
+            raise SystemExit(
+                f"{len(missing)} answers lack layer features {feature_layers} (e.g. "
+                f"{missing[0]}): make the data with gen_features --add-layers"
+            )
+        wide = torch.cat([r["layer_features"][len(r["prompt_ids"]) :] for r in train[:200]])
+        d = sample.shape[1]
+        layer_scales = [1 / rms(wide[:, i * d : (i + 1) * d]) for i in range(len(feature_layers))]
+        print(f"feature layers {feature_layers}, scales {layer_scales}", flush=True)
     warm = None
     if args.init_from is not None:
         # The fc was trained on inputs at the saved draft's scales: keep them.
         warm = FeatureDraft.load(args.init_from, verifier)
         embed_scale, feature_scale = warm.embed_scale, warm.feature_scale
     draft = FeatureDraft.from_verifier(
-        verifier, head_ids, embed_scale, feature_scale, num_layers=args.layers
+        verifier,
+        head_ids,
+        embed_scale,
+        feature_scale,
+        num_layers=args.layers,
+        feature_layers=feature_layers,
+        layer_scales=layer_scales,
     )
     if warm is not None:
-        # A deeper draft keeps its identity-started layers past the saved draft's.
+        # A deeper draft keeps its identity-started layers past the saved draft's, and a
+        # multi-depth one grown from a one-depth draft its top-feature-only fuse.
         missing, unexpected = draft.load_state_dict(warm.state_dict(), strict=False)
         grown = len(warm.layers) < args.layers
+        missing = [k for k in missing if not (k == "fuse.weight" and not warm.feature_layers)]
         if unexpected or (missing and not grown):
             raise SystemExit(
                 f"--init-from does not fit --layers {args.layers}: {missing or unexpected}"
@@ -293,7 +331,10 @@ def main() -> None:
     # The fc starts as identity blocks (entries O(1)); the layer holds the verifier's small
     # pretrained weights, which a large Adam step would wipe out: two learning rates.
     groups = [
-        {"params": list(draft.fc.parameters()), "peak": args.fc_lr},
+        {
+            "params": [*draft.fc.parameters(), *(draft.fuse.parameters() if draft.fuse else [])],
+            "peak": args.fc_lr,
+        },
         {"params": [p for layer in draft.layers for p in layer.parameters()], "peak": args.lr},
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -332,7 +373,7 @@ def main() -> None:
             # bfloat16 autocast: the matmuls run 1.5x faster on this CPU (AVX-512 BF16); the
             # softmaxes and losses stay in float32, and so do the weights.
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
-                batch = make_batch(recs, args.depth)
+                batch = make_batch(recs, args.depth, bool(feature_layers))
                 loss, parts = losses(draft, batch, args.depth, lookup, args)
             opt.zero_grad(set_to_none=True)
             loss.backward()

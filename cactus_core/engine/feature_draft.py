@@ -9,6 +9,13 @@ token x_{t+1} that follows, and predicts the feature f_{t+1}:
                                          a stack of them when config.num_hidden_layers > 1)
     logits   = verifier.lm_head(verifier.norm(f^_{t+1}))     (the distribution of x_{t+2})
 
+A multi-depth draft (EAGLE-3 style, Li et al., 2025) also reads the outputs of some earlier
+verifier layers (`feature_layers`, e.g. a low and a middle one): at the verifier-fed positions
+f_t is then the fusion fuse([f_t^(l1) * s_l1, .., f_t * feature_scale]) / feature_scale of
+those layers and the top one, a (n + 1) D -> D linear map that starts as "take the top
+feature", so a warm-started multi-depth draft begins exactly as the draft it grew from. Its
+own drafted positions read its predicted feature directly, as a one-depth draft's do.
+
 The logits come from the verifier's own final norm and LM head, so a good feature prediction
 is a good token prediction. For k > 1 drafted tokens the draft feeds back its own predicted
 features (f^ in place of f), which is why it is trained unrolled (`forward_unrolled`).
@@ -102,7 +109,8 @@ class FeatureDraft(nn.Module):
 
     Own parameters (saved): fc.weight [D, 2D], fc.bias [D], layer.* (the first
     LlamaDecoderLayer) and extra_layers.{i}.* (the others, config.num_hidden_layers - 1 of
-    them; none in a one-layer draft, whose files predate the stack).
+    them; none in a one-layer draft, whose files predate the stack); a multi-depth draft's
+    fuse.weight [D, (n + 1) D] (n = len(feature_layers)).
     Buffers taken from the verifier (not saved): norm_weight [D] (its final RMSNorm),
     head_weight_t [D, S] (its LM-head rows of the head ids, transposed: a [1, D] x [D, S]
     product is about twice as fast on CPU as one against the [S, D] layout), head_ids [S]
@@ -119,15 +127,27 @@ class FeatureDraft(nn.Module):
         head_ids: torch.Tensor | None,
         embed_scale: float,
         feature_scale: float,
+        feature_layers: list[int] | None = None,
+        layer_scales: list[float] | None = None,
     ) -> None:
         super().__init__()
         d = config.hidden_size
+        self.feature_layers = [int(i) for i in feature_layers or []]
+        self.layer_scales = [float(x) for x in layer_scales or [1.0] * len(self.feature_layers)]
+        if len(self.layer_scales) != len(self.feature_layers):
+            raise ValueError("layer_scales needs one scale per feature layer")
         self.config = config
         self.vocab_size = embedding.weight.shape[0]
         self.embed_scale = float(embed_scale)
         self.feature_scale = float(feature_scale)
         self.rms_eps = float(config.rms_norm_eps)
         self.fc = nn.Linear(2 * d, d, bias=True)
+        # Multi-depth only: the earlier layers' features and the top one -> one feature.
+        self.fuse = (
+            nn.Linear((len(self.feature_layers) + 1) * d, d, bias=False)
+            if self.feature_layers
+            else None
+        )
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.extra_layers = nn.ModuleList(
             LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers)
@@ -157,13 +177,18 @@ class FeatureDraft(nn.Module):
         feature_scale: float = 1.0,
         init_layer: int = -1,
         num_layers: int = 1,
+        feature_layers: list[int] | None = None,
+        layer_scales: list[float] | None = None,
     ) -> FeatureDraft:
         """A new draft: the decoder layer copied from the verifier's layer `init_layer` (the
         last by default, which already maps a top-layer-like residual to a top feature), and
         an fc that starts as "feature + half the embedding" (identity blocks). Layers after the
         first start as the same copy with their output projections zeroed: identities on the
-        residual stream, so a draft grown from a trained shallower one starts as that one."""
-        draft = cls._bare(verifier, head_ids, embed_scale, feature_scale, num_layers)
+        residual stream, so a draft grown from a trained shallower one starts as that one. A
+        multi-depth draft's fuse starts as the top feature alone (zero blocks for the others)."""
+        draft = cls._bare(
+            verifier, head_ids, embed_scale, feature_scale, num_layers, feature_layers, layer_scales
+        )
         state = verifier.model.layers[init_layer].state_dict()
         draft.layer.load_state_dict(state)
         d = draft.config.hidden_size
@@ -177,6 +202,9 @@ class FeatureDraft(nn.Module):
             eye = torch.eye(d)
             draft.fc.weight.copy_(torch.cat([0.5 * eye, eye], dim=1))
             draft.fc.bias.zero_()
+            if draft.fuse is not None:
+                draft.fuse.weight.zero_()
+                draft.fuse.weight[:, -d:].copy_(eye)
         return draft
 
     @classmethod
@@ -186,12 +214,13 @@ class FeatureDraft(nn.Module):
         head_size: int | None = None,
         seed: int = 0,
         num_layers: int = 1,
+        feature_layers: list[int] | None = None,
     ) -> FeatureDraft:
-        """Random weights (for tests): fc and the layers drawn from a seeded generator."""
+        """Random weights (for tests): fc, fuse and the layers drawn from a seeded generator."""
         vocab = verifier.get_input_embeddings().weight.shape[0]
         gen = torch.Generator().manual_seed(seed)
         ids = None if head_size is None else torch.randperm(vocab, generator=gen)[:head_size]
-        draft = cls._bare(verifier, ids, 1.0, 1.0, num_layers)
+        draft = cls._bare(verifier, ids, 1.0, 1.0, num_layers, feature_layers)
         with torch.no_grad():
             for name, p in draft.named_parameters():
                 base = 1.0 if "norm" in name else 0.0  # RMSNorm weights near 1
@@ -199,9 +228,19 @@ class FeatureDraft(nn.Module):
         return draft
 
     @classmethod
-    def _bare(cls, verifier, head_ids, embed_scale, feature_scale, num_layers=1) -> FeatureDraft:
+    def _bare(
+        cls,
+        verifier,
+        head_ids,
+        embed_scale,
+        feature_scale,
+        num_layers=1,
+        feature_layers=None,
+        layer_scales=None,
+    ) -> FeatureDraft:
         if num_layers < 1:
             raise ValueError(f"a feature draft needs at least one layer, got {num_layers}")
+        _check_feature_layers(feature_layers or [], verifier.config.num_hidden_layers)
         cfg = LlamaConfig.from_dict(verifier.config.to_dict())
         cfg.num_hidden_layers = num_layers
         cfg.quantization_config = None
@@ -215,6 +254,8 @@ class FeatureDraft(nn.Module):
             head_ids,
             embed_scale,
             feature_scale,
+            feature_layers,
+            layer_scales,
         )
         return draft.to(dtype=head.dtype, device=head.device)
 
@@ -237,6 +278,8 @@ class FeatureDraft(nn.Module):
                 f"draft (hidden {cfg.hidden_size}, vocab {cfg.vocab_size}) does not match the "
                 f"verifier (hidden {v_cfg.hidden_size}, vocab {v_cfg.vocab_size})"
             )
+        feature_layers = meta.get("feature_layers", [])
+        _check_feature_layers(feature_layers, v_cfg.num_hidden_layers)
         tensors = load_file(str(folder / WEIGHTS_NAME))
         head_ids = tensors.pop(HEAD_IDS_KEY, None)
         head = verifier.get_output_embeddings().weight
@@ -248,6 +291,8 @@ class FeatureDraft(nn.Module):
             head_ids,
             meta["embed_scale"],
             meta["feature_scale"],
+            feature_layers,
+            meta.get("layer_scales"),
         )
         draft.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
         return draft.to(dtype=dtype or head.dtype, device=head.device).eval()
@@ -265,10 +310,14 @@ class FeatureDraft(nn.Module):
             **(info or {}),
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "architecture": f"fc(2D->D) + {len(self.layers)} LlamaDecoderLayer, verifier norm "
-            "+ LM head",
+            "architecture": (
+                f"fuse({len(self.feature_layers) + 1}D->D) + " if self.feature_layers else ""
+            )
+            + f"fc(2D->D) + {len(self.layers)} LlamaDecoderLayer, verifier norm + LM head",
             "embed_scale": self.embed_scale,
             "feature_scale": self.feature_scale,
+            "feature_layers": self.feature_layers,
+            "layer_scales": self.layer_scales,
             "head_size": None if self.head_ids is None else int(self.head_ids.numel()),
             "weights_dtype": str(dtype).removeprefix("torch."),
             "llama": self.config.to_dict(),
@@ -286,8 +335,27 @@ class FeatureDraft(nn.Module):
     def layers(self) -> list[LlamaDecoderLayer]:
         return [self.layer, *self.extra_layers]
 
+    @property
+    def input_width(self) -> int:
+        """Width of the verifier features this draft reads: (n + 1) D for n feature layers."""
+        return (len(self.feature_layers) + 1) * self.config.hidden_size
+
+    def fused(self, features: torch.Tensor) -> torch.Tensor:
+        """Verifier features [B, T, (n + 1) D] (the feature layers', then the top one) ->
+        [B, T, D]; a one-depth draft's [B, T, D] pass through."""
+        if self.fuse is None:
+            return features
+        d = self.config.hidden_size
+        scales = torch.tensor(
+            [*self.layer_scales, self.feature_scale], dtype=self.dtype, device=features.device
+        ).repeat_interleave(d)  # [(n + 1) D]
+        return self.fuse(features.to(self.dtype) * scales) / self.feature_scale
+
     def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
-        """features [B, T, D] (any float dtype), next_ids [B, T] -> layer input [B, T, D]."""
+        """features [B, T, D] (the draft's own predictions) or [B, T, input_width] (the
+        verifier's), any float dtype; next_ids [B, T] -> layer input [B, T, D]."""
+        if features.shape[-1] != self.config.hidden_size:
+            features = self.fused(features)
         e = self.embedding(next_ids).to(self.dtype) * self.embed_scale  # [B, T, D]
         f = features.to(self.dtype) * self.feature_scale  # [B, T, D]
         return self.fc(torch.cat([e, f], dim=-1)) / self.feature_scale
@@ -344,10 +412,10 @@ class FeatureDraft(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Read T positions and predict the next feature at each.
 
-        features [B, T, D]: f at positions start_pos .. start_pos + T - 1 (the verifier's, or
-            the draft's own predictions while drafting); next_ids [B, T]: the token after each
-            of those positions. The cache must hold exactly the positions before start_pos; it
-            gets these T appended.
+        features [B, T, input_width] or [B, T, D]: f at positions start_pos .. start_pos +
+            T - 1 (the verifier's, or the draft's own predictions while drafting, `inputs`);
+            next_ids [B, T]: the token after each of those positions. The cache must hold
+            exactly the positions before start_pos; it gets these T appended.
         Returns (logits [B, T, V] of the token two after each position, i.e. of x_{t+2}, and
             the predicted features f^_{t+1} [B, T, D] in the draft's dtype).
         """
@@ -387,7 +455,7 @@ class FeatureDraft(nn.Module):
     ) -> list[torch.Tensor]:
         """What decoding would predict at draft steps 1..depth from every position at once.
 
-        features [B, T, D]: the verifier's f_0 .. f_{T-1}; tokens [B, T + depth]: x_0 ..
+        features [B, T, input_width]: the verifier's f_0 .. f_{T-1}; tokens [B, T + depth]: x_0 ..
         x_{T+depth-1} (right padding is fine: attention is causal).
         Chain i starts after the verifier has read position i. Its step d (1-based) reads,
         at position i + d - 1, the token x_{i+d} and the feature f_i (d = 1) or its own step
@@ -427,6 +495,17 @@ class FeatureDraft(nn.Module):
             feats = x
             outs.append(feats)
         return outs
+
+
+def _check_feature_layers(layers: list[int], verifier_layers: int) -> None:
+    # Ascending and distinct: the decoder captures them in the order the verifier runs them.
+    if list(layers) != sorted(set(layers)):
+        raise ValueError(f"feature_layers {layers}: list distinct layers in ascending order")
+    if any(not 0 <= i < verifier_layers - 1 for i in layers):
+        raise ValueError(
+            f"feature_layers {layers}: a verifier with {verifier_layers} layers has earlier "
+            f"layers 0 .. {verifier_layers - 2} (its last one gives the top feature)"
+        )
 
 
 def rms(x: torch.Tensor) -> float:

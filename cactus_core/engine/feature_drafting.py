@@ -4,7 +4,9 @@ The draft reads the verifier's own top-layer features, so it needs them for ever
 position. They come from the verifier's forwards the decoder runs anyway: `FeatureCache`
 captures the input of the verifier's final norm (the last decoder layer's output before the
 norm, exactly what the draft was trained on) with a forward pre-hook, in the prefill and in
-every verify pass, the lazy head's `step_hidden` included. Nothing runs twice.
+every verify pass, the lazy head's `step_hidden` included. Nothing runs twice. For a
+multi-depth draft it also captures the outputs of the draft's `feature_layers` and puts them
+before the top feature ([B, w, (n + 1) D]), the layout the draft was trained on.
 
 Positions (x_t: committed token t; f_t: the verifier's feature at position t, which predicts
 x_{t+1}): the draft at position t reads (f_t, x_{t+1}) and gives the logits of x_{t+2} and a
@@ -67,13 +69,30 @@ def final_norm(model: PreTrainedModel) -> nn.Module:
     return norm
 
 
-class FeatureCache(SequenceCache):
-    """The verifier's `SequenceCache`, also keeping `features` [B, w, D]: the pre-norm
-    features of the w positions its latest forward read (None before any forward)."""
+def decoder_layers(model: PreTrainedModel, wanted: list[int]) -> list[nn.Module]:
+    """The verifier's decoder layers of these indices (a multi-depth draft reads them)."""
+    layers = getattr(model.base_model, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"a multi-depth feature draft needs a verifier whose base model has `layers`; "
+            f"{type(model).__name__} has none"
+        )
+    if any(not 0 <= i < len(layers) for i in wanted):
+        raise ValueError(f"feature layers {wanted}: the verifier has {len(layers)} layers")
+    return [layers[i] for i in wanted]
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+
+class FeatureCache(SequenceCache):
+    """The verifier's `SequenceCache`, also keeping `features` [B, w, (n + 1) D]: the outputs
+    of `feature_layers` (n of them, none by default) and the pre-norm top features of the w
+    positions its latest forward read (None before any forward)."""
+
+    def __init__(
+        self, model: PreTrainedModel, vocab_size: int, feature_layers: list[int] | None = None
+    ) -> None:
         super().__init__(model, vocab_size)
         self.norm = final_norm(model)
+        self.layers = decoder_layers(model, list(feature_layers or []))
         self.features: torch.Tensor | None = None
         self._pieces: list[torch.Tensor] | None = None
 
@@ -90,6 +109,7 @@ class FeatureCache(SequenceCache):
     def _forward(self, *args, **kwargs) -> torch.Tensor:
         self.features = None
         owner = threading.get_ident()
+        layer_outputs: list[torch.Tensor] = []
 
         def capture(module: nn.Module, inputs: tuple) -> None:
             # The app shares one verifier between sessions' threads: only this thread's
@@ -97,13 +117,22 @@ class FeatureCache(SequenceCache):
             if threading.get_ident() == owner:
                 self.features = inputs[0]  # [B, w, D], the verifier's dtype
 
+        def capture_layer(module: nn.Module, inputs: tuple, output) -> None:
+            if threading.get_ident() == owner:
+                layer_outputs.append(output[0] if isinstance(output, tuple) else output)
+
         # Hooked per forward, not for the cache's life: a decode abandoned mid-stream (a
-        # closed rounds() iterator) must not leave a hook on the caller's model.
-        handle = self.norm.register_forward_pre_hook(capture)
+        # closed rounds() iterator) must not leave a hook on the caller's model. Forward
+        # hooks fire in layer order, which is the order `feature_layers` lists (ascending).
+        handles = [self.norm.register_forward_pre_hook(capture)]
+        handles += [layer.register_forward_hook(capture_layer) for layer in self.layers]
         try:
             out = super()._forward(*args, **kwargs)
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
+        if layer_outputs and self.features is not None:
+            self.features = torch.cat([*layer_outputs, self.features], dim=-1)
         if self._pieces is not None and self.features is not None:
             self._pieces.append(self.features)
         return out
@@ -128,7 +157,8 @@ class FeatureDrafter:
 
     def prefill(self, tokens: list[int], features: torch.Tensor | None) -> None:
         """tokens: the prompt x_0 .. x_{P-1}; features [1, P - 1, D]: the verifier's f_0 ..
-        f_{P-2} from its prefill (None for a one-token prompt)."""
+        f_{P-2} from its prefill (None for a one-token prompt); [1, P - 1, input_width] for
+        a multi-depth draft."""
         device = self.draft.fc.weight.device
         if features is None or features.shape[1] == 0:
             # No feature to start from: read a zero feature with x_0 once, for the first
@@ -217,7 +247,10 @@ def open_caches(
     features and the drafter reads them."""
     prefixes = [t[:-1] for t in tokens]
     feature = speculative and pair.feature_draft is not None
-    verifier = (FeatureCache if feature else SequenceCache)(pair.verifier, vocab)
+    if feature:
+        verifier = FeatureCache(pair.verifier, vocab, pair.feature_draft.feature_layers)
+    else:
+        verifier = SequenceCache(pair.verifier, vocab)
     verifier.prefill(prefixes)
     if not speculative:
         return verifier, None

@@ -1,0 +1,69 @@
+"""The multi-depth draft's training data: `training.gen_features.layer_pass` (the outputs of
+earlier verifier layers, the forward stopped after the deepest) and `make_batch`'s wide input
+(those layers, then the top feature, the layout the decoder's `FeatureCache` captures)."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.conftest import tiny_llama
+from training.gen_features import layer_pass
+from training.train_feature_draft import make_batch
+
+
+def _outputs(model, ids: list[int]) -> list[torch.Tensor]:
+    seen: list[torch.Tensor] = []
+    hooks = [
+        layer.register_forward_hook(
+            lambda m, a, out: seen.append(out[0] if isinstance(out, tuple) else out)
+        )
+        for layer in model.model.layers
+    ]
+    try:
+        with torch.no_grad():
+            model(torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return [s[0] for s in seen]  # per layer [T, D]
+
+
+def test_layer_pass_gives_the_layers_outputs_and_stops_after_the_deepest():
+    model = tiny_llama(vocab=96, layers=4, seed=3)
+    record = {"prompt_ids": [5, 9, 11, 20], "answer_ids": [31, 7, 2]}
+    ids = record["prompt_ids"] + record["answer_ids"]
+    want = _outputs(model, ids[:-1])
+    ran = []
+    hook = model.model.layers[3].register_forward_hook(lambda *a: ran.append(True))
+    try:
+        got = layer_pass(model, record, [0, 2])
+    finally:
+        hook.remove()
+    assert got.dtype == torch.float16 and got.shape == (len(ids) - 1, 2 * 64)
+    torch.testing.assert_close(got, torch.cat([want[0], want[2]], -1).half())
+    assert not ran  # layer 3 never ran
+
+
+def test_make_batch_puts_the_layers_before_the_top_feature():
+    d, extra = 8, 16
+    recs = []
+    for n_p, n_a in ((3, 4), (2, 6)):
+        m = n_p + n_a - 1
+        recs.append(
+            {
+                "prompt_ids": list(range(1, n_p + 1)),
+                "answer_ids": list(range(10, 10 + n_a)),
+                "features": torch.randn(m, d).half(),
+                "layer_features": torch.randn(m, extra).half(),
+                "top_values": torch.randn(n_a, 4).half(),
+                "top_indices": torch.randint(0, 50, (n_a, 4)).int(),
+            }
+        )
+    narrow, wide = make_batch(recs, depth=2), make_batch(recs, depth=2, layer_features=True)
+    assert wide["feats"].shape == (2, 7, extra + d)
+    torch.testing.assert_close(wide["feats"][..., extra:], narrow["feats"])
+    for b, r in enumerate(recs):
+        m = r["features"].shape[0]
+        torch.testing.assert_close(wide["feats"][b, :m, :extra], r["layer_features"].float())
+    # Targets stay the top feature only: what the draft's predictions are regressed on.
+    torch.testing.assert_close(wide["tfeat"], narrow["tfeat"])
