@@ -40,16 +40,36 @@ def feature_pair(tiny_pair):
     return with_feature_draft(tiny_pair, FeatureDraft.tiny_for(tiny_pair.verifier))
 
 
-def prenorm_features(verifier, ids: list[int]) -> torch.Tensor:
-    """One plain full forward; the input of the final norm, [1, T, D]."""
-    seen = []
-    hook = verifier.model.norm.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+def _captured(verifier, ids: list[int], register) -> torch.Tensor:
+    """One plain full forward with the hook `register(put)` installs; what it put first."""
+    seen: list[torch.Tensor] = []
+    hook = register(seen.append)
     try:
         with torch.no_grad():
             verifier(torch.tensor([ids]))
     finally:
         hook.remove()
     return seen[0]
+
+
+def prenorm_features(verifier, ids: list[int]) -> torch.Tensor:
+    """One plain full forward; the input of the final norm, [1, T, D]."""
+    norm = verifier.model.norm
+    return _captured(
+        verifier, ids, lambda put: norm.register_forward_pre_hook(lambda m, a: put(a[0]))
+    )
+
+
+def layer_outputs(verifier, ids: list[int], layer: int) -> torch.Tensor:
+    """One plain full forward; the output of decoder layer `layer`, [1, T, D]."""
+    module = verifier.model.layers[layer]
+    return _captured(
+        verifier,
+        ids,
+        lambda put: module.register_forward_hook(
+            lambda m, a, out: put(out[0] if isinstance(out, tuple) else out)
+        ),
+    )
 
 
 @pytest.fixture
@@ -360,20 +380,6 @@ def test_a_two_layer_draft_decodes_exactly(tiny_pair, rule, monkeypatch):
     out = sampler.generate(PROMPTS[1], max_new_tokens=24, seed=1)
     assert 0 < len(out.token_ids) <= 24
     assert lengths and all(len(n) == 2 and n[0] == n[1] for n in lengths)
-
-
-def layer_outputs(verifier, ids: list[int], layer: int) -> torch.Tensor:
-    """One plain full forward; the output of decoder layer `layer`, [1, T, D]."""
-    seen = []
-    hook = verifier.model.layers[layer].register_forward_hook(
-        lambda m, args, out: seen.append(out[0] if isinstance(out, tuple) else out)
-    )
-    try:
-        with torch.no_grad():
-            verifier(torch.tensor([ids]))
-    finally:
-        hook.remove()
-    return seen[0]
 
 
 @pytest.mark.parametrize("rule", ["sps", "cactus"])

@@ -79,6 +79,8 @@ def test_shapes_and_cache_length(draft):
         assert keys.shape == (2, kv, 5, HIDDEN // draft.config.num_attention_heads)
     with pytest.raises(ValueError):
         draft(feats, ids, cache, start_pos=0)  # the cache already holds 5 positions
+    with pytest.raises(ValueError, match="wide"):
+        draft(torch.randn(2, 1, HIDDEN * 3), ids[:, :1], cache, start_pos=5)
 
 
 @torch.no_grad()

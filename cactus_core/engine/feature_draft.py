@@ -354,7 +354,13 @@ class FeatureDraft(nn.Module):
     def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """features [B, T, D] (the draft's own predictions) or [B, T, input_width] (the
         verifier's), any float dtype; next_ids [B, T] -> layer input [B, T, D]."""
-        if features.shape[-1] != self.config.hidden_size:
+        width, d = features.shape[-1], self.config.hidden_size
+        if width != d:
+            if width != self.input_width:
+                raise ValueError(
+                    f"features {width} wide: this draft reads {self.input_width} (the verifier's "
+                    f"layers {[*self.feature_layers, 'top']}) or {d} (its own predictions)"
+                )
             features = self.fused(features)
         e = self.embedding(next_ids).to(self.dtype) * self.embed_scale  # [B, T, D]
         f = features.to(self.dtype) * self.feature_scale  # [B, T, D]

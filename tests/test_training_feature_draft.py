@@ -1,14 +1,17 @@
-"""The multi-depth draft's training data: `training.gen_features.layer_pass` (the outputs of
-earlier verifier layers, the forward stopped after the deepest) and `make_batch`'s wide input
-(those layers, then the top feature, the layout the decoder's `FeatureCache` captures)."""
+"""Training-side pieces of the feature draft: the multi-depth draft's data
+(`training.gen_features.layer_pass`: the outputs of earlier verifier layers, the forward
+stopped after the deepest; `make_batch`'s wide input: those layers, then the top feature, the
+layout the decoder's `FeatureCache` captures) and `measure_feature_draft.cactus_acceptance`."""
 
 from __future__ import annotations
 
 import torch
 
+from cactus_core.engine.feature_draft import FeatureDraft
 from tests.conftest import tiny_llama
 from training.gen_features import layer_pass
-from training.train_feature_draft import make_batch
+from training.measure_feature_draft import cactus_acceptance
+from training.train_feature_draft import evaluate, make_batch
 
 
 def _outputs(model, ids: list[int]) -> list[torch.Tensor]:
@@ -67,3 +70,32 @@ def test_make_batch_puts_the_layers_before_the_top_feature():
         torch.testing.assert_close(wide["feats"][b, :m, :extra], r["layer_features"].float())
     # Targets stay the top feature only: what the draft's predictions are regressed on.
     torch.testing.assert_close(wide["tfeat"], narrow["tfeat"])
+
+
+def test_cactus_acceptance_at_delta_0_is_the_lossless_one_and_grows_with_delta():
+    verifier = tiny_llama(vocab=96, layers=2, seed=5)
+    draft = FeatureDraft.tiny_for(verifier, seed=2, feature_layers=[0]).eval()
+    gen = torch.Generator().manual_seed(0)
+    recs = []
+    for n_p, n_a in ((3, 7), (4, 9), (2, 6)):
+        m = n_p + n_a - 1
+        vals, idx = torch.randn(n_a, 96, generator=gen).mul(3).topk(16, dim=-1)
+        recs.append(
+            {
+                "prompt_ids": torch.randint(3, 96, (n_p,), generator=gen).tolist(),
+                "answer_ids": torch.randint(3, 96, (n_a,), generator=gen).tolist(),
+                "features": torch.randn(m, 64, generator=gen).half(),
+                "layer_features": torch.randn(m, 64, generator=gen).half(),
+                "top_values": vals.half(),
+                "top_indices": idx.int(),
+            }
+        )
+    lookup = torch.arange(96)
+    with torch.no_grad():
+        lossless = evaluate(draft, recs, 3, lookup, 0.7)["1.0"]["per_step"]
+    at = {d: cactus_acceptance(draft, recs, 3, lookup, 0.7, d) for d in (0.0, 0.3, 1.0)}
+    for a, b in zip(at[0.0], lossless, strict=True):
+        assert abs(a - b) < 1e-5
+    for low, high in zip(at[0.3], at[1.0], strict=True):
+        assert 0 < low < high <= 1
+    assert all(a < b for a, b in zip(at[0.0], at[0.3], strict=True))
