@@ -24,9 +24,9 @@ as in gen_data), named by batch index, so a shard index means the same prompts i
     python -m training.gen_features --out /work/data/fd/tp095 --top-p 0.95 --max-new 192 \\
         --threads 1 --worker 0 --workers 2
     python -m training.gen_features --convert /work/data/fd_gen/tp095 --out /work/data/fd/tp095
-    python -m training.gen_features --benchmark-prompts 20 --batch 4 --max-new 128 --top-p 1.0 \
+    python -m training.gen_features --benchmark-prompts 20 --batch 4 --max-new 128 --top-p 1.0 \\
         --out /work/data/fd_bench
-    python -m training.gen_features --add-layers 2,15 --convert /work/data/fd/r1 \
+    python -m training.gen_features --add-layers 2,15 --convert /work/data/fd/r1 \\
         --out /work/data/fd3/r1 --worker 0 --workers 2
 
 Record: prompt (str), prompt_ids (list, n_p), answer_ids (list, n_a), top_p (float),

@@ -300,6 +300,8 @@ def main() -> None:
         # The fc was trained on inputs at the saved draft's scales: keep them.
         warm = FeatureDraft.load(args.init_from, verifier)
         embed_scale, feature_scale = warm.embed_scale, warm.feature_scale
+        if warm.feature_layers and warm.feature_layers == feature_layers:
+            layer_scales = warm.layer_scales
     draft = FeatureDraft.from_verifier(
         verifier,
         head_ids,
