@@ -1,7 +1,8 @@
 """Training-side pieces of the feature draft: the multi-depth draft's data
 (`training.gen_features.layer_pass`: the outputs of earlier verifier layers, the forward
 stopped after the deepest; `make_batch`'s wide input: those layers, then the top feature, the
-layout the decoder's `FeatureCache` captures) and `measure_feature_draft.cactus_acceptance`."""
+layout the decoder's `FeatureCache` captures) and `evaluate`'s Cactus acceptance
+(`--cactus-delta`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import torch
 from cactus_core.engine.feature_draft import FeatureDraft
 from tests.conftest import tiny_llama
 from training.gen_features import layer_pass
-from training.measure_feature_draft import cactus_acceptance
 from training.train_feature_draft import evaluate, make_batch
 
 
@@ -93,7 +93,10 @@ def test_cactus_acceptance_at_delta_0_is_the_lossless_one_and_grows_with_delta()
     lookup = torch.arange(96)
     with torch.no_grad():
         lossless = evaluate(draft, recs, 3, lookup, 0.7)["1.0"]["per_step"]
-    at = {d: cactus_acceptance(draft, recs, 3, lookup, 0.7, d) for d in (0.0, 0.3, 1.0)}
+        at = {
+            d: evaluate(draft, recs, 3, lookup, 0.7, cactus_delta=d)["cactus"]["per_step"]
+            for d in (0.0, 0.3, 1.0)
+        }
     for a, b in zip(at[0.0], lossless, strict=True):
         assert abs(a - b) < 1e-5
     for low, high in zip(at[0.3], at[1.0], strict=True):

@@ -37,10 +37,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.maths.rules.cactus import cactus_h
-from training.common import load_verifier_and_tokenizer, target_probs
+from training.common import load_verifier_and_tokenizer
 from training.subset import choose, scores, special_ids
-from training.train_feature_draft import evaluate, load_split, make_batch, step_rows, summary
+from training.train_feature_draft import evaluate, load_split, summary
 
 
 def with_head(draft: FeatureDraft, verifier, head_ids: torch.Tensor | None) -> FeatureDraft:
@@ -58,33 +57,6 @@ def with_head(draft: FeatureDraft, verifier, head_ids: torch.Tensor | None) -> F
     )
     new.load_state_dict(draft.state_dict())
     return new.to(draft.dtype).eval()
-
-
-@torch.inference_mode()
-def cactus_acceptance(
-    draft: FeatureDraft,
-    recs: list[dict],
-    depth: int,
-    lookup: torch.Tensor,
-    temperature: float,
-    delta: float,
-    batch_size: int = 8,
-) -> list[float]:
-    """Mean Cactus acceptance sum min(p, h) at draft steps 1..depth (h = cactus_h(q, delta)
-    elementwise on q's saved top-K at top-p 1.0; ids outside them have q = h = 0)."""
-    sums, counts = [0.0] * depth, [0] * depth
-    for i in range(0, len(recs), batch_size):
-        batch = make_batch(recs[i : i + batch_size], depth, bool(draft.feature_layers))
-        outs = draft.forward_unrolled(batch["feats"], batch["tokens"], depth)
-        for d in range(1, depth + 1):
-            pred, _, vals, idx, _ = step_rows(batch, outs, d)
-            p = torch.softmax(draft.subset_logits(pred).float() / temperature, dim=-1)  # [N, S]
-            pos = lookup[idx]
-            p_k = p.gather(-1, pos.clamp_min(0)) * (pos >= 0)  # [N, K]
-            h = cactus_h(target_probs(vals, temperature, 1.0), delta)
-            sums[d - 1] += torch.minimum(p_k, h).sum().item()
-            counts[d - 1] += p_k.shape[0]
-    return [a / max(n, 1) for a, n in zip(sums, counts, strict=True)]
 
 
 @torch.inference_mode()
@@ -190,17 +162,12 @@ def main() -> None:
                 lookup = torch.full((vocab,), -1, dtype=torch.long)
                 lookup[d.head_ids] = torch.arange(d.head_ids.numel())
             t0 = time.time()
-            ev = evaluate(d, held, args.depth, lookup, 0.7)
+            ev = evaluate(d, held, args.depth, lookup, 0.7, cactus_delta=args.cactus_delta)
             res["accept"][name] = ev
             print(f"{name} ({time.time() - t0:.0f}s): {summary(ev)}", flush=True)
-            if args.cactus_delta is not None:
-                steps = cactus_acceptance(d, held, args.depth, lookup, 0.7, args.cactus_delta)
-                ev["cactus"] = {"delta": args.cactus_delta, "per_step": steps}
-                print(
-                    f"  cactus delta {args.cactus_delta:g}: steps "
-                    + " ".join(f"{a:.3f}" for a in steps),
-                    flush=True,
-                )
+            if "cactus" in ev:
+                steps = " ".join(f"{a:.3f}" for a in ev["cactus"]["per_step"])
+                print(f"  cactus delta {args.cactus_delta:g}: steps {steps}", flush=True)
     if args.cost:
         drafts = {}
         for name, d in variants.items():

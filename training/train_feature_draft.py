@@ -42,6 +42,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cactus_core.engine.feature_draft import FeatureDraft, rms
+from cactus_core.maths.rules.cactus import cactus_h
 from training.common import load_verifier_and_tokenizer, target_probs
 from training.subset import choose, lost_mass, scores, special_ids
 
@@ -164,7 +165,7 @@ def losses(draft, batch, depth, lookup, args):
 
 
 @torch.no_grad()
-def evaluate(draft, recs, depth, lookup, temperature, batch_size=8) -> dict:
+def evaluate(draft, recs, depth, lookup, temperature, batch_size=8, cactus_delta=None) -> dict:
     """Held-out expected acceptance sum min(p, q) per draft step, at top-p 1.0 and 0.95 (p and q
     both after their own nucleus, as the decoder processes them), and what it implies for k =
     depth: tokens per verifier call 1 + sum_j prod_{m<=j} a_m and the acceptance rate
@@ -172,6 +173,7 @@ def evaluate(draft, recs, depth, lookup, temperature, batch_size=8) -> dict:
     """
     draft.eval()
     acc = {tp: [[] for _ in range(depth)] for tp in (1.0, 0.95)}
+    cactus = [[] for _ in range(depth)]  # with cactus_delta: sum min(p, h), h = cactus_h(q)
     chains = {tp: [] for tp in (1.0, 0.95)}  # [N, depth] per batch
     for i in range(0, len(recs), batch_size):
         batch = make_batch(recs[i : i + batch_size], depth, bool(draft.feature_layers))
@@ -194,11 +196,21 @@ def evaluate(draft, recs, depth, lookup, temperature, batch_size=8) -> dict:
                 a = torch.minimum(pt.gather(-1, pos.clamp_min(0)) * ok, q).sum(-1)  # [N]
                 acc[tp][d - 1].append(a)
                 per_tp[tp][..., d - 1][m] = a
+                if tp == 1.0 and cactus_delta is not None:
+                    h = cactus_h(q, cactus_delta)
+                    cactus[d - 1].append(
+                        torch.minimum(pt.gather(-1, pos.clamp_min(0)) * ok, h).sum(-1)
+                    )
         for tp in acc:
             full = per_tp[tp][:, :t].reshape(-1, depth)
             chains[tp].append(full[~full.isnan().any(-1)])
     draft.train()
     out = {}
+    if cactus_delta is not None:
+        out["cactus"] = {
+            "delta": cactus_delta,
+            "per_step": [torch.cat(a).mean().item() for a in cactus],
+        }
     for tp in acc:
         per_step = [torch.cat(a).mean().item() for a in acc[tp]]
         c = torch.cat(chains[tp])  # [N, depth]
@@ -220,6 +232,7 @@ def summary(ev: dict) -> str:
         f"tp{tp}: steps {' '.join(f'{a:.3f}' for a in v['per_step'])} "
         f"rate {v['acceptance_rate']:.3f} tok/call {v['tokens_per_call']:.3f}"
         for tp, v in ev.items()
+        if tp != "cactus"
     )
 
 

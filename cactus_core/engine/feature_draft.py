@@ -148,6 +148,9 @@ class FeatureDraft(nn.Module):
             if self.feature_layers
             else None
         )
+        # Each block of the fuse's input scaled to unit RMS ([(n + 1) D]; empty without fuse).
+        scales = torch.tensor([*self.layer_scales, self.feature_scale] if self.fuse else [])
+        self.register_buffer("fuse_scales", scales.repeat_interleave(d), persistent=False)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.extra_layers = nn.ModuleList(
             LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers)
@@ -345,11 +348,7 @@ class FeatureDraft(nn.Module):
         [B, T, D]; a one-depth draft's [B, T, D] pass through."""
         if self.fuse is None:
             return features
-        d = self.config.hidden_size
-        scales = torch.tensor(
-            [*self.layer_scales, self.feature_scale], dtype=self.dtype, device=features.device
-        ).repeat_interleave(d)  # [(n + 1) D]
-        return self.fuse(features.to(self.dtype) * scales) / self.feature_scale
+        return self.fuse(features.to(self.dtype) * self.fuse_scales) / self.feature_scale
 
     def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """features [B, T, D] (the draft's own predictions) or [B, T, input_width] (the
