@@ -477,3 +477,29 @@ def test_one_host_transfer_per_round(tiny_pair, monkeypatch):
         calls.clear()
         plain = dec.generate_autoregressive(PROMPTS[0], max_new_tokens=10, seed=1)
         assert len(calls) == plain.stats.rounds
+
+
+def test_the_lazy_head_is_the_default_only_where_single_rows_are_cheaper(
+    tiny_pair_dirs, monkeypatch
+):
+    """By default one sequence on CPU scores the verifier's head row by row in float32 (one row
+    through `fast_head`'s copy costs a fraction of k + 1) and all k + 1 rows in one call in
+    bfloat16 (where they cost about what one does); a full trace always takes every row."""
+    import cactus_core.engine.round as round_module
+    from cactus_core.engine.models import load_pair
+
+    calls = []
+    real = round_module.verify_sequential
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(round_module, "verify_sequential", counting)
+    for dtype, lazy in (("float32", True), ("bfloat16", False)):
+        pair = load_pair(*tiny_pair_dirs, device="cpu", dtype=dtype)
+        for trace in (False, True):
+            calls.clear()
+            dec = SpeculativeDecoder(pair, "sps", k=3, record_trace=trace)
+            out = dec.generate(PROMPTS[0], max_new_tokens=8, seed=0)
+            assert len(calls) == (out.stats.rounds if lazy and not trace else 0), (dtype, trace)

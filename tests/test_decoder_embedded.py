@@ -75,7 +75,7 @@ def test_a_public_server_loads_the_fast_embedded_choice():
     assert fast.feature_draft is not None and fast.cpu_dtype == "bfloat16"
     pair = load_pair(device="cpu", policy=DeploymentPolicy(public=True), **fast.load_kwargs("cpu"))
     assert pair.dtype == torch.bfloat16 and pair.feature_draft is not None
-    assert pair.feature_draft.dtype == torch.float32  # the faster draft step on a CPU
+    assert pair.feature_draft.dtype == torch.bfloat16  # the faster draft step on a CPU
     # Named, never by its folder (a server path)
     assert pair.feature_draft_name == FEATURE_DRAFT_NAME
     assert f"feature_draft={FEATURE_DRAFT_NAME}#" in pair.identity

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cactus_core.engine.fast_head import head_logits
+from cactus_core.engine.fast_head import head_logits, linear_scores, single_row_copy
 from cactus_core.engine.subset_head import VocabSubsetHead
 
 
@@ -38,3 +38,23 @@ def test_heads_built_under_inference_mode() -> None:
         head = VocabSubsetHead(emb, torch.arange(0, 100, 3))
         hidden = torch.randn(1, 1, 8)
         torch.testing.assert_close(head_logits(head, hidden), head(hidden))
+
+
+def test_a_copy_made_while_decoding_serves_autograd_later() -> None:
+    head = nn.Linear(8, 50, bias=False)
+    with torch.inference_mode():
+        head_logits(head, torch.randn(1, 1, 8))
+    hidden = torch.randn(1, 1, 8, requires_grad=True)
+    head_logits(head, hidden).sum().backward()
+    torch.testing.assert_close(hidden.grad[0, 0], head.weight.detach().sum(0))
+
+
+def test_which_heads_score_rows_through_the_copy() -> None:
+    """float32 on CPU: one row through the copy, so the decoder's lazy head pays; bfloat16:
+    torch's own layout, where k + 1 rows cost about one."""
+    assert single_row_copy(nn.Linear(8, 50, bias=False))
+    assert not single_row_copy(nn.Linear(8, 50, bias=False).to(torch.bfloat16))
+    assert not single_row_copy(nn.Embedding(50, 8))
+    head = nn.Linear(8, 50, bias=False).to(torch.bfloat16)
+    hidden = torch.randn(1, 1, 8, dtype=torch.bfloat16)
+    torch.testing.assert_close(linear_scores(head, head.weight, hidden), head(hidden))

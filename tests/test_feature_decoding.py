@@ -295,7 +295,13 @@ def test_identity_names_the_feature_draft_and_folders_load(tiny_pair, tiny_pair_
     assert from_folder.identity != a.identity  # named by the folder's files now
     loaded = load_pair(*tiny_pair_dirs, device="cpu", feature_draft=tmp_path / "fd")
     assert loaded.draft is not None and loaded.feature_draft is not None
-    assert "feature_draft=" in loaded.identity
+    assert "feature_draft=" in loaded.identity and loaded.identity.endswith(
+        "@torch.float32|dtype=torch.float32"
+    )
+    # The draft drafts in the verifier's dtype, and the identity says so.
+    bf16 = load_pair(*tiny_pair_dirs, device="cpu", dtype="bfloat16", feature_draft=tmp_path / "fd")
+    assert bf16.feature_draft.dtype == torch.bfloat16
+    assert bf16.identity.endswith("@torch.bfloat16|dtype=torch.bfloat16")
     kw = {"k": 4, "temperature": 0.7, "record_trace": False}
     want = SpeculativeDecoder(a, "sps", **kw).generate(PROMPTS[0], max_new_tokens=24, seed=5)
     for pair in (from_folder, loaded):

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.engine.fast_head import single_row_copy
 from cactus_core.engine.feature_drafting import Drafter, feed_round, open_caches, propose
 from cactus_core.engine.generation import (
     DecodeStream,
@@ -530,13 +531,15 @@ class SpeculativeDecoder:
 
     def _lazy_head(self, batch: int, verifier: SequenceCache) -> bool:
         """Whether this round computes the verifier's head rows only up to the first rejection
-        (`verify_sequential`): by default for one sequence on CPU without a full trace (the
-        trace shows q at every position). Otherwise the k + 1 rows come from one head call."""
+        (`verify_sequential`): by default for one sequence without a full trace (the trace
+        shows q at every position), where one row costs a fraction of k + 1 (a float32 head on
+        CPU, `fast_head`). Otherwise the k + 1 rows come from one head call: in bfloat16 on a
+        CPU that costs what one row does, and row by row would pay the head once per row."""
         if not verifier.lean or self.record_trace:
             return False
         if self.lazy_head is not None:
             return self.lazy_head
-        return batch == 1 and self.device.type == "cpu"
+        return batch == 1 and single_row_copy(verifier.head)
 
     # -- text -------------------------------------------------------------------------------
     def _text(self, token_id: int) -> str:

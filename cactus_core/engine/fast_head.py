@@ -1,13 +1,22 @@
-"""LM-head logits of a single hidden row, fast on CPU.
+"""LM-head logits, fast on CPU in either dtype.
 
 At batch 1 a decoding step scores one hidden row against the whole head: a [1, H] x [H, V]
-product that only streams the weights. torch's CPU linear (x @ W.T with W stored [V, H]) runs
-it about twice as slowly as a product with a contiguous [H, V] copy: for SmolLM2's
-49,152 x 576 head, 16 ms against 9 ms (one thread, float32, `benchmarks/bench_steps.py`). So
-on CPU the decoder keeps such a copy of each head it uses (the head's size once more in
-memory) and uses it for single rows. Several rows go through the head itself, which gets no
-faster from the copy, and so does bfloat16, which is slow this way on a CPU without native
-bf16.
+product that only streams the weights. Which weight layout streams faster depends on the dtype
+(one thread, `benchmarks/bench_steps.py --costs`, and the rows below measured at 2026-12-01 on
+this project's CPU with AVX-512 bf16):
+
+- float32: torch's CPU linear (x @ W.T with W stored [V, H]) runs one row about twice as slowly
+  as a product with a contiguous [H, V] copy: for SmolLM2's 49,152 x 576 head, 16 ms against
+  9 ms at the time this module was written. So the decoder keeps such a copy of each float32
+  head it uses (the head's size once more in memory) for single rows. Several rows go
+  through the head itself, and cost several times one row (5 rows: 15 ms against 4.8 ms for
+  one through the copy), so scoring rows one by one (the lazy head) pays.
+- bfloat16: the opposite. torch's linear on the [V, H] layout is the fast one (a 12,288-row
+  subset: 0.48 ms against 1.18 ms through an [H, V] copy), and 5 rows cost what 1 does (the
+  full head: 3.8 ms against 3.7 ms), so the k + 1 rows of a verify pass go through one call.
+
+`single_row_copy` says which regime a head is in; the decoder reads it to choose between the
+lazy head and one call.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ from torch import nn
 
 from cactus_core.engine.subset_head import VocabSubsetHead
 
-# head -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
+# owner -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
 # (training) bumps its version and a replaced one is another object: both invalidate the copy.
-# Keyed by the module, which hashes by identity (tensors compare elementwise).
+# Keyed by the module that owns the weight, which hashes by identity (tensors compare
+# elementwise, so they cannot be the keys).
 _TRANSPOSED: weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, int, torch.Tensor]] = (
     weakref.WeakKeyDictionary()
 )
@@ -35,30 +45,49 @@ def _version(weight: torch.Tensor) -> int:
     return -1 if weight.is_inference() else weight._version
 
 
-def _transposed(head: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+def _transposed(owner: nn.Module, weight: torch.Tensor) -> torch.Tensor:
     with _LOCK:
-        hit = _TRANSPOSED.get(head)
+        hit = _TRANSPOSED.get(owner)
         if hit is None or hit[0] is not weight or hit[1] != _version(weight):
-            hit = (weight, _version(weight), weight.detach().t().contiguous())
-            _TRANSPOSED[head] = hit
+            # Made outside inference mode, so that a copy first made while decoding can
+            # still serve a forward that autograd tracks (training a draft, say).
+            with torch.inference_mode(False):
+                hit = (weight, _version(weight), weight.detach().t().contiguous())
+            _TRANSPOSED[owner] = hit
         return hit[2]
 
 
-def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """head(hidden) for hidden [..., H], through a transposed copy of the weight when that is
-    faster: a single float32 row on CPU, with an nn.Linear or VocabSubsetHead head."""
+def copy_pays(weight: torch.Tensor) -> bool:
+    """Whether one row scores faster through a transposed copy of this [V, H] weight: float32
+    on CPU."""
+    return weight.dtype == torch.float32 and weight.device.type == "cpu"
+
+
+def single_row_copy(head: nn.Module) -> bool:
+    """Whether `head_logits` scores single rows of this head through the transposed copy, so
+    that k + 1 rows cost several times one (float32 on CPU); otherwise they cost about one."""
     weight = getattr(head, "weight", None)
-    fast = (
+    return (
         type(head) in (nn.Linear, VocabSubsetHead)
         and isinstance(weight, torch.Tensor)
-        and weight.dtype == torch.float32
-        and weight.device.type == "cpu"
-        and hidden.dtype == torch.float32
-        and hidden.shape[:-1].numel() == 1
+        and copy_pays(weight)
     )
-    if not fast:
+
+
+def linear_scores(owner: nn.Module, weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """hidden [..., H] @ weight[V, H].T -> [..., V], a single float32 row on CPU through a
+    transposed copy of the weight kept for `owner` (the module the weight belongs to)."""
+    if copy_pays(weight) and hidden.dtype == torch.float32 and hidden.shape[:-1].numel() == 1:
+        return hidden @ _transposed(owner, weight)
+    return torch.nn.functional.linear(hidden, weight)
+
+
+def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """head(hidden) for hidden [..., H], through `linear_scores` for an nn.Linear or
+    VocabSubsetHead head, the head itself otherwise."""
+    if not single_row_copy(head):
         return head(hidden)
-    scores = hidden @ _transposed(head, weight)  # [..., V] or [..., S]
+    scores = linear_scores(head, head.weight, hidden)  # [..., V] or [..., S]
     if isinstance(head, VocabSubsetHead):
         return head.scatter(scores)
     return scores if head.bias is None else scores + head.bias

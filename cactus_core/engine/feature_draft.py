@@ -55,6 +55,8 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
+from cactus_core.engine.fast_head import linear_scores
+
 FORMAT = "cactus-feature-draft"
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
@@ -112,8 +114,8 @@ class FeatureDraft(nn.Module):
     them; none in a one-layer draft, whose files predate the stack); a multi-depth draft's
     fuse.weight [D, (n + 1) D] (n = len(feature_layers)).
     Buffers taken from the verifier (not saved): norm_weight [D] (its final RMSNorm),
-    head_weight_t [D, S] (its LM-head rows of the head ids, transposed: a [1, D] x [D, S]
-    product is about twice as fast on CPU as one against the [S, D] layout), head_ids [S]
+    head_weight [S, D] (its LM-head rows of the head ids, scored by `fast_head.linear_scores`:
+    in float32 a single row goes through a transposed copy, faster on CPU), head_ids [S]
     (None for the full vocabulary). The input embedding is the verifier's module itself, kept
     outside the module tree so it is neither saved, trained, nor copied by .to(dtype).
     """
@@ -164,9 +166,7 @@ class FeatureDraft(nn.Module):
                 raise ValueError("head_ids has repeated ids")
             head_weight = head_weight[head_ids]
         self.register_buffer("head_ids", head_ids, persistent=False)  # [S] or None
-        self.register_buffer(
-            "head_weight_t", head_weight.detach().t().contiguous(), persistent=False
-        )  # [D, S]
+        self.register_buffer("head_weight", head_weight.detach().contiguous(), persistent=False)
 
     # -------------------------------------------------------------------------------------
     # Construction, load, save
@@ -394,7 +394,7 @@ class FeatureDraft(nn.Module):
 
     def subset_logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., D] -> scores of the head's ids [..., S] (S = V for a full head)."""
-        return self.norm(features).to(self.head_weight_t.dtype) @ self.head_weight_t
+        return linear_scores(self, self.head_weight, self.norm(features).to(self.head_weight.dtype))
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., D] -> full-vocabulary logits [..., V], FILL outside a subset head."""

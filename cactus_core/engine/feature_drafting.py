@@ -301,10 +301,10 @@ def with_feature_draft(
         name, digest = "feature-draft (in memory)", ""
     else:
         folder = Path(draft)
-        # On a CPU the draft runs in float32 whatever the verifier's dtype: without AMX a
-        # bfloat16 step is slower (2.6 against 3.1 ms, `training.measure_feature_draft --cost`).
-        dtype = torch.float32 if pair.device.type == "cpu" else None
-        draft = FeatureDraft.load(folder, pair.verifier, dtype=dtype)
+        # The draft runs in the verifier's dtype. On this project's CPU a bfloat16 step is the
+        # faster one (2.25 against 2.69 ms, docs/benchmarks.md) once its head scores through
+        # the layout each dtype streams fastest (`fast_head`).
+        draft = FeatureDraft.load(folder, pair.verifier)
         name, digest = str(folder.resolve()), weights_digest(folder, cache)
     return dataclasses.replace(
         pair, feature_draft=draft.eval(), feature_draft_name=name, feature_draft_weights=digest

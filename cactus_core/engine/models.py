@@ -144,7 +144,8 @@ class ModelPair:
             if not self.feature_draft_weights:
                 self.feature_draft_weights = feature_draft_digest(self.feature_draft)
             name, digest = self.feature_draft_name, self.feature_draft_weights
-            parts.append(f"feature_draft={name}#{digest[:16]}")
+            # Its dtype too: the same files drafting in float32 and bfloat16 decode differently.
+            parts.append(f"feature_draft={name}#{digest[:16]}@{self.feature_draft.dtype}")
         return "|".join([*parts, f"dtype={self.dtype}"])
 
     @property
