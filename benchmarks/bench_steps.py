@@ -13,8 +13,10 @@ Without options, on the embedded pair (CPU, one thread):
 
 With --costs, only the step costs that the modelled speedup needs, on any device and in
 several dtypes, over a cache of --prefix-tokens random ids: the verifier for 1 and k + 1 new
-tokens, one step of the embedded draft and one of the feature draft (each in the verifier's
-dtype), then the modelled speedup (`modelled_speedup`) with acceptance from the drafts' model
+tokens, its LM head alone on 1 and k + 1 rows as the decoder scores them (`head_logits`: where
+k + 1 rows cost about one, a verify pass takes them in one call, otherwise row by row), one
+step of the embedded draft and one of the feature draft (each in the verifier's dtype), then
+the modelled speedup (`modelled_speedup`) with acceptance from the drafts' model
 cards. --verifier random builds the embedded verifier's architecture
 (benchmarks/smollm2_135m_config.json) with random weights, for a machine without its GGUF:
 a step's cost does not depend on the weights, acceptance does, so acceptance is never
@@ -41,6 +43,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +236,10 @@ def measure_costs(args: argparse.Namespace) -> dict[str, Any]:
         row["verifier_1_ms"] = step_ms(verifier, vocab, prefix, 1, **timing)
         row["verifier_k1_ms"] = step_ms(verifier, vocab, prefix, args.k + 1, **timing)
         row["draft_ms"] = step_ms(draft, vocab, prefix, 1, **timing)
+        head = verifier.get_output_embeddings()
+        for key, width in (("head_1_ms", 1), ("head_k1_ms", args.k + 1)):
+            hidden = torch.randn(1, width, head.in_features, generator=gen).to(device, dtype)
+            row[key] = median_ms(partial(head_logits, head, hidden), device=device, **timing)
         if feature is not None:
             row["feature_draft_ms"] = feature_step_ms(feature, vocab, len(prefix), **timing)
         rows.append(row)
@@ -271,18 +278,19 @@ def costs_markdown(report: dict[str, Any]) -> str:
         f"{report['prefix_tokens']}-token cache, k = {k}; c = draft step ÷ 1-token verifier "
         "step.",
         "",
-        f"| dtype | verifier, 1 token | verifier, {k + 1} tokens | ratio | draft step | c "
-        "| feature draft step | c |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| dtype | verifier, 1 token | verifier, {k + 1} tokens | ratio | its LM head, 1 row "
+        f"| {k + 1} rows | draft step | c | feature draft step | c |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         v1 = r["verifier_1_ms"]
         f = r.get("feature_draft_ms")
         feat = f"{f:.2f} | {f / v1:.3f}" if f is not None else "– | –"
+        heads = f"{r['head_1_ms']:.2f} | {r['head_k1_ms']:.2f}" if "head_1_ms" in r else "– | –"
         lines.append(
             f"| {r['dtype']} | {v1:.2f} | {r['verifier_k1_ms']:.2f} | "
-            f"{r['verifier_k1_ms'] / v1:.2f} | {r['draft_ms']:.2f} | {r['draft_ms'] / v1:.3f} "
-            f"| {feat} |"
+            f"{r['verifier_k1_ms'] / v1:.2f} | {heads} | {r['draft_ms']:.2f} | "
+            f"{r['draft_ms'] / v1:.3f} | {feat} |"
         )
     lines += [
         "",

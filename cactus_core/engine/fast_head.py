@@ -2,18 +2,17 @@
 
 At batch 1 a decoding step scores one hidden row against the whole head: a [1, H] x [H, V]
 product that only streams the weights. Which weight layout streams faster depends on the dtype
-(one thread, `benchmarks/bench_steps.py --costs`, and the rows below measured at 2026-12-01 on
-this project's CPU with AVX-512 bf16):
+(one thread, on this project's CPU with AVX-512 bf16; the figures and the commands that give
+them are in docs/benchmarks.md, section "One call for the verifier's head in bfloat16, and a
+bfloat16 feature draft"):
 
 - float32: torch's CPU linear (x @ W.T with W stored [V, H]) runs one row about twice as slowly
-  as a product with a contiguous [H, V] copy: for SmolLM2's 49,152 x 576 head, 16 ms against
-  9 ms at the time this module was written. So the decoder keeps such a copy of each float32
-  head it uses (the head's size once more in memory) for single rows. Several rows go
-  through the head itself, and cost several times one row (5 rows: 15 ms against 4.8 ms for
-  one through the copy), so scoring rows one by one (the lazy head) pays.
-- bfloat16: the opposite. torch's linear on the [V, H] layout is the fast one (a 12,288-row
-  subset: 0.48 ms against 1.18 ms through an [H, V] copy), and 5 rows cost what 1 does (the
-  full head: 3.8 ms against 3.7 ms), so the k + 1 rows of a verify pass go through one call.
+  as a product with a contiguous [H, V] copy. So the decoder keeps such a copy of each float32
+  head it uses (the head's size once more in memory) for single rows. Several rows go through
+  torch's linear and cost several times one row through the copy, so scoring a verify pass's
+  rows one by one, up to the first rejection (the lazy head), pays.
+- bfloat16: the opposite. torch's linear on the [V, H] layout is the faster one, and k + 1
+  rows cost about what 1 does, so a verify pass scores its rows in one call.
 
 `single_row_copy` says which regime a head is in; the decoder reads it to choose between the
 lazy head and one call.

@@ -302,8 +302,8 @@ def with_feature_draft(
     else:
         folder = Path(draft)
         # The draft runs in the verifier's dtype. On this project's CPU a bfloat16 step is the
-        # faster one (2.25 against 2.69 ms, docs/benchmarks.md) once its head scores through
-        # the layout each dtype streams fastest (`fast_head`).
+        # faster one (2.02 against 2.29 ms in float32, docs/benchmarks.md) now that its head
+        # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
         draft = FeatureDraft.load(folder, pair.verifier)
         name, digest = str(folder.resolve()), weights_digest(folder, cache)
     return dataclasses.replace(
