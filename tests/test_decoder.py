@@ -382,9 +382,10 @@ def test_lazy_head_gives_the_same_generation(tiny_pair, rule):
         for x, y in zip(a.trace.rounds, b.trace.rounds, strict=True):
             assert (x.draft_fates, x.accept_coins) == (y.draft_fates, y.accept_coins)
             decided = min(x.num_accepted + 1, x.k)
-            # block's chances sum over whole rows, which the lazy head computes one at a time
-            tol = 1e-5 if judge.round_level else 1e-6
-            assert x.accept_probs[:decided] == pytest.approx(y.accept_probs[:decided], abs=tol)
+            # The lazy head scores a row through the transposed copy and the full one through
+            # torch's linear: the two sum in different orders, so the float32 logits differ in
+            # their last bits, and the chances by up to about 2e-6 (every rule, 4 seeds).
+            assert x.accept_probs[:decided] == pytest.approx(y.accept_probs[:decided], abs=1e-5)
         assert a.stats.kl_sum == pytest.approx(b.stats.kl_sum, rel=1e-4, abs=1e-6)
         assert a.stats.nll_sum == pytest.approx(b.stats.nll_sum, rel=1e-5)
         assert a.stats.rejected_q_zero == b.stats.rejected_q_zero
