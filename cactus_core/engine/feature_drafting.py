@@ -301,7 +301,7 @@ def with_feature_draft(
         name, digest = "feature-draft (in memory)", ""
     else:
         folder = Path(draft)
-        # The draft runs in the verifier's dtype. On this project's CPU a bfloat16 step is the
+        # The draft runs in the verifier's dtype. On a CPU with native bfloat16 its step is the
         # faster one (2.02 against 2.29 ms in float32, docs/benchmarks.md) now that its head
         # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
         draft = FeatureDraft.load(folder, pair.verifier)
