@@ -1,13 +1,20 @@
 """The CLI's model flags, and the `load_pair` keywords they name: without --verifier, --draft
 or --feature-draft, the embedded pair with the draft of --embedded-draft (EMBEDDED_DRAFTS; the
-first by default, the pair the app opens on)."""
+first by default, the pair the app opens on; with `sweep --reference`, the reference's pair)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, embedded_draft_named
+from cactus_core.engine.embedded_drafts import (
+    EMBEDDED_DRAFTS,
+    FASTEST_FEATURE,
+    REFERENCE_EMBEDDED_DRAFT,
+    embedded_draft,
+    embedded_draft_named,
+    embedded_draft_names,
+)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -28,12 +35,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--embedded-draft",
-        choices=[d.name for d in EMBEDDED_DRAFTS],
+        choices=embedded_draft_names(),
         default=None,
         help="without --verifier, --draft or --feature-draft: the embedded pair's draft (default "
-        f"{EMBEDDED_DRAFTS[0].name}; "
-        + "; ".join(f"{d.name}: {d.label}" for d in EMBEDDED_DRAFTS)
-        + ")",
+        f"{EMBEDDED_DRAFTS[0].name} on this CPU; {FASTEST_FEATURE}: the feature draft in this "
+        "CPU's faster dtype; " + "; ".join(f"{d.name}: {d.label}" for d in EMBEDDED_DRAFTS) + ")",
     )
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     g.add_argument(
@@ -60,6 +66,12 @@ def pair_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "--draft and --feature-draft with it"
             )
         return kwargs
-    choice = embedded_draft_named(args.embedded_draft or EMBEDDED_DRAFTS[0].name)
+    if args.embedded_draft is not None:
+        choice = embedded_draft_named(args.embedded_draft)
+    elif getattr(args, "reference", False):
+        # `sweep --reference` measures the pair the shipped reference names, on any CPU.
+        choice = embedded_draft(REFERENCE_EMBEDDED_DRAFT)
+    else:
+        choice = EMBEDDED_DRAFTS[0]
     picked = choice.load_kwargs(args.device)
     return {**kwargs, **picked, "dtype": args.dtype or picked["dtype"]}

@@ -233,12 +233,19 @@ def test_measured_speedup_belongs_to_the_run_it_measured(pair_dirs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("choice", ["default", "3-layer draft, float32"])
+@pytest.mark.parametrize(
+    "choice",
+    ["default", "feature draft, bfloat16", "feature draft, float32", "3-layer draft, float32"],
+)
 def test_each_embedded_draft_decodes_on_the_page(choice):
-    """The embedded pair's default, the bfloat16 verifier with the shipped feature draft, and
-    the sidebar's other choice, the 3-layer draft in float32: each decodes on the Decode page,
-    names its draft, and only the non-default one says the reference is another pair's."""
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_NAME
+    """The embedded pair's default (the feature draft in this CPU's faster dtype) and each of
+    the sidebar's choices decodes on the Decode page and names its draft, and only a pair other
+    than the reference's (the feature draft in bfloat16) says the reference is another pair's."""
+    from cactus_core.engine.embedded_drafts import (
+        DEFAULT_EMBEDDED_DRAFT,
+        FEATURE_DRAFT_NAME,
+        REFERENCE_EMBEDDED_DRAFT,
+    )
     from cactus_core.engine.models import embedded_draft_name
     from pages import _common
 
@@ -253,10 +260,11 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     assert not at.exception
     generate(at, open_rounds=False)
     run = at.session_state["decode_run"]
-    default = choice == "default"
-    assert run.trace.meta["draft"] == (FEATURE_DRAFT_NAME if default else embedded_draft_name())
+    label = DEFAULT_EMBEDDED_DRAFT if choice == "default" else choice
+    feature = label.startswith("feature draft")
+    assert run.trace.meta["draft"] == (FEATURE_DRAFT_NAME if feature else embedded_draft_name())
     assert len(run.output.token_ids) == MAX_NEW
     # The reference frontier beside the rule is the default pair's; the page says when not.
     other_pair = any("not on the pair you picked" in c.value for c in at.caption)
-    assert other_pair != default
+    assert other_pair == (label != REFERENCE_EMBEDDED_DRAFT)
     _common._PAIRS.clear()

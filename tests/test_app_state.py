@@ -4,6 +4,8 @@ views. The numbers a page shows must be the library's numbers."""
 from __future__ import annotations
 
 import math
+import platform
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +18,7 @@ from cactus_core.app import positions as S
 from cactus_core.app import settings as A
 from cactus_core.app import transcript as T
 from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.embedded_drafts import native_bfloat16
 from cactus_core.engine.trace import reverify
 from cactus_core.maths.divergence import expected_acceptance, kl
 from cactus_core.maths.emitted import emitted_distribution
@@ -169,7 +172,9 @@ def test_speed_comparison_says_plainly_when_slower():
 
 def test_settings_validation():
     s = A.AppSettings()
-    assert s.pair_label == "embedded pair (feature draft, bfloat16)"
+    # The feature draft, in this CPU's faster dtype
+    want = "bfloat16" if native_bfloat16() else "float32"
+    assert s.pair_label == f"embedded pair (feature draft, {want})"
     assert s.sampling == SamplingSettings()
     assert s.decoder_kwargs() == {"k": 4, "temperature": 0.7, "top_k": 0, "top_p": 1.0}
     with pytest.raises(ValueError, match="draft needs a verifier"):
@@ -185,10 +190,14 @@ def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch)
     from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
     from pages import _common
 
-    fast, plain = (A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS)
+    fast, other, plain = (
+        A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS
+    )
     assert fast == A.AppSettings(device="cpu")  # the feature draft is the default
-    assert plain.pair_key != fast.pair_key  # two loaded pairs, not one
-    assert fast.pair_label == "embedded pair (feature draft, bfloat16)"
+    assert len({fast.pair_key, other.pair_key, plain.pair_key}) == 3  # three loaded pairs
+    fast_dtype, other_dtype = ("bfloat16", "float32")[:: 1 if native_bfloat16() else -1]
+    assert fast.pair_label == f"embedded pair (feature draft, {fast_dtype})"
+    assert other.pair_label == f"embedded pair (feature draft, {other_dtype})"
     # A typed pair does not depend on the embedded choice.
     typed = [
         A.AppSettings(verifier="v", embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS
@@ -200,12 +209,29 @@ def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch)
     monkeypatch.setattr(models, "load_pair", lambda **kw: seen.append(kw))
     _common._load_pair(*plain.pair_key)
     _common._load_pair(*fast.pair_key)
+    _common._load_pair(*other.pair_key)
     _common._load_pair(*typed[1].pair_key)
     assert seen == [
         {"device": "cpu", "feature_draft": None, "dtype": "float32"},
-        {"device": "cpu", "feature_draft": FEATURE_DRAFT_DIR, "dtype": "bfloat16"},
+        {"device": "cpu", "feature_draft": FEATURE_DRAFT_DIR, "dtype": fast_dtype},
+        {"device": "cpu", "feature_draft": FEATURE_DRAFT_DIR, "dtype": other_dtype},
         {"verifier": "v", "draft": None, "device": "cpu"},
     ]
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").exists(),
+    reason="the kernel's CPU flags are read on x86 Linux",
+)
+def test_the_default_dtype_follows_the_cpu_s_bfloat16_instructions():
+    """bfloat16 by default only where the kernel reports bfloat16 matrix instructions."""
+    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert native_bfloat16() == bool(flags & {"avx512_bf16", "amx_bf16"})
+    first = EMBEDDED_DRAFTS[0]
+    assert first.feature_draft is not None
+    assert first.cpu_dtype == ("bfloat16" if native_bfloat16() else "float32")
 
 
 def test_a_public_server_refuses_a_feature_draft_folder_of_its_own(tmp_path):

@@ -160,16 +160,23 @@ def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
 
 def test_without_model_flags_the_cli_loads_the_default_embedded_pair(capsys):
     from cactus_core.cli_models import pair_kwargs_from_args
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR, native_bfloat16
 
     def kwargs(*flags: str) -> dict:
         return pair_kwargs_from_args(cli.build_parser().parse_args(["generate", "hi", *flags]))
 
     plain = {"verifier": None, "draft": None, "device": "cpu"}
-    # The default is the app's: the feature draft, the verifier in bfloat16 on a CPU.
-    assert kwargs("--device", "cpu") == {
-        **plain, "feature_draft": FEATURE_DRAFT_DIR, "dtype": "bfloat16"
-    }  # fmt: skip
+    # The default is the app's: the feature draft, in this CPU's faster dtype.
+    fast = "bfloat16" if native_bfloat16() else "float32"
+    assert kwargs("--device", "cpu") == {**plain, "feature_draft": FEATURE_DRAFT_DIR, "dtype": fast}
+    assert kwargs("--device", "cpu", "--embedded-draft", "feature") == kwargs("--device", "cpu")
+    for dtype in ("bfloat16", "float32"):
+        assert kwargs("--device", "cpu", "--embedded-draft", f"feature-{dtype}") == {
+            **plain, "feature_draft": FEATURE_DRAFT_DIR, "dtype": dtype
+        }  # fmt: skip
+    # The reference sweep's command measures the reference's pair on any CPU.
+    ref = cli.build_parser().parse_args(["sweep", "--reference", "--device", "cpu"])
+    assert pair_kwargs_from_args(ref)["dtype"] == "bfloat16"
     assert kwargs("--device", "cpu", "--embedded-draft", "3-layer") == {
         **plain, "feature_draft": None, "dtype": "float32"
     }  # fmt: skip

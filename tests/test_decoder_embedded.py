@@ -66,16 +66,17 @@ def test_the_shipped_feature_draft_keeps_greedy_the_verifier_s_own(pair, greedy_
 
 def test_a_public_server_loads_the_fast_embedded_choice():
     """The embedded verifier in bfloat16 with the shipped feature draft (the default embedded
-    choice), on a public server: the shipped folder is allowed, and it decodes."""
+    choice on a CPU with native bfloat16), on a public server: the shipped folder is allowed,
+    and it decodes."""
     from cactus_core.engine.deployment import DeploymentPolicy
-    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_NAME
+    from cactus_core.engine.embedded_drafts import FEATURE_BFLOAT16, FEATURE_DRAFT_NAME
     from cactus_core.engine.models import load_pair
 
-    fast = EMBEDDED_DRAFTS[0]
+    fast = FEATURE_BFLOAT16
     assert fast.feature_draft is not None and fast.cpu_dtype == "bfloat16"
     pair = load_pair(device="cpu", policy=DeploymentPolicy(public=True), **fast.load_kwargs("cpu"))
     assert pair.dtype == torch.bfloat16 and pair.feature_draft is not None
-    assert pair.feature_draft.dtype == torch.bfloat16  # the faster draft step on a CPU
+    assert pair.feature_draft.dtype == torch.bfloat16  # the draft runs in the verifier's dtype
     # Named, never by its folder (a server path)
     assert pair.feature_draft_name == FEATURE_DRAFT_NAME
     assert f"feature_draft={FEATURE_DRAFT_NAME}#" in pair.identity

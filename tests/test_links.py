@@ -138,13 +138,16 @@ def test_the_overview_restores_the_sidebar_from_a_link():
 
 
 def test_the_sidebar_picks_the_embedded_draft_and_a_link_carries_it():
-    fast, plain = "feature draft, bfloat16", "3-layer draft, float32"
+    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+
+    fast, plain = EMBEDDED_DRAFTS[0].label, "3-layer draft, float32"
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params.update({"embedded_draft": plain})
     at.run()
     assert not at.exception
     box = at.sidebar.selectbox(key="sb_embedded_draft")
-    assert box.options == [fast, plain] and box.value == plain
+    assert box.options == [d.label for d in EMBEDDED_DRAFTS] and box.value == plain
+    assert {"feature draft, bfloat16", "feature draft, float32", plain} == set(box.options)
     s = at.session_state["settings"]
     assert s.embedded_draft == plain and s.pair_label == f"embedded pair ({plain})"
     box.set_value(fast).run()

@@ -55,22 +55,22 @@ def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
     from cactus_core.app.settings import AppSettings
     from cactus_core.cli import build_parser
     from cactus_core.cli_models import pair_kwargs_from_args
-    from cactus_core.engine.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
+    from cactus_core.engine.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
     from cactus_core.engine.models import load_pair
 
-    default = embedded_draft(DEFAULT_EMBEDDED_DRAFT).load_kwargs("cpu")
-    assert load_pair(device="cpu", **default).identity == shipped.model, (
+    kwargs = embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("cpu")
+    assert load_pair(device="cpu", **kwargs).identity == shipped.model, (
         f"the shipped reference sweep was made for another pair; run `{ref.REFERENCE_COMMAND}`"
     )
     # The pair the app loads for the settings it says are the reference's, and the one the
-    # reference's own command loads.
-    assert AppSettings(device="cpu").on_reference_pair
+    # reference's own command loads (on any CPU, whichever dtype is its default).
+    assert AppSettings(device="cpu", embedded_draft=REFERENCE_EMBEDDED_DRAFT).on_reference_pair
     args = build_parser().parse_args(["sweep", "--reference", "--device", "cpu"])
     assert pair_kwargs_from_args(args) == {
         "verifier": None,
         "draft": None,
         "device": "cpu",
-        **default,
+        **kwargs,
     }
 
 
@@ -79,15 +79,20 @@ def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Referen
     from cactus_core.app.settings import AppSettings
     from cactus_core.maths.sampling import SamplingSettings
 
-    same = AppSettings(device="cpu", sampling=SamplingSettings(temperature=0.7, k=4))
-    plain = AppSettings(
-        device="cpu", embedded_draft="3-layer draft, float32", sampling=same.sampling
+    sampling = SamplingSettings(temperature=0.7, k=4)
+    same, f32, plain = (
+        AppSettings(device="cpu", embedded_draft=label, sampling=sampling)
+        for label in ("feature draft, bfloat16", "feature draft, float32", "3-layer draft, float32")
     )
-    typed = AppSettings(verifier="some/model", device="cpu", sampling=same.sampling)
-    assert same.on_reference_pair and not plain.on_reference_pair and not typed.on_reference_pair
+    typed = AppSettings(verifier="some/model", device="cpu", sampling=sampling)
+    assert same.on_reference_pair
+    assert not (f32.on_reference_pair or plain.on_reference_pair or typed.on_reference_pair)
     assert reference_part(shipped, same.sampling, same.on_reference_pair)[1] is None
-    _, note = reference_part(shipped, plain.sampling, plain.on_reference_pair)
-    assert note.startswith("The reference was measured on the embedded pair with its default")
+    for other in (f32, plain):
+        _, note = reference_part(shipped, other.sampling, other.on_reference_pair)
+        assert note.startswith(
+            "The reference was measured on the embedded pair with the feature draft, bfloat16"
+        )
 
 
 def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 from cactus_core.app.frontier_figures import LIMIT_COLOUR, rule_colour
-from cactus_core.engine.embedded_drafts import DEFAULT_EMBEDDED_DRAFT
+from cactus_core.engine.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
 from cactus_core.experiments.frontier import interpolate_param_for_budget
 from cactus_core.experiments.reference import Reference, ReferenceSweep
@@ -42,8 +42,8 @@ def reference_part(
         part = ref.for_top_p(1.0) or next(iter(ref.sweeps.values()))
     if not same_pair:
         notes.append(
-            "The reference was measured on the embedded pair with its default draft "
-            f"({DEFAULT_EMBEDDED_DRAFT}) on a CPU, not on the pair you picked, so read it as a "
+            "The reference was measured on the embedded pair with the "
+            f"{REFERENCE_EMBEDDED_DRAFT} on a CPU, not on the pair you picked, so read it as a "
             "guide."
         )
     if not ref.matches(sampling):

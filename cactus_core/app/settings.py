@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cactus_core.engine.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
+from cactus_core.engine.embedded_drafts import (
+    DEFAULT_EMBEDDED_DRAFT,
+    REFERENCE_EMBEDDED_DRAFT,
+    embedded_draft,
+)
 from cactus_core.engine.load_args import resolve_device
 from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
@@ -63,8 +67,8 @@ class AppSettings:
     @property
     def on_reference_pair(self) -> bool:
         """Whether this is the pair the shipped reference sweep was measured on: the embedded
-        verifier with the default draft (DEFAULT_EMBEDDED_DRAFT), on a CPU."""
-        if self.verifier is not None or self.embedded_draft != DEFAULT_EMBEDDED_DRAFT:
+        verifier with the reference's draft and dtype (REFERENCE_EMBEDDED_DRAFT), on a CPU."""
+        if self.verifier is not None or self.embedded_draft != REFERENCE_EMBEDDED_DRAFT:
             return False
         try:
             return resolve_device(self.device).type == "cpu"

@@ -18,7 +18,8 @@ and a bfloat16 feature draft"):
 lazy head and one call. It goes by dtype alone: on a CPU without native bfloat16, k + 1
 bfloat16 rows cost about twice one (docs/benchmarks.md, "A CPU without native bfloat16"), so
 there the lazy head would score sps's rows for less (about 1.7 rows at 13.4 ms against one
-call at 27.8 ms, by those step costs), and float32 is the faster build.
+call at 27.8 ms, by those step costs), and float32 is the faster build: the embedded pair's
+default there (`embedded_drafts.native_bfloat16`).
 """
 
 from __future__ import annotations
