@@ -32,6 +32,15 @@ minima per dtype.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --cache-compare \
         --dtypes float32 bfloat16
+
+With --linear-rows, only the verifier's matrix products: the seven linear layers of each of its
+decoder layers (q, k, v, o, gate, up, down; all of them, one after the other) on 1 to k + 1
+rows, per dtype, with its real weights (or random ones, as for --costs). A verify pass of k + 1
+tokens runs them on k + 1 rows; where they cost about what 1 row does, a drafted token is
+almost free to verify.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --linear-rows \
+        --dtypes float32 bfloat16 --k 4
 """
 
 from __future__ import annotations
@@ -382,6 +391,37 @@ def _interleaved(
     return times
 
 
+def _run_linears(linears: list[torch.nn.Linear], inputs: dict[int, torch.Tensor]) -> None:
+    for m in linears:
+        m(inputs[m.in_features])
+
+
+def linear_rows(args: argparse.Namespace) -> None:
+    """The verifier's decoder-layer linears on 1 .. k + 1 rows, per dtype."""
+    widths = range(1, args.k + 2)
+    print("| dtype | " + " | ".join(f"{w} row{'s' * (w > 1)}" for w in widths) + " |")
+    print("|---|" + "---:|" * len(widths))
+    gen = torch.Generator().manual_seed(0)
+    for name in args.dtypes:
+        dtype = getattr(torch, name)
+        if args.verifier == "embedded":
+            verifier = load_pair(device="cpu", dtype=dtype).verifier
+        else:
+            verifier = random_verifier(torch.device("cpu"), dtype)
+        linears = [m for m in verifier.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+        cells = []
+        for w in widths:
+            inputs = {
+                n: torch.randn(1, w, n, generator=gen).to(dtype)
+                for n in {m.in_features for m in linears}
+            }
+            products = partial(_run_linears, linears, inputs)
+            cells.append(median_ms(products, args.reps, warmup=args.warmup))
+        print(f"| {name} | " + " | ".join(f"{ms:.1f} ms" for ms in cells) + " |", flush=True)
+        del verifier
+        gc.collect()
+
+
 def cache_compare(args: argparse.Namespace) -> None:
     """Interleaved timings: the decoder's cache against a plain DynamicCache forward."""
     print("| dtype | new tokens | decoder's cache: median (min) | DynamicCache forward | ratio |")
@@ -408,6 +448,11 @@ def main() -> None:
         action="store_true",
         help="the decoder's cache against a plain DynamicCache forward (--dtypes, --k, --reps)",
     )
+    ap.add_argument(
+        "--linear-rows",
+        action="store_true",
+        help="the verifier's decoder-layer linears on 1 .. k + 1 rows (--dtypes, --k, --reps)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=("float32", "bfloat16"))
     ap.add_argument(
@@ -427,6 +472,12 @@ def main() -> None:
     ap.add_argument("--alpha-feature", type=float, help="acceptance of the feature draft")
     ap.add_argument("--json", metavar="PATH", help="also write the --costs results as JSON")
     args = ap.parse_args()
+    if args.linear_rows:
+        torch.set_num_threads(args.threads)
+        if args.verifier == "auto":
+            args.verifier = "embedded" if embedded_verifier_available() else "random"
+        linear_rows(args)
+        return
     if args.cache_compare:
         torch.set_num_threads(args.threads)
         cache_compare(args)
