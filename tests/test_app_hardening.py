@@ -36,6 +36,7 @@ from cactus_core.engine.deployment import (
     PUBLIC_LOAD_ERROR,
     deployment_policy,
 )
+from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
 from pages import _common
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -117,7 +118,8 @@ def test_public_sidebar_offers_only_the_allow_list_and_no_text_box(public):
     assert offered.options == list(deployment_policy().choices())
     assert offered.value == EMBEDDED_LABEL
     # The embedded verifier's shipped drafts are offered; a folder of one's own is not.
-    assert len(at.sidebar.selectbox(key="sb_embedded_draft").options) == 2
+    shipped = [d.label for d in EMBEDDED_DRAFTS]
+    assert at.sidebar.selectbox(key="sb_embedded_draft").options == shipped
     offered.set_value("Tiny verifier").run()
     assert not [b for b in at.sidebar.selectbox if b.key == "sb_embedded_draft"]
     drafts = at.sidebar.selectbox(key="sb_offer_draft")
