@@ -108,7 +108,7 @@ def embedded_draft_named(name: str) -> EmbeddedDraft:
     """The `EMBEDDED_DRAFTS` entry with this CLI name, or for `FASTEST_FEATURE` the feature
     draft in this CPU's faster dtype (ValueError otherwise)."""
     if name == FASTEST_FEATURE:
-        return FEATURE_BFLOAT16 if native_bfloat16() else FEATURE_FLOAT32
+        return EMBEDDED_DRAFTS[0]
     for choice in EMBEDDED_DRAFTS:
         if choice.name == name:
             return choice
