@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
+OWN_TUNER_KEY = "fr_own_tuner"  # whether the last run showed the user's own tuner
 CONFIRMED_KEY = "fr_ref_confirmed"  # (setting id, top-p, SettingResult of the confirming run)
 PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
@@ -554,15 +555,23 @@ def main() -> None:
     )
     s = settings()
     shown = reference_section(s)
-    tuner_slot = st.container()
+    tuner_slot = st.empty()
+    # The reference's tuner goes on screen before the user's sweep waits for the model, unless
+    # the last run showed the user's own tuner (then swapping it in and out would flicker).
+    early = shown is not None and not st.session_state.get(OWN_TUNER_KEY, False)
+    if early:
+        with tuner_slot.container():
+            reference_tuner(s, *shown)
     st.divider()
     st.subheader("Your sweep")
     mine = user_sweep(s, shown[1] if shown else None)
-    with tuner_slot:
-        if mine is not None:
-            # The user's own sweep replaces the reference in the tuner.
+    st.session_state[OWN_TUNER_KEY] = mine is not None
+    if mine is not None:
+        # The user's own sweep replaces the reference in the tuner.
+        with tuner_slot.container():
             tuner(*mine)
-        elif shown is not None:
+    elif shown is not None and not early:
+        with tuner_slot.container():
             reference_tuner(s, *shown)
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
 

@@ -47,14 +47,19 @@ class RunningApp:
 
 @contextmanager
 def streamlit_app(
-    env: dict[str, str], log: IO | None = None, timeout_s: float = 90, poll_s: float = 0.2
+    env: dict[str, str],
+    log: IO | None = None,
+    timeout_s: float = 90,
+    poll_s: float = 0.2,
+    script: Path = ROOT / "app.py",
 ) -> Iterator[RunningApp]:
-    """Run app.py until the block ends; yields it once /_stcore/health answers ok."""
+    """Run the app (or another script) until the block ends; yields it once
+    /_stcore/health answers ok."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")),
+            *(sys.executable, "-m", "streamlit", "run", str(script)),
             *("--server.port", str(port), "--server.address", "127.0.0.1"),
             *("--server.headless", "true", "--browser.gatherUsageStats", "false"),
         ],

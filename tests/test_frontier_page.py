@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from cactus_core.app.pair_cache import PairCache
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -126,6 +128,21 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
     at.button(key="fr_ref_confirm").click().run()
     assert not at.exception, at.exception
     assert any("Confirming run" in m.value for m in [*at.success, *at.warning])
+
+
+def test_the_reference_tuner_answers_before_the_pair_has_loaded(env, monkeypatch):
+    import pages._common as common
+
+    def still_loading(s):
+        st.stop()  # the page is still waiting for the pair when this run ends
+
+    at = _frontier()  # a first run loads the pair for the sidebar's settings
+    monkeypatch.setattr(common, "_PAIRS", PairCache(max_entries=2))  # nothing loaded yet
+    monkeypatch.setattr(common, "_cached_pair", still_loading)
+    at.run()
+    assert not at.exception
+    assert at.metric[0].label == "delta"  # the tuner's answer, from the reference alone
+    assert "fr_run" in [b.key for b in at.button]  # drawn before the page waits
 
 
 def test_a_users_sweep_overlays_the_reference_and_takes_the_tuner(env):

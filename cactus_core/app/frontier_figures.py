@@ -23,7 +23,6 @@ from cactus_core.maths.rules import DEFAULT_RULE, RULE_NAMES
 Row = Mapping[str, Any]
 
 _LAYOUT = {
-    "template": "plotly_white",
     "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
     "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
     "font": {"size": 13},

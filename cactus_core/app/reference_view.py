@@ -96,7 +96,21 @@ def compact_frontier(
 ) -> go.Figure:
     """Tokens per call against emitted KL: the rule's reference points and estimated curve,
     sps, the limit, a marker at the current setting, and a run's point and own curve."""
-    fig = go.Figure()
+    # The layout goes in with the figure: a later update_layout costs a deep copy of it.
+    fig = go.Figure(
+        layout={
+            "height": 300,
+            "margin": {"l": 50, "r": 10, "t": 30, "b": 40},
+            "legend": {"orientation": "h", "y": -0.3, "font": {"size": 10}},
+            "font": {"size": 11},
+            "xaxis": {"title": {"text": X_LABEL}},
+            "yaxis": {"title": {"text": Y_LABEL}},
+            "title": {
+                "text": f"where this setting sits (reference, top-p {part.top_p:g})",
+                "font": {"size": 12},
+            },
+        }
+    )
     est = part.estimate
     if est is not None:
         lim_x, lim_y = est.limit_points()
@@ -152,19 +166,6 @@ def compact_frontier(
             },
             hovertemplate="current: KL %{x:.3f}, %{y:.2f} tokens/call<extra></extra>",
         )
-    fig.update_layout(
-        template="plotly_white",
-        height=300,
-        margin={"l": 50, "r": 10, "t": 30, "b": 40},
-        legend={"orientation": "h", "y": -0.3, "font": {"size": 10}},
-        font={"size": 11},
-        xaxis_title=X_LABEL,
-        yaxis_title=Y_LABEL,
-        title={
-            "text": f"where this setting sits (reference, top-p {part.top_p:g})",
-            "font": {"size": 12},
-        },
-    )
     return fig
 
 

@@ -53,7 +53,6 @@ def rule_comparison_figure(
         fig.update_xaxes(type="log", title_text="emitted KL per token (nats)", row=1, col=col)
     fig.update_yaxes(title_text="tokens per verifier call", row=1, col=1)
     fig.update_layout(
-        template="plotly_white",
         height=620,
         width=560 * len(titles) + 80,
         margin={"l": 60, "r": 20, "t": 60, "b": 150},

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from cactus_core.app import figures
 from cactus_core.app.step_view import Step
 
-# The look of the other figures (figures.py): white template, the title left of the legend.
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 50, "r": 20, "t": 50, "b": 40}}
+# The look of the other figures (figures.py, which also makes plotly_white the default).
+_LAYOUT = {"margin": {"l": 50, "r": 20, "t": 50, "b": 40}}
 
 
 def step_figures(step: Step) -> dict[str, go.Figure]:
