@@ -33,6 +33,12 @@ minima per dtype.
     PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --cache-compare \
         --dtypes float32 bfloat16
 
+With --profile-step, torch's profiler over the embedded verifier's steps of 1 and k + 1 new
+tokens through the decoder's cache: the costliest ops (with their input shapes) and how much of
+a step the ops account for at all; the rest of the step is Python between them.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --profile-step --dtypes bfloat16
+
 With --linear-rows, only the verifier's matrix products: the seven linear layers of each of its
 decoder layers (q, k, v, o, gate, up, down; all of them, one after the other) on 1 to k + 1
 rows, per dtype, with its real weights (or random ones, as for --costs). A verify pass of k + 1
@@ -57,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn import functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from cactus_core.engine.decoder import SpeculativeDecoder
@@ -64,6 +71,7 @@ from cactus_core.engine.fast_head import head_logits
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.kv_cache import SequenceCache
 from cactus_core.engine.models import DRAFT_DIR, embedded_gguf_path, load_pair
+from cactus_core.engine.packed_linear import PackedLinear, pack_linears
 from cactus_core.maths.rules import make_rule
 
 PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
@@ -176,6 +184,9 @@ def cost_models(
     model = random_verifier(device, dtype)
     draft, _ = load_embedded_draft(model, dtype)
     feature = None if feature_dir is None else FeatureDraft.load(feature_dir, model, dtype)
+    for built in (model, draft, feature):
+        if built is not None:
+            pack_linears(built)  # as load_pair does
     return model, draft, feature
 
 
@@ -396,11 +407,17 @@ def _run_linears(linears: list[torch.nn.Linear], inputs: dict[int, torch.Tensor]
         m(inputs[m.in_features])
 
 
+def _run_unpacked(linears: list[torch.nn.Linear], inputs: dict[int, torch.Tensor]) -> None:
+    for m in linears:
+        F.linear(inputs[m.in_features], m.weight, m.bias)
+
+
 def linear_rows(args: argparse.Namespace) -> None:
-    """The verifier's decoder-layer linears on 1 .. k + 1 rows, per dtype."""
+    """The verifier's decoder-layer linears on 1 .. k + 1 rows, per dtype: through torch's
+    F.linear, and as the decoder runs them (`PackedLinear` where packing pays)."""
     widths = range(1, args.k + 2)
-    print("| dtype | " + " | ".join(f"{w} row{'s' * (w > 1)}" for w in widths) + " |")
-    print("|---|" + "---:|" * len(widths))
+    print("| dtype | linears | " + " | ".join(f"{w} row{'s' * (w > 1)}" for w in widths) + " |")
+    print("|---|---|" + "---:|" * len(widths))
     gen = torch.Generator().manual_seed(0)
     for name in args.dtypes:
         dtype = getattr(torch, name)
@@ -408,16 +425,65 @@ def linear_rows(args: argparse.Namespace) -> None:
             verifier = load_pair(device="cpu", dtype=dtype).verifier
         else:
             verifier = random_verifier(torch.device("cpu"), dtype)
+            pack_linears(verifier)
         linears = [m for m in verifier.model.layers.modules() if isinstance(m, torch.nn.Linear)]
-        cells = []
-        for w in widths:
-            inputs = {
-                n: torch.randn(1, w, n, generator=gen).to(dtype)
-                for n in {m.in_features for m in linears}
-            }
-            products = partial(_run_linears, linears, inputs)
-            cells.append(median_ms(products, args.reps, warmup=args.warmup))
-        print(f"| {name} | " + " | ".join(f"{ms:.1f} ms" for ms in cells) + " |", flush=True)
+        packed = sum(isinstance(m, PackedLinear) for m in linears)
+        runs = {"F.linear": _run_unpacked}
+        if packed:
+            runs[f"packed ({packed} of {len(linears)})"] = _run_linears
+        for label, run in runs.items():
+            cells = []
+            for w in widths:
+                inputs = {
+                    n: torch.randn(1, w, n, generator=gen).to(dtype)
+                    for n in {m.in_features for m in linears}
+                }
+                with torch.inference_mode():
+                    cells.append(
+                        median_ms(partial(run, linears, inputs), args.reps, warmup=args.warmup)
+                    )
+            cells_md = " | ".join(f"{ms:.1f} ms" for ms in cells)
+            print(f"| {name} | {label} | {cells_md} |", flush=True)
+        del verifier
+        gc.collect()
+
+
+def profile_step(args: argparse.Namespace) -> None:
+    """torch's profiler over --reps steps of 1 and of k + 1 new tokens through the decoder's
+    cache, per dtype: the ops that take the most time, and how much of a step's wall time the
+    ops account for at all (the rest is Python between them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name in args.dtypes:
+        verifier = load_pair(device="cpu", dtype=getattr(torch, name)).verifier
+        vocab = verifier.config.vocab_size
+        for width in (1, args.k + 1):
+            cache = SequenceCache(verifier, vocab)
+            cache.prefill([list(range(300, 300 + args.prefix_tokens))])
+            kept = cache.lengths[0]
+            ids = torch.arange(200, 200 + width)[None]
+
+            def step(cache=cache, kept=kept, ids=ids, width=width) -> None:
+                cache.step(ids, None, width)
+                cache.keep([kept])
+
+            wall = median_ms(step, args.reps, warmup=args.warmup)
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                for _ in range(args.reps):
+                    step()
+            events = prof.key_averages(group_by_input_shape=True)
+            ops_ms = sum(e.self_cpu_time_total for e in events) / args.reps / 1e3
+            print(
+                f"\n{name}, {width} new token{'s' * (width > 1)}: {wall:.2f} ms a step (median, "
+                f"no profiler); the ops' own time {ops_ms:.2f} ms a step (profiled)"
+            )
+            print("| op | input shapes | ms a step | calls a step |\n|---|---|---:|---:|")
+            top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
+            for e in top:
+                print(
+                    f"| {e.key} | {e.input_shapes} | {e.self_cpu_time_total / args.reps / 1e3:.2f}"
+                    f" | {e.count / args.reps:g} |"
+                )
         del verifier
         gc.collect()
 
@@ -453,6 +519,11 @@ def main() -> None:
         action="store_true",
         help="the verifier's decoder-layer linears on 1 .. k + 1 rows (--dtypes, --k, --reps)",
     )
+    ap.add_argument(
+        "--profile-step",
+        action="store_true",
+        help="torch's profiler over the embedded verifier's steps (--dtypes, --k, --reps)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=("float32", "bfloat16"))
     ap.add_argument(
@@ -481,6 +552,10 @@ def main() -> None:
     if args.cache_compare:
         torch.set_num_threads(args.threads)
         cache_compare(args)
+        return
+    if args.profile_step:
+        torch.set_num_threads(args.threads)
+        profile_step(args)
         return
     if not args.costs:
         embedded_cpu()

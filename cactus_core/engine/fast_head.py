@@ -12,7 +12,10 @@ and a bfloat16 feature draft"):
   torch's linear and cost several times one row through the copy, so scoring a verify pass's
   rows one by one, up to the first rejection (the lazy head), pays.
 - bfloat16: the opposite. torch's linear on the [V, H] layout is the faster one, and k + 1
-  rows cost about what 1 does, so a verify pass scores its rows in one call.
+  rows cost about what 1 does, so a verify pass scores its rows in one call. On a CPU with
+  native bfloat16 that product runs through a copy packed once for oneDNN
+  (`packed_linear.packed_product`: the same scores, the verifier's head 3.81 -> 2.42 ms for
+  1 row and 4.60 -> 2.45 ms for 5 on an AMX CPU).
 
 `single_row_copy` says which regime a head is in; the decoder reads it to choose between the
 lazy head and one call. It goes by dtype alone: on a CPU without native bfloat16, k + 1
@@ -30,6 +33,7 @@ import weakref
 import torch
 from torch import nn
 
+from cactus_core.engine.packed_linear import packed_product
 from cactus_core.engine.subset_head import VocabSubsetHead
 
 # owner -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
@@ -78,19 +82,21 @@ def single_row_copy(head: nn.Module) -> bool:
 
 
 def linear_scores(owner: nn.Module, weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """hidden [..., H] @ weight[V, H].T -> [..., V], a single float32 row on CPU through a
-    transposed copy of the weight kept for `owner` (the module the weight belongs to)."""
+    """hidden [..., H] @ weight[V, H].T -> [..., V]: a single float32 row on CPU through a
+    transposed copy of the weight kept for `owner` (the module the weight belongs to),
+    bfloat16 through a packed copy where that pays (`packed_product`)."""
     if copy_pays(weight) and hidden.dtype == torch.float32 and hidden.shape[:-1].numel() == 1:
         return hidden @ _transposed(owner, weight)
-    return torch.nn.functional.linear(hidden, weight)
+    return packed_product(owner, weight, hidden)
 
 
 def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """head(hidden) for hidden [..., H], through `linear_scores` for an nn.Linear or
     VocabSubsetHead head, the head itself otherwise."""
-    if not single_row_copy(head):
+    weight = getattr(head, "weight", None)
+    if type(head) not in (nn.Linear, VocabSubsetHead) or not isinstance(weight, torch.Tensor):
         return head(hidden)
-    scores = linear_scores(head, head.weight, hidden)  # [..., V] or [..., S]
+    scores = linear_scores(head, weight, hidden)  # [..., V] or [..., S]
     if isinstance(head, VocabSubsetHead):
         return head.scatter(scores)
     return scores if head.bias is None else scores + head.bias

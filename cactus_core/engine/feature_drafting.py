@@ -48,6 +48,7 @@ from torch import nn
 
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.packed_linear import pack_linears
 from cactus_core.engine.round import Draft, HostRound, ProbsFn, draft_tokens
 from cactus_core.engine.weights import state_digest, weights_digest
 from cactus_core.maths.sampling import sample_from_probs
@@ -306,6 +307,7 @@ def with_feature_draft(
         # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
         draft = FeatureDraft.load(folder, pair.verifier)
         name, digest = str(folder.resolve()), weights_digest(folder, cache)
+    pack_linears(draft)
     return dataclasses.replace(
         pair, feature_draft=draft.eval(), feature_draft_name=name, feature_draft_weights=digest
     )

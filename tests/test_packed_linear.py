@@ -1,0 +1,145 @@
+"""Packed bfloat16 linears (`PackedLinear`): the same products as torch's F.linear, the same
+Parameters and state dict, and torch's own path wherever packing does not apply (float32,
+autograd, a weight moved or cast). `native_bfloat16` is patched where a test is about which
+modules get packed, so that every test runs on any CPU oneDNN runs on."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from cactus_core.engine import packed_linear
+from cactus_core.engine.embedded_drafts import native_bfloat16
+from cactus_core.engine.fast_head import head_logits
+from cactus_core.engine.packed_linear import (
+    _PACKED,
+    PackedLinear,
+    pack_linears,
+    packed_product,
+    packing_available,
+)
+from tests.conftest import tiny_llama
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
+
+
+@pytest.fixture
+def native(monkeypatch):
+    monkeypatch.setattr(packed_linear, "native_bfloat16", lambda: True)
+
+
+def _assert_same_product(got: torch.Tensor, want: torch.Tensor) -> None:
+    # With native bfloat16 both run the same oneDNN kernel: bit for bit. Elsewhere oneDNN may
+    # widen differently, so within a bfloat16 step of the product.
+    if native_bfloat16():
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=2**-7, atol=1e-3)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 24])
+def test_a_packed_product_equals_torch_s(rows, bias):
+    gen = torch.Generator().manual_seed(rows)
+    linear = nn.Linear(576, 1536, bias=bias).to(torch.bfloat16)
+    x = torch.randn(2, rows, 576, generator=gen).to(torch.bfloat16)
+    packed = PackedLinear.wrap(linear)
+    with torch.inference_mode():
+        got, want = packed(x), F.linear(x, linear.weight, linear.bias)
+    assert got.shape == (2, rows, 1536) and got.dtype == torch.bfloat16
+    _assert_same_product(got, want)
+
+
+def test_pack_linears_swaps_the_bfloat16_layers_but_not_the_head(native):
+    model = tiny_llama(259, layers=2, seed=0).to(torch.bfloat16)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert pack_linears(model) == 2 * 7  # q, k, v, o, gate, up, down per layer
+    assert type(model.lm_head) is nn.Linear
+    assert model.lm_head in _PACKED  # packed at load for `head_logits`, not swapped
+    layer = model.model.layers[0]
+    assert isinstance(layer.self_attn.q_proj, PackedLinear)
+    assert isinstance(layer.mlp.down_proj, PackedLinear)
+    after = model.state_dict()
+    assert after.keys() == state.keys()
+    assert all(torch.equal(after[k], v) for k, v in state.items())
+    assert pack_linears(model) == 0  # already packed
+
+
+def test_a_packed_model_computes_the_same_logits(native):
+    model = tiny_llama(259, layers=2, seed=0).to(torch.bfloat16)
+    ids = torch.randint(3, 259, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits
+        pack_linears(model)
+        got = model(input_ids=ids).logits
+    _assert_same_product(got, want)
+
+
+def test_the_head_scores_through_its_packed_copy(native):
+    model = tiny_llama(259, layers=1, seed=0).to(torch.bfloat16)
+    head = model.lm_head
+    hidden = torch.randn(1, 5, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        want = F.linear(hidden, head.weight)
+        pack_linears(model)
+        _assert_same_product(head_logits(head, hidden), want)
+        _assert_same_product(packed_product(head, head.weight, hidden[:, :1]), want[:, :1])
+
+
+def test_float32_and_machines_without_native_bfloat16_are_left_alone(monkeypatch):
+    model = tiny_llama(259, layers=2, seed=0)
+    assert pack_linears(model) == 0  # float32
+    monkeypatch.setattr(packed_linear, "native_bfloat16", lambda: False)
+    assert pack_linears(model.to(torch.bfloat16)) == 0
+
+
+def test_with_autograd_it_is_torch_s_linear_and_trains(native):
+    """oneDNN's packed product has no backward: a forward that tracks gradients takes torch's
+    path, so a draft can still be trained after it was packed."""
+    torch.manual_seed(0)
+    plain = nn.Linear(64, 32).to(torch.bfloat16)
+    packed = PackedLinear.wrap(copy.deepcopy(plain))
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    plain(x).float().square().sum().backward()
+    packed(x).float().square().sum().backward()
+    assert torch.equal(packed.weight.grad, plain.weight.grad)
+    assert torch.equal(packed.bias.grad, plain.bias.grad)
+    with torch.no_grad():
+        packed.weight.add_(1.0)  # trained in place: the next product re-packs
+        _assert_same_product(packed(x), F.linear(x, packed.weight, packed.bias))
+
+
+def test_a_copied_or_cast_packed_linear_computes_what_torch_does(native):
+    linear = nn.Linear(64, 32).to(torch.bfloat16)
+    packed = PackedLinear.wrap(linear)
+    x = torch.randn(4, 64)
+    with torch.inference_mode():
+        copied = copy.deepcopy(packed)  # packs its own copy on first use
+        copied.weight.add_(1.0)
+        _assert_same_product(
+            copied(x.bfloat16()), F.linear(x.bfloat16(), copied.weight, copied.bias)
+        )
+        assert not torch.equal(copied.weight, packed.weight)
+        packed.float()  # float32: torch's own product
+        assert torch.equal(packed(x), F.linear(x, packed.weight, packed.bias))
+
+
+@pytest.mark.slow
+def test_the_embedded_pair_in_bfloat16_is_packed_where_it_pays():
+    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.models import load_pair
+
+    pair = load_pair(device="cpu", dtype=torch.bfloat16, feature_draft=FEATURE_DRAFT_DIR)
+    models = {"verifier": pair.verifier, "draft": pair.draft, "feature": pair.feature_draft}
+    for name, model in models.items():
+        head = getattr(model, "get_output_embeddings", lambda: None)()
+        linears = {id(m) for m in model.modules() if isinstance(m, nn.Linear) and m is not head}
+        packed = {id(m) for m in model.modules() if isinstance(m, PackedLinear)}
+        assert len(linears) >= 7, name
+        assert packed == (linears if native_bfloat16() else set()), name
+    assert type(pair.verifier.lm_head) is nn.Linear
+    assert not any(isinstance(m, PackedLinear) for m in load_pair(device="cpu").verifier.modules())
