@@ -63,3 +63,7 @@ def test_only_grouped_sdpa_models_on_cpu_are_switched():
     ungrouped = tiny_llama(VOCAB, layers=1, seed=0)
     ungrouped.config.num_key_value_heads = ungrouped.config.num_attention_heads
     assert not use_grouped_attention(ungrouped)
+    own_attention = tiny_llama(VOCAB, layers=1, seed=0)
+    own_attention._supports_attention_backend = False  # as a model with its own attention code
+    assert not use_grouped_attention(own_attention)
+    assert own_attention.config._attn_implementation == "sdpa"

@@ -90,10 +90,17 @@ def use_grouped_attention(model: nn.Module) -> bool:
     device = next(model.parameters()).device
     if config is None or device.type != "cpu":
         return False
+    # Only models whose attention goes through transformers' registry (a model with its own
+    # attention code may branch on the name) and that run sdpa now.
+    if not getattr(model, "_supports_attention_backend", False):
+        return False
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return False
     heads = getattr(config, "num_attention_heads", 0)
     if getattr(config, "num_key_value_heads", heads) in (0, heads):
         return False
-    model.set_attn_implementation(GROUPED_SDPA)
+    try:
+        model.set_attn_implementation(GROUPED_SDPA)
+    except (ValueError, ImportError):  # a model that refuses other attention functions
+        return False
     return True
