@@ -33,7 +33,7 @@ import weakref
 import torch
 from torch import nn
 
-from cactus_core.engine.packed_linear import packed_product
+from cactus_core.engine.packed_linear import packed_product, packing_pays
 from cactus_core.engine.subset_head import VocabSubsetHead
 
 # owner -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
@@ -91,10 +91,12 @@ def linear_scores(owner: nn.Module, weight: torch.Tensor, hidden: torch.Tensor) 
 
 
 def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """head(hidden) for hidden [..., H], through `linear_scores` for an nn.Linear or
-    VocabSubsetHead head, the head itself otherwise."""
+    """head(hidden) for hidden [..., H]: through `linear_scores` for an nn.Linear or
+    VocabSubsetHead head where that pays (float32 on CPU, bfloat16 on a CPU with native
+    bfloat16), the head itself otherwise."""
     weight = getattr(head, "weight", None)
-    if type(head) not in (nn.Linear, VocabSubsetHead) or not isinstance(weight, torch.Tensor):
+    linear = type(head) in (nn.Linear, VocabSubsetHead) and isinstance(weight, torch.Tensor)
+    if not (single_row_copy(head) or (linear and packing_pays(weight))):
         return head(hidden)
     scores = linear_scores(head, weight, hidden)  # [..., V] or [..., S]
     if isinstance(head, VocabSubsetHead):
