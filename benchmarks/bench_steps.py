@@ -43,7 +43,9 @@ With --linear-rows, only the verifier's matrix products: the seven linear layers
 decoder layers (q, k, v, o, gate, up, down; all of them, one after the other) on 1 to k + 1
 rows, per dtype, with its real weights (or random ones, as for --costs). A verify pass of k + 1
 tokens runs them on k + 1 rows; where they cost about what 1 row does, a drafted token is
-almost free to verify.
+almost free to verify. Each dtype twice: through torch's F.linear, and through copies packed
+for oneDNN (`packed_linear`; what the decoder runs in bfloat16 on a CPU with native bfloat16,
+measured only otherwise).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --linear-rows \
         --dtypes float32 bfloat16 --k 4
@@ -71,7 +73,12 @@ from cactus_core.engine.fast_head import head_logits
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.kv_cache import SequenceCache
 from cactus_core.engine.models import DRAFT_DIR, embedded_gguf_path, load_pair
-from cactus_core.engine.packed_linear import PackedLinear, pack_linears
+from cactus_core.engine.packed_linear import (
+    PackedLinear,
+    pack_linears,
+    packed_copy,
+    packing_available,
+)
 from cactus_core.maths.rules import make_rule
 
 PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
@@ -412,9 +419,18 @@ def _run_unpacked(linears: list[torch.nn.Linear], inputs: dict[int, torch.Tensor
         F.linear(inputs[m.in_features], m.weight, m.bias)
 
 
+def _run_onednn(linears: list[torch.nn.Linear], inputs: dict[int, torch.Tensor]) -> None:
+    # oneDNN's packed product whatever the dtype, as `PackedLinear` runs it for bfloat16: how
+    # packing would do where the decoder does not pack (float32, a CPU without native bfloat16).
+    for m in linears:
+        weight = packed_copy(m, m.weight)
+        torch.ops.mkldnn._linear_pointwise(inputs[m.in_features], weight, m.bias, "none", [], "")
+
+
 def linear_rows(args: argparse.Namespace) -> None:
     """The verifier's decoder-layer linears on 1 .. k + 1 rows, per dtype: through torch's
-    F.linear, and as the decoder runs them (`PackedLinear` where packing pays)."""
+    F.linear, and packed for oneDNN (as the decoder runs them where packing pays,
+    `PackedLinear`; otherwise measured only)."""
     widths = range(1, args.k + 2)
     print("| dtype | linears | " + " | ".join(f"{w} row{'s' * (w > 1)}" for w in widths) + " |")
     print("|---|---|" + "---:|" * len(widths))
@@ -431,6 +447,8 @@ def linear_rows(args: argparse.Namespace) -> None:
         runs = {"F.linear": _run_unpacked}
         if packed:
             runs[f"packed ({packed} of {len(linears)})"] = _run_linears
+        elif packing_available():
+            runs["oneDNN packed (the decoder does not pack these)"] = _run_onednn
         for label, run in runs.items():
             cells = []
             for w in widths:

@@ -3,7 +3,7 @@
 torch's CPU linear in bfloat16 runs oneDNN's matmul, which lays the weight out in oneDNN's
 blocked format on every call. Done once at load instead, the product is the same, bit for bit
 (`tests/test_packed_linear.py`), and cheaper: the embedded verifier's 210 decoder-layer
-products took 29.8 ms for 1 row and 32.9 ms for 5 through `F.linear`, and 23.9 and 23.1 ms
+products took 32.3 ms for 1 row and 34.6 ms for 5 through `F.linear`, and 25.6 and 25.4 ms
 packed (one thread, an AMX CPU; docs/benchmarks.md, "Packed bfloat16 weights and grouped
 attention"). The packed copy costs the weights' size once more in memory.
 
