@@ -34,8 +34,8 @@ minima per dtype.
         --dtypes float32 bfloat16
 
 With --profile-step, torch's profiler over the embedded verifier's steps of 1 and k + 1 new
-tokens through the decoder's cache: the costliest ops (with their input shapes) and how much of
-a step the ops account for at all; the rest of the step is Python between them.
+tokens through the decoder's cache: the costliest ops with their input shapes, beside the
+step's median time without the profiler (the profiler adds its own cost to every op).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_steps.py --profile-step --dtypes bfloat16
 
@@ -468,8 +468,8 @@ def linear_rows(args: argparse.Namespace) -> None:
 
 def profile_step(args: argparse.Namespace) -> None:
     """torch's profiler over --reps steps of 1 and of k + 1 new tokens through the decoder's
-    cache, per dtype: the ops that take the most time, and how much of a step's wall time the
-    ops account for at all (the rest is Python between them)."""
+    cache, per dtype: the ops that take the most time, beside the step's median without the
+    profiler."""
     from torch.profiler import ProfilerActivity, profile
 
     for name in args.dtypes:
@@ -490,10 +490,9 @@ def profile_step(args: argparse.Namespace) -> None:
                 for _ in range(args.reps):
                     step()
             events = prof.key_averages(group_by_input_shape=True)
-            ops_ms = sum(e.self_cpu_time_total for e in events) / args.reps / 1e3
             print(
                 f"\n{name}, {width} new token{'s' * (width > 1)}: {wall:.2f} ms a step (median, "
-                f"no profiler); the ops' own time {ops_ms:.2f} ms a step (profiled)"
+                "no profiler); the ops below profiled over as many steps more"
             )
             print("| op | input shapes | ms a step | calls a step |\n|---|---|---:|---:|")
             top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]

@@ -64,6 +64,9 @@ _LOCK = threading.Lock()
 def packed_copy(owner: nn.Module, weight: torch.Tensor) -> torch.Tensor:
     """`weight` [N, K] packed for oneDNN, kept for `owner` until the weight changes."""
     key = _key(weight)
+    hit = _PACKED.get(owner)  # read without the lock: every product of a decoding step asks
+    if hit is not None and hit[0] == key:
+        return hit[1]
     with _LOCK:
         hit = _PACKED.get(owner)
         if hit is None or hit[0] != key:
@@ -78,9 +81,16 @@ def packed_product(
 ) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [..., K] -> [..., N]: through `packed_copy` where
     packing pays and no gradient is tracked (oneDNN's packed product has no backward)."""
-    if torch.is_grad_enabled() or x.dtype != weight.dtype or not packing_pays(weight):
+    if x.dtype != torch.bfloat16 or torch.is_grad_enabled() or not packing_pays(weight):
         return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed_copy(owner, weight), bias, "none", [], "")
+    return _packed_linear_op()(x, packed_copy(owner, weight), bias, "none", [], "")
+
+
+@cache
+def _packed_linear_op():
+    # Resolved once: looking an op up through torch.ops costs a few microseconds a call, and a
+    # verifier step makes 211 of them.
+    return torch.ops.mkldnn._linear_pointwise
 
 
 class PackedLinear(nn.Linear):
