@@ -143,3 +143,14 @@ def test_the_embedded_pair_in_bfloat16_is_packed_where_it_pays():
         assert packed == (linears if native_bfloat16() else set()), name
     assert type(pair.verifier.lm_head) is nn.Linear
     assert not any(isinstance(m, PackedLinear) for m in load_pair(device="cpu").verifier.modules())
+
+
+def test_under_torch_compile_a_packed_linear_is_torch_s_linear(native):
+    # The packed copy's cache would break the graph; inductor packs weights itself when it
+    # freezes them (benchmarks/bench_compiled_verifier.py). fullgraph: no break is allowed.
+    linear = nn.Linear(64, 96).to(torch.bfloat16)
+    packed = PackedLinear.wrap(linear)
+    x = torch.randn(1, 3, 64).to(torch.bfloat16)
+    traced = torch.compile(packed, backend="eager", fullgraph=True)
+    with torch.inference_mode():
+        assert torch.equal(traced(x), F.linear(x, linear.weight, linear.bias))

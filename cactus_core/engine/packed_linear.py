@@ -80,8 +80,11 @@ def packed_product(
     owner: nn.Module, weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [..., K] -> [..., N]: through `packed_copy` where
-    packing pays and no gradient is tracked (oneDNN's packed product has no backward)."""
-    if x.dtype != torch.bfloat16 or torch.is_grad_enabled() or not packing_pays(weight):
+    packing pays and no gradient is tracked (oneDNN's packed product has no backward). Under
+    torch.compile it is F.linear: the packed copy's cache breaks the graph, and inductor packs
+    weights itself when it freezes them."""
+    plain = torch.compiler.is_compiling() or x.dtype != torch.bfloat16 or torch.is_grad_enabled()
+    if plain or not packing_pays(weight):
         return F.linear(x, weight, bias)
     return _packed_linear_op()(x, packed_copy(owner, weight), bias, "none", [], "")
 
