@@ -15,8 +15,9 @@ logits of the new columns included, and one step of the feature draft:
   with a `DynamicCache`;
 - "compiled": plain copies under `torch.compile(dynamic=True)` with
   `torch._inductor.config.freezing = True` (set globally: passed as `options=` it does
-  nothing), the verifier with the same `DynamicCache` calls. The first calls' time (the
-  compile) is printed separately.
+  nothing), the verifier with the same `DynamicCache` calls. The compile's time is printed
+  separately, with each of the verifier's first three calls per width: the second call
+  compiles again (after the cache's first crop), and the timed blocks begin after it.
 
 Calls run in blocks of --reps per build and width after --warmup untimed ones, --blocks rounds
 of them, medians over all blocks: the builds' weights do not fit the CPU's caches together,
@@ -38,12 +39,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+from bench_steps import cache_step  # benchmarks/, the script's own folder
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
 from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
 from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.kv_cache import SequenceCache
 from cactus_core.engine.models import load_pair
 from cactus_core.engine.packed_linear import PackedLinear
 
@@ -80,22 +81,6 @@ def dynamic_cache_step(
     def step() -> None:
         model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=width)
         cache.crop(-width)
-
-    return step, cache
-
-
-def decoder_step(
-    model: PreTrainedModel, prefix: list[int], width: int
-) -> tuple[Callable[[], None], SequenceCache]:
-    """The same through the decoder's own cache, as a verify pass (or a verifier-only step)
-    runs it; and that cache."""
-    cache = SequenceCache(model, model.get_output_embeddings().weight.shape[0])
-    cache.prefill([prefix])
-    ids = torch.arange(200, 200 + width)[None]
-
-    def step() -> None:
-        cache.step(ids, None, width)
-        cache.keep([len(prefix)])
 
     return step, cache
 
@@ -143,20 +128,25 @@ def main() -> None:
     plain, plain_draft = plain_copy(verifier), plain_copy(draft)
     compiled = torch.compile(plain, dynamic=True)
     prefix = [(7 * i) % 1000 + 100 for i in range(args.prefix_tokens)]
+    vocab = verifier.get_output_embeddings().weight.shape[0]
     widths = (1, args.k + 1)
     with torch.inference_mode():
         steps: dict[tuple[str, int], Callable[[], object]] = {}
         t0 = time.perf_counter()
         for w in widths:
             steps["compiled", w] = dynamic_cache_step(compiled, prefix, w)[0]
-            steps["compiled", w]()
+            for call in range(3):
+                t = time.perf_counter()
+                steps["compiled", w]()
+                tokens = f"{w} new token{'s' * (w > 1)}"
+                print(f"  verifier, {tokens}, call {call + 1}: {time.perf_counter() - t:.2f} s")
         print(f"verifier, compiled: first calls (compile) {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         steps["draft compiled", 1] = draft_step(plain_draft, args.prefix_tokens, compile_it=True)
         steps["draft compiled", 1]()
         print(f"feature draft, compiled: first call (compile) {time.perf_counter() - t0:.1f} s")
         for w in widths:
-            steps["decoder build", w] = decoder_step(verifier, prefix, w)[0]
+            steps["decoder build", w] = cache_step(verifier, vocab, prefix, w)[0]
             steps["eager", w] = dynamic_cache_step(plain, prefix, w)[0]
         steps["draft decoder build", 1] = draft_step(draft, args.prefix_tokens)
         times: dict[tuple[str, int], list[float]] = {key: [] for key in steps}

@@ -112,16 +112,12 @@ def median_ms(
     return statistics.median(times) * 1000
 
 
-def step_ms(
-    model: torch.nn.Module,
-    vocab: int,
-    prefix: list[int],
-    width: int,
-    reps: int = 12,
-    warmup: int = 1,
-) -> float:
-    """One forward of `width` new tokens through the decoder's cache holding `prefix`,
-    with the logits of all `width` columns (what a verify pass or a draft step reads)."""
+def cache_step(
+    model: torch.nn.Module, vocab: int, prefix: list[int], width: int
+) -> tuple[Callable[[], None], SequenceCache]:
+    """A call that runs one forward of `width` new tokens through the decoder's cache holding
+    `prefix`, with the logits of all `width` columns (what a verify pass or a draft step
+    reads), and rolls them back; and that cache."""
     cache = SequenceCache(model, vocab)
     cache.prefill([prefix])
     kept = cache.lengths[0]
@@ -131,7 +127,19 @@ def step_ms(
         cache.step(ids, None, width)
         cache.keep([kept])
 
-    return median_ms(step, reps, model.device, warmup)
+    return step, cache
+
+
+def step_ms(
+    model: torch.nn.Module,
+    vocab: int,
+    prefix: list[int],
+    width: int,
+    reps: int = 12,
+    warmup: int = 1,
+) -> float:
+    """Median ms of `cache_step`."""
+    return median_ms(cache_step(model, vocab, prefix, width)[0], reps, model.device, warmup)
 
 
 def feature_step_ms(
@@ -384,15 +392,10 @@ def _interleaved(
     from transformers import DynamicCache
 
     vocab = model.get_output_embeddings().weight.shape[0]
-    ours = SequenceCache(model, vocab)
-    ours.prefill([prefix])
+    own = cache_step(model, vocab, prefix, width)[0]
     plain = DynamicCache()
     model(input_ids=torch.tensor([prefix]), cache=plain, use_cache=True, logits_to_keep=1)
     ids = torch.arange(200, 200 + width)[None]
-
-    def own() -> None:
-        ours.step(ids, None, width)
-        ours.keep([len(prefix)])
 
     def hf() -> None:
         model(input_ids=ids, cache=plain, use_cache=True, logits_to_keep=width)
@@ -476,15 +479,8 @@ def profile_step(args: argparse.Namespace) -> None:
         verifier = load_pair(device="cpu", dtype=getattr(torch, name)).verifier
         vocab = verifier.config.vocab_size
         for width in (1, args.k + 1):
-            cache = SequenceCache(verifier, vocab)
-            cache.prefill([list(range(300, 300 + args.prefix_tokens))])
-            kept = cache.lengths[0]
-            ids = torch.arange(200, 200 + width)[None]
-
-            def step(cache=cache, kept=kept, ids=ids, width=width) -> None:
-                cache.step(ids, None, width)
-                cache.keep([kept])
-
+            prefix = list(range(300, 300 + args.prefix_tokens))
+            step = cache_step(verifier, vocab, prefix, width)[0]
             wall = median_ms(step, args.reps, warmup=args.warmup)
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 for _ in range(args.reps):

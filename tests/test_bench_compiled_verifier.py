@@ -18,7 +18,8 @@ from cactus_core.engine.packed_linear import PackedLinear, pack_linears, packing
 from tests.conftest import tiny_llama
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_compiled_verifier import decoder_step, dynamic_cache_step, plain_copy
+from bench_compiled_verifier import dynamic_cache_step, plain_copy
+from bench_steps import cache_step
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
 
@@ -51,7 +52,7 @@ def test_each_timed_call_leaves_its_cache_as_it_found_it(built, width):
     prefix = list(range(3, 23))
     plain = plain_copy(built)
     with torch.inference_mode():
-        ours, our_cache = decoder_step(built, prefix, width)
+        ours, our_cache = cache_step(built, 259, prefix, width)
         theirs, their_cache = dynamic_cache_step(plain, prefix, width)
         for step in (ours, theirs):
             for _ in range(3):
