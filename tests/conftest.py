@@ -95,7 +95,15 @@ def make_tiny_pair(context: int = 256, seed: int = 0) -> ModelPair:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `cuda` are skipped on machines without a CUDA device."""
+    """Tests marked `cuda` are skipped on machines without a CUDA device.
+
+    Under pytest-xdist (`make test` runs two workers with `--dist loadgroup`), each module stays
+    on one worker, so its module fixtures (a loaded pair, a Ray cluster) are built once, and every
+    browser test shares one group: the app servers they start take the other core, and their
+    timing ratios were set with one app server running at a time."""
+    for item in items:
+        group = "browser" if "browser" in item.keywords else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
