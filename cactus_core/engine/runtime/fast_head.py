@@ -32,8 +32,8 @@ import weakref
 import torch
 from torch import nn
 
-from cactus_core.engine.packed_linear import packed_product, packing_pays
-from cactus_core.engine.subset_head import VocabSubsetHead
+from cactus_core.engine.runtime.packed_linear import packed_product, packing_pays
+from cactus_core.engine.runtime.subset_head import VocabSubsetHead
 
 # owner -> (weight, weight._version when copied, weight.T contiguous). A weight changed in place
 # (training) bumps its version and a replaced one is another object: both invalidate the copy.

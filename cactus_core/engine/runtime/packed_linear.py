@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cactus_core.engine.embedded_drafts import native_bfloat16
+from cactus_core.engine.loading.embedded_drafts import native_bfloat16
 
 # oneDNN picks a blocking for this many rows; a verify pass of k + 1 = 5 rows, a draft or
 # decoding step of 1 and a reference sweep's batch of 24 all measured alike with it.

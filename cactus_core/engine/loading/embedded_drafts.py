@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from cactus_core.engine.load_args import resolve_device
+from cactus_core.engine.loading.load_args import resolve_device
 
-FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[1] / "assets" / "feature_draft"
+FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[2] / "assets" / "feature_draft"
 # What traces and pages call the shipped feature draft (never its folder: a server path).
 FEATURE_DRAFT_NAME = "cactus feature draft (embedded, 1 layer)"
 # The CLI's name for the feature draft in this CPU's faster dtype.
