@@ -197,7 +197,12 @@ def main() -> None:
     run = current_run(pair, request)
     if run is None:
         return
-    r, steps, i = locate(run)
+    try:
+        r, steps, i = locate(run)
+    except ValueError as err:  # the decoder's own refusal (a broken model); a rerun retries
+        st.session_state.pop(RUN_KEY, None)
+        st.error(f"Could not decode: {err}")
+        return
     controls(run, r, steps, i)
     if run.judge.name != request.rule_name:
         st.info(
