@@ -145,8 +145,13 @@ def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
     from cactus_core.engine.loading.models import load_pair
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        # More OpenMP threads than cores only spin, and a huge count crashes torch's pool.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cores = cores or os.cpu_count() or 1
+        if not 1 <= args.threads <= cores:
+            raise ValueError(
+                f"--threads must be in [1, {cores}] (this machine's CPUs), got {args.threads}"
+            )
         torch.set_num_threads(args.threads)
 
     return load_pair(**pair_kwargs_from_args(args))
@@ -356,6 +361,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
         "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --reference and no --output: overwrite the shipped reference file",
+    )
     p.add_argument("--format", choices=("json", "csv"), default="json")
     p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     p.add_argument(
@@ -454,21 +464,65 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from cactus_core.experiments import reference as ref
     from cactus_core.experiments.sweep_cache import SweepCache
 
+    check_reference_args(args)
     check_output_path(args.output, "--output")
     if args.n_prompts is not None and args.n_prompts < 1:
         raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
     prompts = tuple(builtin_prompts()[: args.n_prompts])
     pair = load_pair_from_args(args)
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
-    command = f"{ref.REFERENCE_COMMAND} --n-prompts {len(prompts)} --threads {_threads()}"
+    # The command as run, model flags included, so the file says which pair it measured.
+    flags = [a for a in args.argv[1:] if a not in ("--reference", "--force")]
+    if args.threads is None:
+        flags += ["--threads", str(_threads())]
+    command = shlex.join([*ref.REFERENCE_COMMAND.split(), *flags])
+    embedded = args.verifier is None and args.draft is None and args.feature_draft is None
     start = time.perf_counter()
-    data = ref.build_reference(pair, prompts, command, cache, text_progress(sys.stderr))
+    data = ref.build_reference(
+        pair, prompts, command, cache, text_progress(sys.stderr), embedded=embedded
+    )
     path = ref.write_reference(data, args.output)
     sys.stderr.write(
         f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "
         f"{path.stat().st_size / 1e6:.2f} MB at {path}\n"
     )
     return 0
+
+
+# What `sweep --reference` fixes itself (its rules, sampling, prompts and scoring); a flag that
+# would change them is refused rather than silently ignored.
+_REFERENCE_FIXED = (
+    "rules",
+    "grid",
+    "prompts",
+    *(name for name, *_ in SamplingSettings.field_specs()),
+    "max_new_tokens",
+    "no_chat_template",
+    "chunk_size",
+    "no_limit",
+    "format",
+    "tune_kl",
+    "tune_rule",
+    "html",
+)
+
+
+def check_reference_args(args: argparse.Namespace) -> None:
+    """`sweep --reference` takes only the model, prompt-count, cache and output flags, and
+    writes over the shipped file only when told to (--force) or elsewhere (--output)."""
+    parser = build_parser().parse_args(["sweep"])
+    given = [_flag(n) for n in _REFERENCE_FIXED if getattr(args, n) != getattr(parser, n)]
+    if given:
+        raise ValueError(
+            f"--reference fixes the rules, sampling, prompts and scoring; leave out "
+            f"{', '.join(given)} (only --n-prompts, the model flags, --cache-dir and --output "
+            "apply)"
+        )
+    if args.output is None and not args.force:
+        raise ValueError(
+            "--reference would overwrite the shipped reference file; give --output PATH to "
+            "write elsewhere, or --force to replace it"
+        )
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

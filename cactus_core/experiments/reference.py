@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "data" / "reference_sweep.json.gz"
-REFERENCE_COMMAND = "python -m cactus_core sweep --reference"
+REFERENCE_COMMAND = "python -m cactus_core sweep --reference"  # + --force or --output PATH
 REFERENCE_TOP_P: tuple[float, ...] = (1.0, 0.95)
 REFERENCE_SAMPLING = SamplingSettings(k=4, temperature=0.7, top_k=0, top_p=1.0, seed=0)
 REFERENCE_MAX_NEW_TOKENS = 64
@@ -140,8 +140,9 @@ class Reference:
 
     def caption(self) -> str:
         p = self.provenance
+        pair = "the embedded pair" if p.get("embedded_pair", True) else "the pair its command names"
         return (
-            f"Reference sweep shipped with the lab, for the embedded pair: {p['prompts']} "
+            f"Reference sweep shipped with the lab, for {pair}: {p['prompts']} "
             f"built-in prompts × {p['max_new_tokens']} tokens, T = {p['temperature']:g}, "
             f"k = {p['k']}, top-p {' and '.join(f'{t:g}' for t in self.sweeps)}; made "
             f"{p['date'][:10]} at commit {p['commit'][:10]} with `{p['command']}`."
@@ -154,7 +155,9 @@ def load_reference(path: Path | str | None = None) -> Reference:
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:
-        raise ValueError(f"no reference sweep at {path}; run `{REFERENCE_COMMAND}`") from None
+        raise ValueError(
+            f"no reference sweep at {path}; run `{REFERENCE_COMMAND} --force`"
+        ) from None
     return _load(str(path), stamp)
 
 
@@ -173,7 +176,7 @@ def _load(path: str, _stamp: int) -> Reference:
         reason = str(err) or type(err).__name__
         raise ValueError(
             f"cannot read the reference sweep {path} ({reason}); regenerate it with "
-            f"`{REFERENCE_COMMAND}`"
+            f"`{REFERENCE_COMMAND} --force`"
         ) from None
 
 
@@ -348,9 +351,10 @@ def build_reference(
     command: str,
     cache: SweepCache | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    embedded: bool = True,
 ) -> dict[str, Any]:
     """Run the reference sweeps (cached chunk by chunk); the dict that `write_reference`
-    stores."""
+    stores. embedded: whether `pair` is the embedded one (the caption says which)."""
     sweeps = []
     for config in reference_configs(prompts):
         start = time.perf_counter()
@@ -372,6 +376,7 @@ def build_reference(
         "command": command,
         "commit": _commit(),
         "model": pair.identity,
+        "embedded_pair": embedded,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "prompts": len(prompts),
         "max_new_tokens": REFERENCE_MAX_NEW_TOKENS,
