@@ -162,7 +162,8 @@ class CactusBudget(Cactus):
     """Cactus with, per position, the largest delta' whose emitted pi has KL(pi ‖ q) ≤ budget.
 
     A safeguarded secant search on log delta' in [1e-9, 1e9] (`_budget_delta_rows`: delta'
-    within 0.01% of the edge, in about 6 emitted pi per position where a bisection took 18),
+    within 0.01% of the edge, in at most 10 emitted pi on the tests' rows where a bisection
+    took 18; docs/benchmarks.md, "cactus-budget"),
     reusing one sort by rho and one by q; the answer is a delta' whose exact KL fitted.
     delta' = 0 (sps) when even 1e-9 does not fit, 1e9 when that does. It assumes
     KL(pi(delta) ‖ q) grows with delta, which held in every case we tried.
@@ -227,7 +228,7 @@ _SOLVED = RowMemo(size=16)  # a round decides at most K_MAX positions
 
 # The search works on x = log delta in [log 1e-9, log UNBOUNDED], on f(x) = log KL(pi ‖ q) −
 # log budget, which is close to linear there (KL grows like a power of delta). It stops once
-# a delta that fits is within a factor e^TOL of the edge (the old 16-step bisection: 6e-4).
+# a delta that fits is within a factor e^_TOL of the edge.
 _LOG_LOW, _LOG_HIGH = math.log(1e-9), math.log(UNBOUNDED)
 _TOL = 1e-4
 _SHADE = 1e-7  # each secant step aims this far below the root, so the iterates end up fitting
