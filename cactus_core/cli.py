@@ -145,8 +145,13 @@ def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
     from cactus_core.engine.loading.models import load_pair
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        # More OpenMP threads than cores only spin, and a huge count crashes torch's pool.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cores = cores or os.cpu_count() or 1
+        if not 1 <= args.threads <= cores:
+            raise ValueError(
+                f"--threads must be in [1, {cores}] (this machine's CPUs), got {args.threads}"
+            )
         torch.set_num_threads(args.threads)
 
     return load_pair(**pair_kwargs_from_args(args))
@@ -356,6 +361,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
         "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --reference and no --output: overwrite the shipped reference file",
+    )
     p.add_argument("--format", choices=("json", "csv"), default="json")
     p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     p.add_argument(
@@ -448,29 +458,6 @@ def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
     return show
 
 
-def cmd_reference(args: argparse.Namespace) -> int:
-    """`sweep --reference`: rebuild the shipped reference sweep (experiments.reference)."""
-    from cactus_core.engine.loading.prompts import builtin_prompts
-    from cactus_core.experiments import reference as ref
-    from cactus_core.experiments.sweep_cache import SweepCache
-
-    check_output_path(args.output, "--output")
-    if args.n_prompts is not None and args.n_prompts < 1:
-        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
-    prompts = tuple(builtin_prompts()[: args.n_prompts])
-    pair = load_pair_from_args(args)
-    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
-    command = f"{ref.REFERENCE_COMMAND} --n-prompts {len(prompts)} --threads {_threads()}"
-    start = time.perf_counter()
-    data = ref.build_reference(pair, prompts, command, cache, text_progress(sys.stderr))
-    path = ref.write_reference(data, args.output)
-    sys.stderr.write(
-        f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "
-        f"{path.stat().st_size / 1e6:.2f} MB at {path}\n"
-    )
-    return 0
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
     from cactus_core.experiments.sweep import run_sweep
@@ -478,6 +465,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from cactus_core.experiments.tune import tune
 
     if args.reference:
+        from cactus_core.cli_reference import cmd_reference
+
         return cmd_reference(args)
     config = sweep_config_from_args(args)
     check_output_path(args.output, "--output")

@@ -68,6 +68,42 @@ _PAIR_SLOT = threading.local()
 
 def set_pair_error_slot(slot: DeltaGenerator) -> None:
     _PAIR_SLOT.value = slot
+    _PAIR_SLOT.asked = False  # a new run: the linked pair's question is not on screen yet
+
+
+# The sidebar keys that name a model pair other than the embedded one. A link that sets them
+# loads nothing until the visitor clicks: a link is someone else's choice of server folders,
+# GGUF conversions and hub downloads, and opening it must not start one.
+LINKED_PAIR_KEY = "linked_pair_unconfirmed"
+PAIR_NAMING_KEYS = frozenset(
+    {"sb_source", "sb_verifier", "sb_draft", "sb_offer_verifier", "sb_offer_draft"}
+)
+
+
+def _linked_pair_confirmed(s: AppSettings) -> bool:
+    """Whether the pair may load: yes unless a link named it and nobody has clicked yet."""
+    if not st.session_state.get(LINKED_PAIR_KEY):
+        return True
+    if (s.verifier is None and s.draft is None) or s.pair_key in _PAIRS:
+        st.session_state.pop(LINKED_PAIR_KEY, None)  # the embedded pair, or one loaded already
+        return True
+    if getattr(_PAIR_SLOT, "asked", False):
+        return False  # a second call in this run: the question is on screen once
+    _PAIR_SLOT.asked = True
+    with st.container(border=True):
+        st.markdown(
+            f"This link names the model pair **{s.pair_label}**. Loading it reads those "
+            "models on this server (from its disk, or downloaded from the hub)."
+        )
+        # The click's callback runs before the next run, which then loads without asking.
+        st.button(
+            "Load this pair",
+            icon=":material/download:",
+            key="load_linked_pair",
+            on_click=st.session_state.pop,
+            args=(LINKED_PAIR_KEY, None),
+        )
+    return False
 
 
 def warm_label(s: AppSettings) -> str | None:
@@ -182,6 +218,8 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
     if err:
         st.error(f"Model settings: {err}")
         return None
+    if not _linked_pair_confirmed(s):
+        return None
     if s.pair_key in _PAIRS:
         box = None
     else:
@@ -273,7 +311,10 @@ def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:
     query = st.query_params.to_dict()
     if not query or _frozen(query) in st.session_state.get(LINK_WRITTEN_KEY, ()):
         return
-    st.session_state.update(links.restore(page, query, st.session_state, public, offered))
+    restored = links.restore(page, query, st.session_state, public, offered)
+    st.session_state.update(restored)
+    if PAIR_NAMING_KEYS & restored.keys():
+        st.session_state[LINKED_PAIR_KEY] = True
     _remember(query)
 
 

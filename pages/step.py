@@ -14,7 +14,14 @@ from cactus_core.app.narration import round_level_sentence
 from cactus_core.app.settings import AppSettings
 from cactus_core.app.step_figures import step_figures
 from cactus_core.app.step_through import DEFAULT_PROMPT, StepRun
-from cactus_core.app.step_view import Step, find_step, round_level, round_steps
+from cactus_core.app.step_view import (
+    Step,
+    find_step,
+    round_level,
+    round_steps,
+    step_after,
+    step_before,
+)
 from cactus_core.app.transcript import legend_html, transcript_html, transcript_tokens
 from pages._common import get_pair, rule_picker, settings
 from pages._rescue import why_rejected
@@ -80,19 +87,11 @@ def _where() -> tuple[int, int]:
 
 
 def next_step(run: StepRun) -> None:
-    r, i = _where()
-    if r < len(run.rounds) and i + 1 < len(round_steps(run, r)):
-        _set(r, i + 1)
-    else:
-        _set(r + 1, 0)  # the page decodes that round, or stays put when the run has ended
+    _set(*step_after(run, *_where()))
 
 
 def back(run: StepRun) -> None:
-    r, i = _where()
-    if i > 0:
-        _set(r, i - 1)
-    elif r > 0:
-        _set(r - 1, len(round_steps(run, r - 1)) - 1)
+    _set(*step_before(run, *_where()))
 
 
 def next_round(run: StepRun) -> None:
@@ -198,7 +197,12 @@ def main() -> None:
     run = current_run(pair, request)
     if run is None:
         return
-    r, steps, i = locate(run)
+    try:
+        r, steps, i = locate(run)
+    except ValueError as err:  # the decoder's own refusal (a broken model); a rerun retries
+        st.session_state.pop(RUN_KEY, None)
+        st.error(f"Could not decode: {err}")
+        return
     controls(run, r, steps, i)
     if run.judge.name != request.rule_name:
         st.info(

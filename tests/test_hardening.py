@@ -4,6 +4,7 @@ the prompt-file parser ends in prompts or a ValueError (fuzzed), and traces are 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -150,18 +151,25 @@ def test_config_json_that_is_not_an_object_is_refused(tiny_pair_dirs, tmp_path):
 # ------------------------------------------------------------------------ weights and the key
 
 
-def test_weight_hashes_are_remembered_by_size_and_mtime(tmp_path):
+def test_weight_hashes_are_remembered_until_the_file_changes_even_with_its_mtime_set_back(
+    tmp_path,
+):
     f = tmp_path / "model.safetensors"
     f.write_bytes(b"a" * 1000)
     cache = tmp_path / "cache"
-    first = cw.file_digest(f, cache)
-    st = f.stat()
+    assert cw.file_digest(f, cache) == hashlib.sha256(b"a" * 1000).hexdigest()
+    cw._memo.clear()  # a new process: the on-disk record answers, nothing is read again
+    (record,) = (cache / "digests").iterdir()
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "sha256": "f" * 64}))
+    assert cw.file_digest(f, cache) == "f" * 64
+    record.write_text(json.dumps(data))
     cw._memo.clear()
-    f.write_bytes(b"b" * 1000)  # same size ...
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the same mtime
-    assert cw.file_digest(f, cache) == first  # read back from the on-disk record, not rehashed
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert cw.file_digest(f, cache) != first
+    st = f.stat()
+    f.write_bytes(b"b" * 1000)  # edited in place: the same size ...
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the mtime set back
+    assert cw.file_digest(f, cache) == hashlib.sha256(b"b" * 1000).hexdigest()
+    assert cw.file_digest(f) == hashlib.sha256(b"b" * 1000).hexdigest()  # in memory too
 
 
 def _config(prompts=("tell me about cacti",)) -> SweepConfig:

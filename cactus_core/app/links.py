@@ -35,6 +35,7 @@ class LinkField:
     high: float | None = None
     choices: tuple[str, ...] | None = None
     max_len: int | None = None
+    step: float | None = None  # a slider's step: a float is rounded onto it, as the widget would
 
     def parse(self, raw: str) -> Value | None:
         """The widget value the URL's text stands for; None when the text is not one."""
@@ -48,6 +49,11 @@ class LinkField:
             return None
         if self.kind is float and not math.isfinite(value):
             return None
+        if self.kind is float and self.step:
+            # T=1e-300 is T=0 on the slider; a value off its grid would reach the decoder as a
+            # setting the widget can never make (and 1e-300 made every probability NaN).
+            base = self.low or 0.0
+            value = round(base + round((value - base) / self.step) * self.step, 10)
         if self.low is not None and value < self.low:
             return None
         if self.high is not None and value > self.high:
@@ -77,6 +83,10 @@ class Slider:
     high: float
     default: float
     step: float
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return self.low, self.high
 
 
 TEMPERATURE = Slider("sb_temperature", "Temperature T", 0.0, 2.0, 0.7, 0.05)
@@ -108,9 +118,9 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
             embedded,
         ]
     numbers = [
-        LinkField("T", TEMPERATURE.key, float, TEMPERATURE.low, TEMPERATURE.high),
+        LinkField("T", TEMPERATURE.key, float, *TEMPERATURE.range, step=TEMPERATURE.step),
         LinkField("top_k", TOP_K.key, int, TOP_K.low, TOP_K.high),
-        LinkField("top_p", TOP_P.key, float, TOP_P.low, TOP_P.high),
+        LinkField("top_p", TOP_P.key, float, *TOP_P.range, step=TOP_P.step),
         LinkField("k", K.key, int, K.low, K.high),
         LinkField("seed", SEED.key, int, SEED.low, SEED.high),
     ]
@@ -127,7 +137,8 @@ def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkFiel
         for p in RULES[rule].params_spec:
             kind = int if p.integer else float
             name = p.name if p.name not in taken else f"{rule}.{p.name}"
-            fields.append(LinkField(name, f"{prefix}_{rule}_{p.name}", kind, *p.ui))
+            step = None if p.integer else p.step
+            fields.append(LinkField(name, f"{prefix}_{rule}_{p.name}", kind, *p.ui, step=step))
     return fields
 
 
@@ -170,6 +181,7 @@ def page_fields(page: str, state: Mapping[str, Any]) -> list[LinkField]:
                 f"pg_{g.key}",
                 int if g.param.integer else float,
                 *g.param.ui,
+                step=None if g.param.integer else g.param.step,
             )
             for g in playground_params()
         ]

@@ -11,6 +11,8 @@ rows of the decided positions, and drops the rows as soon as the round is taken 
 
 from __future__ import annotations
 
+import inspect
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,6 +103,9 @@ class StepRun:
     _ended: bool = False
     # Round index -> its steps (step_view.round_steps), built once: "Next step" only reads.
     step_cache: dict[int, list[Any]] = field(default_factory=dict)
+    # Fast clicks overlap script runs on Streamlit's threads; one decodes at a time, and the
+    # other then finds the rounds it wanted already there.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def start(cls, pair: ModelPair, request: DecodeRequest) -> StepRun:
@@ -141,21 +146,24 @@ class StepRun:
 
     def ensure(self, index: int) -> bool:
         """Decode until round `index` exists (or the run ends); whether it exists."""
-        if self._events is None:
-            self._events = iter(self.stream)
-        while len(self.rounds) <= index and not self.done:
-            try:
-                rnd = next(self._events)
-            except StopIteration:
-                self.output = self.stream.output
-                self._ended = True
-                break
-            except Exception:
-                # a failed round leaves the stream unusable; what was decoded stays
-                self._ended = True
-                raise
-            self._keep(rnd)
-        return len(self.rounds) > index
+        with self._lock:
+            if self._events is None:
+                self._events = iter(self.stream)
+            while len(self.rounds) <= index and not self.done:
+                try:
+                    rnd = next(self._events)
+                except StopIteration:
+                    self.output = self.stream.output
+                    self._ended = True
+                    break
+                except Exception:
+                    # Only the decoder's own failure ends the run (a generator an exception
+                    # left is closed); what was decoded stays.
+                    if inspect.getgeneratorstate(self._events) == inspect.GEN_CLOSED:
+                        self._ended = True
+                    raise
+                self._keep(rnd)
+            return len(self.rounds) > index
 
     def finish(self) -> None:
         """Decode the rest of the request."""

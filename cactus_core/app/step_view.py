@@ -218,6 +218,30 @@ def round_steps(run: StepRun, index: int) -> list[Step]:
     return run.step_cache[index]
 
 
+def step_after(run: StepRun, r: int, i: int) -> tuple[int, int]:
+    """Where Next step goes from round r, step i: the round's next step, else the next round's
+    first (which the page decodes, or it stays put when the run has ended)."""
+    if r < len(run.rounds) and i + 1 < len(round_steps(run, r)):
+        return r, i + 1
+    return r + 1, 0
+
+
+def step_before(run: StepRun, r: int, i: int) -> tuple[int, int]:
+    """Where Back goes from round r, step i, within the rounds decoded: fast clicks can leave
+    the page at a round it has not decoded yet (Next round ahead of the decoding), and Back
+    from there is the last step decoded."""
+    last = len(run.rounds) - 1
+    if last < 0:
+        return 0, 0
+    if r > last:
+        return last, len(round_steps(run, last)) - 1
+    if i > 0:
+        return r, min(i, len(round_steps(run, r))) - 1
+    if r > 0:
+        return r - 1, len(round_steps(run, r - 1)) - 1
+    return 0, 0
+
+
 def _build_steps(run: StepRun, index: int) -> list[Step]:
     rnd, rows = run.rounds[index], run.rows[index]
     if rnd.k == 0:

@@ -176,7 +176,7 @@ class EstimatedCurve:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "param": self.param}
-        for name in _ARRAYS:
+        for name in CURVE_ARRAYS:
             out[name] = [_json_float(x) for x in getattr(self, name).tolist()]
         return out
 
@@ -184,12 +184,13 @@ class EstimatedCurve:
     def from_dict(cls, d: dict[str, Any]) -> EstimatedCurve:
         arrays = {
             n: np.asarray([math.nan if x is None else x for x in d[n]], dtype=np.float64)
-            for n in _ARRAYS
+            for n in CURVE_ARRAYS
         }
         return cls(rule=str(d["rule"]), param=d["param"], **arrays)
 
 
-_ARRAYS = (
+# The per-value lists of a curve, in its dict form (`to_dict`, `from_dict`).
+CURVE_ARRAYS = (
     "values",
     "acceptance",
     "kl_position",

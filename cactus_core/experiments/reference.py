@@ -18,14 +18,19 @@ import datetime as dt
 import functools
 import gzip
 import json
+import math
+import os
 import subprocess
+import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.experiments.estimate import (
+    CURVE_ARRAYS,
     EstimatedCurve,
     EstimatedFrontier,
     OwnRun,
@@ -42,12 +47,16 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "data" / "reference_sweep.json.gz"
-REFERENCE_COMMAND = "python -m cactus_core sweep --reference"
+REFERENCE_COMMAND = "python -m cactus_core sweep --reference"  # + --force or --output PATH
 REFERENCE_TOP_P: tuple[float, ...] = (1.0, 0.95)
 REFERENCE_SAMPLING = SamplingSettings(k=4, temperature=0.7, top_k=0, top_p=1.0, seed=0)
 REFERENCE_MAX_NEW_TOKENS = 64
 MIN_SETTINGS_PER_RULE = 6
 FORMAT = 2  # 2: every setting's own estimated curve replaces one sps run's estimate
+# The shipped file is 0.4 MB and 1.1 MB unpacked. Reading stops at these caps, so a damaged or
+# hostile file (a gzip bomb) is refused in milliseconds instead of filling the memory.
+MAX_REFERENCE_FILE_BYTES = 16 << 20
+MAX_REFERENCE_JSON_BYTES = 32 << 20
 
 
 def reference_settings() -> tuple[Setting, ...]:
@@ -131,8 +140,9 @@ class Reference:
 
     def caption(self) -> str:
         p = self.provenance
+        pair = "the embedded pair" if p.get("embedded_pair", True) else "the pair its command names"
         return (
-            f"Reference sweep shipped with the lab, for the embedded pair: {p['prompts']} "
+            f"Reference sweep shipped with the lab, for {pair}: {p['prompts']} "
             f"built-in prompts × {p['max_new_tokens']} tokens, T = {p['temperature']:g}, "
             f"k = {p['k']}, top-p {' and '.join(f'{t:g}' for t in self.sweeps)}; made "
             f"{p['date'][:10]} at commit {p['commit'][:10]} with `{p['command']}`."
@@ -145,23 +155,141 @@ def load_reference(path: Path | str | None = None) -> Reference:
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:
-        raise ValueError(f"no reference sweep at {path}; run `{REFERENCE_COMMAND}`") from None
+        raise ValueError(
+            f"no reference sweep at {path}; run `{REFERENCE_COMMAND} --force`"
+        ) from None
     return _load(str(path), stamp)
 
 
 @functools.lru_cache(maxsize=2)
 def _load(path: str, _stamp: int) -> Reference:
+    """Every way a file can be damaged (truncated, not gzip, not JSON, the wrong shape, too
+    large) is one ValueError naming the file, so a page shows one line and keeps working."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read the reference sweep {path}: {err}") from None
+        data = json.loads(_read_capped(path))
+        _check_shape(data)
+        return Reference(
+            provenance=data["provenance"],
+            sweeps={float(s["top_p"]): _sweep_from_dict(s) for s in data["sweeps"]},
+        )
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError) as err:
+        reason = str(err) or type(err).__name__
+        raise ValueError(
+            f"cannot read the reference sweep {path} ({reason}); regenerate it with "
+            f"`{REFERENCE_COMMAND} --force`"
+        ) from None
+
+
+def _read_capped(path: str) -> bytes:
+    """The unpacked bytes, read in pieces and refused past MAX_REFERENCE_JSON_BYTES."""
+    if os.path.getsize(path) > MAX_REFERENCE_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_REFERENCE_FILE_BYTES >> 20} MB")
+    parts, total = [], 0
+    with gzip.open(path, "rb") as f:
+        while piece := f.read(1 << 20):
+            total += len(piece)
+            if total > MAX_REFERENCE_JSON_BYTES:
+                raise ValueError(f"unpacks to more than {MAX_REFERENCE_JSON_BYTES >> 20} MB")
+            parts.append(piece)
+    return b"".join(parts)
+
+
+_PROVENANCE = {
+    "command": str,
+    "commit": str,
+    "model": str,
+    "date": str,
+    "prompts": int,
+    "max_new_tokens": int,
+    "temperature": float,
+    "k": int,
+    "top_k": int,
+    "seed": int,
+}
+# What the pages read of a row; any other field may be a number, a string or null.
+_ROW_TEXT = ("setting", "label", "rule")
+_ROW_NUMBERS = ("tokens_per_call", "emitted_kl")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _numbers(x: object, what: str) -> None:
+    if not isinstance(x, list) or not all(v is None or _is_number(v) for v in x):
+        raise ValueError(f"{what} is not a list of numbers")
+
+
+def _check_shape(data: object) -> None:
+    """ValueError naming the first field that is not what the reader and the pages expect."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
     if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: reference format {data.get('format')!r}, expected {FORMAT}")
-    return Reference(
-        provenance=data["provenance"],
-        sweeps={float(s["top_p"]): _sweep_from_dict(s) for s in data["sweeps"]},
-    )
+        raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+    prov = data.get("provenance")
+    if not isinstance(prov, dict):
+        raise ValueError("no provenance object")
+    for key, kind in _PROVENANCE.items():
+        ok = _is_number(prov.get(key)) if kind is float else isinstance(prov.get(key), kind)
+        if not ok or isinstance(prov.get(key), bool):
+            raise ValueError(f"provenance.{key} is not a {kind.__name__}")
+    sweeps = data.get("sweeps")
+    if not isinstance(sweeps, list) or not sweeps:
+        raise ValueError("sweeps is not a non-empty list")
+    for i, sw in enumerate(sweeps):
+        where = f"sweeps[{i}]"
+        if not isinstance(sw, dict) or not _is_number(sw.get("top_p")):
+            raise ValueError(f"{where} is not a sweep with a top_p")
+        if not isinstance(sw.get("config"), dict) or not isinstance(sw["config"].get("k"), int):
+            raise ValueError(f"{where}.config has no k")
+        if not _is_number(sw.get("positions")) or not _is_number(sw.get("wall_s")):
+            raise ValueError(f"{where} has no positions or wall_s")
+        rows = sw.get("rows")
+        if not isinstance(rows, list):
+            raise ValueError(f"{where}.rows is not a list")
+        for j, row in enumerate(rows):
+            _check_row(row, f"{where}.rows[{j}]")
+        lim = sw.get("limit")
+        if lim is not None:
+            if not isinstance(lim, dict) or not isinstance(lim.get("count"), int):
+                raise ValueError(f"{where}.limit has no count")
+            _numbers(lim.get("mean_kl"), f"{where}.limit.mean_kl")
+            _numbers(lim.get("mean_acceptance"), f"{where}.limit.mean_acceptance")
+            if not lim["mean_kl"] or len(lim["mean_kl"]) != len(lim["mean_acceptance"]):
+                raise ValueError(f"{where}.limit's lists are empty or of unequal length")
+        curves = sw.get("own_curves")
+        if not isinstance(curves, list):
+            raise ValueError(f"{where}.own_curves is not a list")
+        for j, run in enumerate(curves):
+            _check_curve(run, f"{where}.own_curves[{j}]")
+
+
+def _check_row(row: object, where: str) -> None:
+    if not isinstance(row, dict):
+        raise ValueError(f"{where} is not an object")
+    for key in _ROW_TEXT:
+        if not isinstance(row.get(key), str):
+            raise ValueError(f"{where}.{key} is not a string")
+    for key in _ROW_NUMBERS:
+        if not _is_number(row.get(key)):
+            raise ValueError(f"{where}.{key} is not a number")
+    for key, value in row.items():
+        if not (value is None or isinstance(value, str) or _is_number(value)):
+            raise ValueError(f"{where}.{key} is not a number, a string or null")
+
+
+def _check_curve(run: object, where: str) -> None:
+    if not isinstance(run, dict) or not (run.get("value") is None or _is_number(run["value"])):
+        raise ValueError(f"{where} is not a run with a value")
+    curve = run.get("curve")
+    if not isinstance(curve, dict) or curve.get("rule") not in RULES:
+        raise ValueError(f"{where}.curve names no rule")
+    lengths = set()
+    for name in CURVE_ARRAYS:
+        _numbers(curve.get(name), f"{where}.curve.{name}")
+        lengths.add(len(curve[name]))
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"{where}.curve's lists are empty or of unequal length")
 
 
 def _sweep_from_dict(s: dict[str, Any]) -> ReferenceSweep:
@@ -223,9 +351,10 @@ def build_reference(
     command: str,
     cache: SweepCache | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    embedded: bool = True,
 ) -> dict[str, Any]:
     """Run the reference sweeps (cached chunk by chunk); the dict that `write_reference`
-    stores."""
+    stores. embedded: whether `pair` is the embedded one (the caption says which)."""
     sweeps = []
     for config in reference_configs(prompts):
         start = time.perf_counter()
@@ -247,6 +376,7 @@ def build_reference(
         "command": command,
         "commit": _commit(),
         "model": pair.identity,
+        "embedded_pair": embedded,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "prompts": len(prompts),
         "max_new_tokens": REFERENCE_MAX_NEW_TOKENS,
@@ -284,11 +414,23 @@ def _limit_dict(result: SweepResult) -> dict[str, Any] | None:
 
 
 def write_reference(data: dict[str, Any], path: Path | str | None = None) -> Path:
-    """Store the reference as gzipped JSON (deterministic bytes: no timestamp in the gzip)."""
+    """Store the reference as gzipped JSON (deterministic bytes: no timestamp in the gzip).
+
+    Written to a temporary file beside it and moved into place, so an interrupted write leaves
+    the old file whole instead of a truncated one that every page would read."""
     path = Path(path) if path is not None else REFERENCE_FILE
     raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(raw, mtime=0))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(gzip.compress(raw, mtime=0))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -18,6 +18,26 @@ from cactus_core.maths.validation import check_float, check_number
 
 K_MAX = 16  # draft length: past this, acceptance has long stopped paying for the drafting
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed's range
+# The smallest positive temperature. Dividing logits by a tinier one overflows float32 to inf,
+# and softmax of inf - inf is NaN; at 0.01 a logit gap of 1 is already a factor e^100, so
+# nothing between it and greedy (T = 0) samples differently in practice.
+MIN_TEMPERATURE = 0.01
+TEMPERATURE_MAX = 1e6
+
+
+def check_temperature(value: object) -> float:
+    """0 (greedy) or a number in [MIN_TEMPERATURE, TEMPERATURE_MAX]; the error names both."""
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if (
+        bad
+        or not math.isfinite(value)
+        or not (value == 0 or MIN_TEMPERATURE <= value <= TEMPERATURE_MAX)
+    ):
+        raise ValueError(
+            f"temperature must be 0 (greedy) or a number in [{MIN_TEMPERATURE:g}, "
+            f"{TEMPERATURE_MAX:g}], got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -25,14 +45,16 @@ class SamplingSettings:
     """How tokens are sampled, shared by the decoder, the app, sweeps and the CLI (whose flags
     are built from these fields and their `help`). Validated here, once."""
 
-    temperature: float = field(default=0.7, metadata={"help": "0 = greedy"})
+    temperature: float = field(
+        default=0.7, metadata={"help": f"0 = greedy, else at least {MIN_TEMPERATURE:g}"}
+    )
     top_k: int = field(default=0, metadata={"help": "0 = off"})
     top_p: float = field(default=1.0, metadata={"help": "1 = off"})
     k: int = field(default=4, metadata={"help": f"draft length, 1..{K_MAX}"})
     seed: int = field(default=0, metadata={"help": "row i of a batch uses seed + i"})
 
     def __post_init__(self) -> None:
-        _check_real("temperature", self.temperature, 0.0, 1e6)
+        check_temperature(self.temperature)
         _check_whole("top_k", self.top_k, 0, 2**31 - 1)
         _check_real("top_p", self.top_p, 0.0, 1.0)
         if self.top_p <= 0:
@@ -81,12 +103,13 @@ def logits_to_probs(
 ) -> torch.Tensor:
     """logits [..., V] -> probs [..., V] (float32; float64 input stays float64).
 
-    temperature = 0 gives the one-hot argmax (greedy; ties go to the lowest id).
+    temperature = 0 gives the one-hot argmax (greedy; ties go to the lowest id); a positive
+    temperature is at least MIN_TEMPERATURE.
     top_k = 0 switches top-k off. top_p keeps the smallest set of most likely tokens whose
     mass reaches top_p (the most likely token always stays); top_p = 1 switches it off.
     """
     check_float("logits", logits)
-    temperature = check_number("sampling", "temperature", temperature, 0.0, 1e6)
+    temperature = check_temperature(temperature)
     top_k = check_number("sampling", "top_k", top_k, 0, 2**31 - 1, integer=True)
     top_p = check_number("sampling", "top_p", top_p, 0.0, 1.0)
     if top_p <= 0.0:

@@ -57,7 +57,9 @@ from cactus_core.engine.decoding.recording import (
 from cactus_core.engine.decoding.round import (
     HostRound,
     Verdict,
+    check_finite,
     draw_coins,
+    finite_rows,
     logprobs,
     round_to_host,
     to_host,
@@ -463,7 +465,14 @@ class SpeculativeDecoder:
         v_logits = verifier.step(last, None, 1)  # [B, 1, V]
         q = self.sampling.probs(v_logits)  # [B, 1, V]
         tok = sample_from_probs(q[:, 0], coins[:, 0])  # [B]
-        host = to_host(token=tok, coin=coins[:, 0], logprob=logprobs(v_logits, tok[:, None])[:, 0])
+        host = to_host(
+            token=tok,
+            coin=coins[:, 0],
+            logprob=logprobs(v_logits, tok[:, None])[:, 0],
+            q_finite=finite_rows(q),
+        )
+        for h in host:
+            check_finite(h.pop("q_finite"), "verifier's q")
         t1 = time.perf_counter()
         positions: list[list[PositionTrace]] = [[] for _ in rows]
         if self.record_trace:

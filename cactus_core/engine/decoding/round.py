@@ -18,6 +18,11 @@ from cactus_core.maths.rules import Rule
 from cactus_core.maths.verify import VerifyResult, verify, verify_sequential
 
 
+class NonFiniteProbabilities(ValueError):
+    """A round's p or q holds NaN or infinity: the model's weights or logits are broken, and
+    every rule would decide on garbage (sampling NaN rows picks the last id forever)."""
+
+
 @dataclass
 class Coins:
     """A round's uniforms. Each sequence draws all 2k + 1 from its own generator in this
@@ -120,8 +125,27 @@ def round_to_host(draft: Draft, verdict: Verdict, coins: Coins) -> list[HostRoun
         sample_coin=coins.sample,
         q_n=_pad(q_n, k),
         logprobs=_pad(logp, k + 1),
+        p_finite=finite_rows(draft.probs),
+        q_finite=finite_rows(verdict.q),
     )
+    for row in rows:
+        check_finite(row.pop("p_finite"), "draft's p")
+        check_finite(row.pop("q_finite"), "verifier's q")
     return [HostRound(**row) for row in rows]
+
+
+def finite_rows(probs: torch.Tensor) -> torch.Tensor:
+    """[B, ..., V] -> [B] bool: every entry finite. One sum per row (a NaN or an infinity
+    anywhere makes it non-finite), read back with the round's other numbers: no extra sync."""
+    return torch.isfinite(probs.sum(-1)).reshape(probs.shape[0], -1).all(-1)
+
+
+def check_finite(ok: int | bool, what: str) -> None:
+    if not ok:
+        raise NonFiniteProbabilities(
+            f"the {what} holds NaN or infinite probabilities, so that model's weights or "
+            "logits are not finite numbers; check its files"
+        )
 
 
 def to_host(**columns: torch.Tensor) -> list[dict[str, Any]]:

@@ -55,6 +55,12 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
+from cactus_core.engine.drafting.feature_draft_config import (
+    check_head_ids,
+    check_weights,
+    read_config,
+)
+from cactus_core.engine.loading.deployment import ModelLoadError
 from cactus_core.engine.runtime.fast_head import linear_scores
 
 FORMAT = "cactus-feature-draft"
@@ -269,34 +275,41 @@ class FeatureDraft(nn.Module):
         """The draft saved in `folder`, on `verifier`'s embedding, norm and head; `dtype`
         defaults to the verifier's."""
         folder = Path(folder)
-        if not (folder / CONFIG_NAME).is_file():
-            raise ValueError(f"{folder} has no {CONFIG_NAME}: not a {FORMAT} folder")
-        meta = json.loads((folder / CONFIG_NAME).read_text())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{folder} is not a {FORMAT} folder (format {meta.get('format')!r})")
-        cfg = LlamaConfig.from_dict(meta["llama"])
-        v_cfg = verifier.config
-        if (cfg.hidden_size, cfg.vocab_size) != (v_cfg.hidden_size, v_cfg.vocab_size):
-            raise ValueError(
-                f"draft (hidden {cfg.hidden_size}, vocab {cfg.vocab_size}) does not match the "
-                f"verifier (hidden {v_cfg.hidden_size}, vocab {v_cfg.vocab_size})"
-            )
+        # Every field is checked and the size bounded before anything is built
+        # (feature_draft_config): a damaged folder is one ModelLoadError naming it.
+        meta, cfg = read_config(folder, CONFIG_NAME, FORMAT, verifier)
         feature_layers = meta.get("feature_layers", [])
-        _check_feature_layers(feature_layers, v_cfg.num_hidden_layers)
-        tensors = load_file(str(folder / WEIGHTS_NAME))
-        head_ids = tensors.pop(HEAD_IDS_KEY, None)
+        try:
+            _check_feature_layers(feature_layers, verifier.config.num_hidden_layers)
+        except ValueError as err:
+            raise ModelLoadError(f"{folder / CONFIG_NAME}: {err}") from None
         head = verifier.get_output_embeddings().weight
-        draft = cls(
-            cfg,
-            verifier.get_input_embeddings(),
-            verifier.model.norm.weight,
-            head,
-            head_ids,
-            meta["embed_scale"],
-            meta["feature_scale"],
-            feature_layers,
-            meta.get("layer_scales"),
-        )
+
+        def build(head_ids: torch.Tensor | None) -> FeatureDraft:
+            return cls(
+                cfg,
+                verifier.get_input_embeddings(),
+                verifier.model.norm.weight,
+                head,
+                head_ids,
+                meta["embed_scale"],
+                meta["feature_scale"],
+                feature_layers,
+                meta.get("layer_scales"),
+            )
+
+        weights = folder / WEIGHTS_NAME
+        with torch.device("meta"):  # the tensors' names and shapes, with no memory behind them
+            expected = build(None).state_dict()
+        check_weights(weights, expected, HEAD_IDS_KEY, cfg.vocab_size)
+        tensors = load_file(str(weights))
+        head_ids = tensors.pop(HEAD_IDS_KEY, None)
+        if head_ids is not None:
+            check_head_ids(weights, head_ids, HEAD_IDS_KEY, cfg.vocab_size)
+        try:
+            draft = build(head_ids)
+        except ValueError as err:  # repeated head ids
+            raise ModelLoadError(f"{weights}: {err}") from None
         draft.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
         return draft.to(dtype=dtype or head.dtype, device=head.device).eval()
 

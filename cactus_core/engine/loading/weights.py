@@ -2,8 +2,10 @@
 
 - `weights_digest`: a SHA-256 over every file that decides a model's numbers (weights, config,
   tokenizer), so caches keyed on a pair notice new weights placed in the same folder. Each
-  file's hash is remembered by (real path, size, modification time), in memory and on disk,
-  so a large model is read in full once, not on every load.
+  file's hash is remembered by (real path, inode, size, modification and change times), in
+  memory and on disk, so a large model is read in full once, not on every load. The change
+  time (ctime) is the kernel's: writing a file or setting its mtime back both move it, so
+  weights edited in place are hashed again even when their size and mtime are restored.
 - `hub_revision`: the commit of a hub snapshot folder.
 - `check_config`: config.json's sizes are whole numbers in sane ranges before transformers
   allocates anything from them (a string where a number belongs, or a vocabulary of 10^12).
@@ -29,7 +31,7 @@ FINGERPRINTED = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".mode
                  ".jinja", ".tiktoken")  # fmt: skip
 UNFINGERPRINTED = ("manifest.json",)
 _BLOCK = 1 << 20
-_memo: dict[tuple[str, int, int], str] = {}
+_memo: dict[tuple[str, int, int, int, int], str] = {}
 
 # config.json fields transformers sizes tensors from, with the largest value accepted. Real
 # models sit far below these (a 262k vocabulary, 16k hidden, a few hundred layers).
@@ -46,11 +48,11 @@ CONFIG_LIMITS = {
 
 
 def file_digest(path: Path, cache: Path | None = None) -> str:
-    """sha256 of a whole file, remembered by (real path, size, mtime) in memory and, when a
-    cache folder is given, on disk."""
+    """sha256 of a whole file, remembered by its stamp (`_stamp`) in memory and, when a cache
+    folder is given, on disk."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    key = (real, st.st_size, st.st_mtime_ns)
+    key = (real, *_stamp(st))
     if key in _memo:
         return _memo[key]
     record = _record_path(cache, real) if cache is not None else None
@@ -67,6 +69,12 @@ def file_digest(path: Path, cache: Path | None = None) -> str:
     return digest
 
 
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What must be unchanged for a remembered hash to hold: inode, size, mtime and ctime (which
+    no user call can set back)."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def _record_path(cache: Path, real: str) -> Path:
     return cache / "digests" / f"{hashlib.sha256(real.encode()).hexdigest()[:32]}.json"
 
@@ -74,7 +82,7 @@ def _record_path(cache: Path, real: str) -> Path:
 def _read_record(record: Path, st: os.stat_result) -> str | None:
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-        if data["size"] == st.st_size and data["mtime_ns"] == st.st_mtime_ns:
+        if data["stamp"] == list(_stamp(st)):
             digest = data["sha256"]
             return digest if isinstance(digest, str) and len(digest) == 64 else None
     except (OSError, ValueError, KeyError, TypeError):
@@ -88,7 +96,7 @@ def _write_record(record: Path, st: os.stat_result, digest: str) -> None:
         record.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=record.parent, prefix=".tmp-")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}, f)
+            json.dump({"stamp": list(_stamp(st)), "sha256": digest}, f)
         os.replace(tmp, record)
     except OSError:
         pass

@@ -1,0 +1,80 @@
+"""`python -m cactus_core sweep --reference`: rebuild the shipped reference sweep
+(experiments.reference), with the checks that keep it the reference: the flags it fixes itself
+are refused rather than ignored, and the shipped file is overwritten only when asked."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+from cactus_core import cli
+from cactus_core.maths.sampling import SamplingSettings
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    """`sweep --reference`: rebuild the shipped reference sweep (experiments.reference)."""
+    from cactus_core.engine.loading.prompts import builtin_prompts
+    from cactus_core.experiments import reference as ref
+    from cactus_core.experiments.sweep_cache import SweepCache
+
+    check_reference_args(args)
+    cli.check_output_path(args.output, "--output")
+    if args.n_prompts is not None and args.n_prompts < 1:
+        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
+    prompts = tuple(builtin_prompts()[: args.n_prompts])
+    pair = cli.load_pair_from_args(args)
+    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
+    # The command as run, model flags included, so the file says which pair it measured.
+    flags = [a for a in args.argv[1:] if a not in ("--reference", "--force")]
+    if args.threads is None:
+        flags += ["--threads", str(cli._threads())]
+    command = shlex.join([*ref.REFERENCE_COMMAND.split(), *flags])
+    embedded = args.verifier is None and args.draft is None and args.feature_draft is None
+    start = time.perf_counter()
+    data = ref.build_reference(
+        pair, prompts, command, cache, cli.text_progress(sys.stderr), embedded=embedded
+    )
+    path = ref.write_reference(data, args.output)
+    sys.stderr.write(
+        f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "
+        f"{path.stat().st_size / 1e6:.2f} MB at {path}\n"
+    )
+    return 0
+
+
+# What `sweep --reference` fixes itself (its rules, sampling, prompts and scoring); a flag that
+# would change them is refused rather than silently ignored.
+_REFERENCE_FIXED = (
+    "rules",
+    "grid",
+    "prompts",
+    *(name for name, *_ in SamplingSettings.field_specs()),
+    "max_new_tokens",
+    "no_chat_template",
+    "chunk_size",
+    "no_limit",
+    "format",
+    "tune_kl",
+    "tune_rule",
+    "html",
+)
+
+
+def check_reference_args(args: argparse.Namespace) -> None:
+    """`sweep --reference` takes only the model, prompt-count, cache and output flags, and
+    writes over the shipped file only when told to (--force) or elsewhere (--output)."""
+    parser = cli.build_parser().parse_args(["sweep"])
+    given = [cli._flag(n) for n in _REFERENCE_FIXED if getattr(args, n) != getattr(parser, n)]
+    if given:
+        raise ValueError(
+            f"--reference fixes the rules, sampling, prompts and scoring; leave out "
+            f"{', '.join(given)} (only --n-prompts, the model flags, --cache-dir and --output "
+            "apply)"
+        )
+    if args.output is None and not args.force:
+        raise ValueError(
+            "--reference would overwrite the shipped reference file; give --output PATH to "
+            "write elsewhere, or --force to replace it"
+        )
