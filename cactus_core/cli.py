@@ -375,6 +375,31 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="also write the frontier charts as one self-contained HTML page",
     )
+    p.add_argument(
+        "--export",
+        default=None,
+        metavar="FILE",
+        help="also write a portable sweep file (records, prompts with tasks, pair, sampling, "
+        "code version, provenance; gzipped if FILE ends in .gz) that the Frontier page opens",
+    )
+    scale = p.add_argument_group("backend")
+    scale.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the chunks run: this process (default) or a Ray cluster's workers "
+        "(needs `pip install ray==2.60.0`; docs/scale.md)",
+    )
+    scale.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="the cluster for --backend ray: auto (this node's `ray start` cluster) or "
+        "ray://HOST:PORT; default: a local cluster with --workers CPUs, started and stopped here",
+    )
+    scale.add_argument(
+        "--workers", type=int, default=2, help="Ray workers, each holding one pair (default 2)"
+    )
     add_model_args(p)
     p.set_defaults(handler=cmd_sweep)
 
@@ -385,7 +410,7 @@ def _tunable() -> list[str]:
 
 def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
     """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.prompts import builtin_prompts, builtin_tasks
     from cactus_core.experiments.sweep_config import (
         SweepConfig,
         parse_grid,
@@ -402,7 +427,10 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         if not sep:
             raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
         grids[rule.strip()] = parse_grid(rule.strip(), values)
-    prompts = _read_prompts(args.prompts) if args.prompts else builtin_prompts()
+    if args.prompts:
+        prompts, tasks = _read_prompts(args.prompts)
+    else:
+        prompts, tasks = builtin_prompts(), builtin_tasks()
     if args.n_prompts is None:
         args.n_prompts = 20
     if args.n_prompts < 1:
@@ -416,11 +444,15 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         chat_template=not args.no_chat_template,
         chunk_size=args.chunk_size,
         limit=not args.no_limit,
+        tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
     )
 
 
-def _read_prompts(path: str) -> list[str]:
-    from cactus_core.experiments.sweep_config import MAX_PROMPT_FILE_BYTES, parse_prompt_file
+def _read_prompts(path: str) -> tuple[list[str], list[str]]:
+    from cactus_core.experiments.sweep_config import (
+        MAX_PROMPT_FILE_BYTES,
+        parse_tagged_prompt_file,
+    )
 
     if os.path.isdir(path):
         raise ValueError(f"--prompts {path!r} is a folder; give a .jsonl or .txt file")
@@ -429,7 +461,7 @@ def _read_prompts(path: str) -> list[str]:
             data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
     except OSError as exc:
         raise ValueError(f"--prompts {path!r}: cannot read it ({exc.strerror or exc})") from None
-    return parse_prompt_file(path, data)
+    return parse_tagged_prompt_file(path, data)
 
 
 def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
@@ -441,7 +473,10 @@ def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
         bar = "#" * filled + "." * (width - filled)
         where = "cached" if p.cached else "ran"
         elapsed = time.perf_counter() - start
-        stream.write(f"\r[{bar}] {p.done}/{p.total} chunks {elapsed:5.0f}s  {p.setting} ({where})")
+        workers = f" {p.workers} workers" if p.workers > 1 else ""
+        stream.write(
+            f"\r[{bar}] {p.done}/{p.total} chunks{workers} {elapsed:5.0f}s  {p.setting} ({where})"
+        )
         stream.write(" " * 8 + ("\n" if p.done == p.total else ""))
         stream.flush()
 
@@ -475,38 +510,68 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
     from cactus_core.experiments.sweep import run_sweep
     from cactus_core.experiments.sweep_cache import SweepCache
-    from cactus_core.experiments.tune import tune
 
     if args.reference:
         return cmd_reference(args)
     config = sweep_config_from_args(args)
-    check_output_path(args.output, "--output")
-    check_output_path(args.html, "--html")
-    pair = load_pair_from_args(args)
+    for path, flag in ((args.output, "--output"), (args.html, "--html"), (args.export, "--export")):
+        check_output_path(path, flag)
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.backend == "local" and args.ray_address is not None:
+        raise ValueError("--ray-address needs --backend ray")
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
     start = time.perf_counter()
-    result = run_sweep(pair, config, cache, on_progress=text_progress(sys.stderr))
+    pair = backend = None
+    if args.backend == "ray":
+        from cactus_core.experiments.sweep_ray import RayBackend
+
+        backend = RayBackend(
+            pair_kwargs_from_args(args), workers=args.workers, address=args.ray_address
+        )
+    else:
+        pair = load_pair_from_args(args)
+    try:
+        result = run_sweep(
+            pair, config, cache, on_progress=text_progress(sys.stderr), backend=backend
+        )
+        devices = (
+            sorted({d["device"] for d in backend.described})
+            if backend is not None
+            else [str(pair.device)]
+        )
+    finally:
+        if backend is not None:
+            backend.close()
     sys.stderr.write(
         f"{len(config.settings)} settings + verifier-only x {len(config.prompts)} prompts in "
         f"{time.perf_counter() - start:.1f} s ({result.computed_chunks} chunks computed, the rest "
         "from the cache)\n"
     )
-    tuned = None
-    if args.tune_kl is not None:
-        tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
-        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+    extra = _tune_outputs(args, pair, config, result, cache)
     if args.html:
         from cactus_core.app.frontier_figures import figure_html, report_figures
 
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(figure_html(report_figures(result)))
+    if args.export:
+        from cactus_core.experiments.sweep_file import export_sweep, provenance
+
+        prov = provenance(
+            "python -m cactus_core " + shlex.join(args.argv),
+            ", ".join(devices),
+            args.backend,
+            args.workers if backend is not None else 1,
+        )
+        data = export_sweep(result, prov, gzipped=args.export.endswith(".gz"))
+        with open(args.export, "wb") as f:
+            f.write(data)
+        sys.stderr.write(f"sweep file: {len(data) / 1e6:.2f} MB at {args.export}\n")
     if args.format == "csv":
         text = result.to_csv()
     else:
         body = json.loads(result.to_json())
-        if tuned is not None:
-            body["tuned"] = tuned.to_dict()
-            body["tuned"]["cli_flags"] = tuned.cli_flags()
+        body.update(extra)
         text = json.dumps(body, indent=2)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -514,6 +579,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     return 0
+
+
+def _tune_outputs(args: argparse.Namespace, pair: Any, config: Any, result: Any, cache: Any):
+    """--tune-kl: the confirmed tuner on all prompts (with a pair in this process), and the
+    answer read off the sweep per task; the JSON fields they add."""
+    from cactus_core.experiments.tasks import answers_by_task, answers_table
+    from cactus_core.experiments.tune import tune
+
+    if args.tune_kl is None:
+        return {}
+    extra: dict[str, Any] = {}
+    if pair is not None:
+        tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
+        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+        extra["tuned"] = {**tuned.to_dict(), "cli_flags": tuned.cli_flags()}
+    answers = answers_by_task(result, args.tune_rule, args.tune_kl)
+    sys.stderr.write(
+        f"read off the sweep, emitted KL <= {args.tune_kl:g} ({args.tune_rule}):\n"
+        + answers_table(answers)
+        + "\n"
+    )
+    extra["tuned_by_task"] = [a.to_dict() for a in answers]
+    return extra
 
 
 # -- rules --------------------------------------------------------------------------------------

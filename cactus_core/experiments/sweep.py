@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -368,6 +368,7 @@ class Progress:
     total: int
     setting: str  # label of the chunk just finished
     cached: bool  # whether it came from the cache
+    workers: int = 1  # the backend's live workers (1 for the local backend)
 
     @property
     def fraction(self) -> float:
@@ -395,54 +396,160 @@ def _chunk_payload(
 
 def cached_chunks(pair_identity: str, config: SweepConfig, cache: SweepCache) -> tuple[int, int]:
     """(chunks of this sweep already in the cache, all chunks): no model is needed."""
+    tasks = plan_chunks(pair_identity, config)
+    return sum(t.payload in cache for t in tasks), len(tasks)
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """One unit of work of a sweep: a setting on one prompt chunk, with its cache key."""
+
+    position: int  # the chunk's place in the sweep's order (prompt chunk major, setting minor)
+    setting: Setting
+    idx: tuple[int, ...]  # the prompts' indexes in the config
+    payload: dict  # the cache key (`_chunk_payload`)
+
+
+def plan_chunks(pair_identity: str, config: SweepConfig) -> list[ChunkTask]:
+    """Every chunk of the sweep, prompt chunk by prompt chunk, the verifier-only baseline first
+    and then every setting on the same prompts (so a speedup compares runs made back to back)."""
     settings = [Setting(BASELINE), *config.settings]
-    total = done = 0
-    for idx in config.chunks():
-        for s in settings:
-            total += 1
-            done += _chunk_payload(pair_identity, config, s, idx) in cache
-    return done, total
+    pairs = [(idx, s) for idx in config.chunks() for s in settings]
+    return [
+        ChunkTask(n, s, idx, _chunk_payload(pair_identity, config, s, idx))
+        for n, (idx, s) in enumerate(pairs)
+    ]
+
+
+@runtime_checkable
+class SweepBackend(Protocol):
+    """Where the chunks that are not cached run. Every backend runs `run_chunk` on the same
+    inputs and hands each record back as it finishes; `run_sweep` owns the cache, the order
+    and the progress, so every backend gives the same records."""
+
+    @property
+    def identity(self) -> str:
+        """The pair's identity (`ModelPair.identity`): the cache keys depend on it."""
+        ...
+
+    @property
+    def workers(self) -> int:
+        """How many workers run chunks now (the progress bar shows it)."""
+        ...
+
+    def run(
+        self,
+        config: SweepConfig,
+        tasks: list[ChunkTask],
+        deliver: Callable[[ChunkTask, ChunkRecord], None],
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        """Run every task and call deliver once per task, in any order; raise SweepCancelled
+        (after stopping what runs) when should_stop() says so."""
+        ...
+
+
+class LocalBackend:
+    """The default: chunks run one after another in this process, on the pair in memory."""
+
+    def __init__(self, pair: ModelPair) -> None:
+        self.pair = pair
+
+    @property
+    def identity(self) -> str:
+        return self.pair.identity
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def run(
+        self,
+        config: SweepConfig,
+        tasks: list[ChunkTask],
+        deliver: Callable[[ChunkTask, ChunkRecord], None],
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        for n, task in enumerate(tasks):
+            if should_stop is not None and should_stop():
+                raise SweepCancelled(f"cancelled with {len(tasks) - n} chunks left to run")
+            deliver(task, run_chunk(self.pair, config, task.setting, task.idx))
 
 
 def run_sweep(
-    pair: ModelPair,
+    pair: ModelPair | None,
     config: SweepConfig,
     cache: SweepCache | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    backend: SweepBackend | None = None,
 ) -> SweepResult:
     """Run (or read from the cache) every chunk of the sweep; see the module docstring.
 
-    Chunks run prompt-chunk by prompt-chunk, the verifier-only baseline first and then every
-    setting on the same prompts, so a speedup compares runs made back to back. cache None
-    uses the default folder. should_stop is checked before each chunk that needs computing;
-    when it returns True the sweep raises SweepCancelled (the finished chunks are kept).
+    The cached chunks are read first; the rest run on `backend` (default: `LocalBackend` on
+    pair, in this process; `sweep_ray.RayBackend` spreads them over a Ray cluster and pair may
+    be None), in the order of `plan_chunks`. Each finished chunk is written to the cache as it
+    arrives, so a stopped sweep loses nothing it finished. cache None uses the default folder.
+    should_stop is checked before each chunk that needs computing; when it returns True the
+    sweep raises SweepCancelled (the finished chunks are kept).
     """
     cache = cache if cache is not None else SweepCache()
-    identity = pair.identity
-    all_settings = [Setting(BASELINE), *config.settings]
-    records: dict[Setting, list[ChunkRecord]] = {s: [] for s in all_settings}
-    chunks = config.chunks()
-    total = len(chunks) * len(all_settings)
-    done = computed = 0
-    for idx in chunks:
-        for setting in all_settings:
-            payload = _chunk_payload(identity, config, setting, idx)
-            stored = cache.get(payload)
-            if stored is not None:
-                record = ChunkRecord.from_dict(stored)
-            else:
-                if should_stop is not None and should_stop():
-                    raise SweepCancelled(f"cancelled after {done} of {total} chunks")
-                record = run_chunk(pair, config, setting, idx)
-                cache.put(payload, record.to_dict())
-                computed += 1
-            records[setting].append(record)
-            done += 1
-            if on_progress is not None:
-                on_progress(Progress(done, total, setting.label, stored is not None))
-    base = SettingResult(Setting(BASELINE), records[Setting(BASELINE)])
-    results = [SettingResult(s, records[s], base.chunks) for s in config.settings]
+    if backend is None:
+        if pair is None:
+            raise ValueError("run_sweep needs a model pair or a backend")
+        backend = LocalBackend(pair)
+    identity = backend.identity
+    tasks = plan_chunks(identity, config)
+    records: dict[int, ChunkRecord] = {}
+    computed = 0
+
+    def arrived(task: ChunkTask, record: ChunkRecord, cached: bool) -> None:
+        if task.position in records:
+            # A backend that retried a chunk whose first answer did arrive after all: the
+            # sweep keeps the first, so no chunk is counted twice.
+            return
+        records[task.position] = record
+        if on_progress is not None:
+            on_progress(
+                Progress(len(records), len(tasks), task.setting.label, cached, backend.workers)
+            )
+
+    todo = []
+    for task in tasks:
+        stored = cache.get(task.payload)
+        if stored is None:
+            todo.append(task)
+        else:
+            arrived(task, ChunkRecord.from_dict(stored), True)
+
+    def deliver(task: ChunkTask, record: ChunkRecord) -> None:
+        nonlocal computed
+        if task.position not in records:
+            cache.put(task.payload, record.to_dict())
+            computed += 1
+        arrived(task, record, False)
+
+    if todo:
+        backend.run(config, todo, deliver, should_stop)
+    missing = [t for t in tasks if t.position not in records]
+    if missing:
+        raise RuntimeError(f"the sweep backend returned without {len(missing)} chunks")
+    return assemble(config, identity, [(t, records[t.position]) for t in tasks], computed)
+
+
+def assemble(
+    config: SweepConfig,
+    identity: str,
+    chunks: list[tuple[ChunkTask, ChunkRecord]],
+    computed: int = 0,
+) -> SweepResult:
+    """The SweepResult of every chunk of a sweep, given in `plan_chunks` order."""
+    by_setting: dict[Setting, list[ChunkRecord]] = {s: [] for s in [Setting(BASELINE)]}
+    by_setting.update({s: [] for s in config.settings})
+    for task, record in chunks:
+        by_setting[task.setting].append(record)
+    base = SettingResult(Setting(BASELINE), by_setting[Setting(BASELINE)])
+    results = [SettingResult(s, by_setting[s], base.chunks) for s in config.settings]
     base.baseline = base.chunks
     return SweepResult(config, identity, results, base, computed)
 
