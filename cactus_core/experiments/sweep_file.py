@@ -7,7 +7,8 @@ cluster, tune on a laptop. The file holds every chunk record exactly as the swee
 settings, the code version, and provenance (command, commit, date, machine, device, backend).
 
 Reading is strict, as for a trace: the bytes must be at most `MAX_FILE_BYTES` (and as much once
-unzipped), the body must hash to the SHA-256 it carries, every object must have exactly its
+unzipped), spelt exactly as the lab writes JSON (sorted keys, no spaces), the body must hash to
+the SHA-256 it carries, every object must have exactly its
 fields with their types, and the chunks must be exactly the ones the configuration plans (each
 once). Anything else raises `SweepFileError` with one sentence, and nothing is returned: the
 result is built only after every check passed, so a file is never half loaded.
@@ -21,6 +22,7 @@ import hashlib
 import json
 import math
 import platform
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -126,14 +128,23 @@ def sweep_body(result: SweepResult, prov: dict[str, Any]) -> dict[str, Any]:
 
 def export_sweep(result: SweepResult, prov: dict[str, Any], gzipped: bool = False) -> bytes:
     """The sweep file's bytes (`provenance` makes prov)."""
-    body = sweep_body(result, prov)
-    doc = {"format": FORMAT, "version": VERSION, "sha256": _digest(body), "body": body}
-    raw = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+    raw = frame(canonical_json(sweep_body(result, prov)))
     return gzip.compress(raw, mtime=0) if gzipped else raw
 
 
-def _digest(body: Any) -> str:
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+def frame(body_text: str) -> bytes:
+    """The file around a body spelt canonically (sorted keys, no spaces): the canonical JSON
+    of {"body", "format", "sha256", "version"}, whose SHA-256 is of the body's own bytes, so
+    the reader checks it without re-encoding anything and a number re-spelt to the same value
+    is caught as an edit too."""
+    digest = hashlib.sha256(body_text.encode()).hexdigest()
+    return (
+        f'{{"body":{body_text},"format":"{FORMAT}","sha256":"{digest}","version":{VERSION}}}'
+    ).encode()
+
+
+# The frame's fixed tail (keys sort body < format < sha256 < version).
+_TAIL = re.compile(r',"format":"[^"\\]*","sha256":"[0-9a-f]{64}","version":-?[0-9]+\}')
 
 
 # ---------------------------------------------------------------------------- reading
@@ -173,10 +184,14 @@ def _load(data: bytes) -> SweepFile:
         raise SweepFileError(f"not a Cactus Lab sweep file (format {doc['format']!r})")
     if doc["version"] != VERSION or isinstance(doc["version"], bool):
         raise SweepFileError(f"sweep file version {doc['version']!r}; this lab reads {VERSION}")
+    tail = _TAIL.search(text, max(0, len(text) - 200))
+    if not text.startswith('{"body":') or tail is None or tail.end() != len(text):
+        raise SweepFileError("its bytes are not as the lab writes them (edited or re-formatted)")
+    body_bytes = text[len('{"body":') : tail.start()].encode()
+    if doc["sha256"] != hashlib.sha256(body_bytes).hexdigest():
+        raise SweepFileError("its contents do not match its SHA-256 (the file was altered)")
     body = doc["body"]
     _keys(body, {"pair", "config", "prompts", "code", "provenance", "chunks"}, "the body")
-    if doc["sha256"] != _digest(body):
-        raise SweepFileError("its contents do not match its SHA-256 (the file was altered)")
     identity = _str(body["pair"], "pair", empty=False)
     config = _config(body["config"], body["prompts"])
     code = _code(body["code"])
