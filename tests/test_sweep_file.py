@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from cactus_core.engine.prompts import builtin_prompts, builtin_tasks
+from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.reference import load_reference
 from cactus_core.experiments.sweep import run_sweep

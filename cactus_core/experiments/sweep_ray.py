@@ -70,7 +70,7 @@ class SweepWorker:
     def __init__(self, pair_kwargs: dict[str, Any], threads: int | None) -> None:
         import torch
 
-        from cactus_core.engine.models import load_pair
+        from cactus_core.engine.loading.models import load_pair
 
         if threads:
             torch.set_num_threads(threads)
@@ -299,7 +299,7 @@ class RayBackend:
 
 def _absolute_paths(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Local model paths made absolute: a worker's working folder is not the driver's."""
-    from cactus_core.engine.deployment import looks_like_path
+    from cactus_core.engine.loading.deployment import looks_like_path
 
     out = dict(kwargs)
     for key in ("verifier", "draft", "feature_draft", "cache_dir"):
