@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from cactus_core.experiments.sweep_cache import SweepCache, code_version
 from cactus_core.experiments.sweep_config import (
@@ -16,9 +16,6 @@ from cactus_core.experiments.sweep_config import (
     SweepConfig,
     prompt_seed,
 )
-
-if TYPE_CHECKING:
-    from cactus_core.experiments.sweep import ChunkRecord
 
 
 def _chunk_payload(
@@ -87,7 +84,7 @@ class SweepBackend(Protocol):
         self,
         config: SweepConfig,
         tasks: list[ChunkTask],
-        deliver: Callable[[ChunkTask, ChunkRecord], None],
+        deliver: Callable[[ChunkTask, Any], None],  # (task, its sweep.ChunkRecord)
         should_stop: Callable[[], bool] | None,
     ) -> None:
         """Run every task and call deliver once per task, in any order; raise SweepCancelled
