@@ -132,6 +132,7 @@ class RayBackend:
         self._identity: str | None = None
         self.gpus = 0.0
         self.described: list[dict[str, Any]] = []
+        self.busy: list[Any] = []  # the actors running a chunk now
 
     # -------------------------------------------------------------------------- lifecycle
 
@@ -162,6 +163,10 @@ class RayBackend:
         else:
             options = {"num_cpus": 1}
             threads = 1
+        if not self.ship_code:
+            # A cluster on this machine (the one this process started, or a test's): its
+            # workers import this checkout's cactus_core.
+            options["runtime_env"] = {"env_vars": {"PYTHONPATH": str(_PACKAGE.parent)}}
         actor = ray.remote(SweepWorker).options(**options, max_restarts=0)
         return actor.remote(self.pair_kwargs, threads)
 
@@ -252,6 +257,7 @@ class RayBackend:
                 actor, task = idle.pop(), pending.popleft()
                 ref = actor.run_chunk.remote(config_ref, task.setting, task.idx)
                 running[ref] = (actor, task)
+            self.busy = [actor for actor, _ in running.values()]
             ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
             for ref in ready:
                 actor, task = running.pop(ref)
