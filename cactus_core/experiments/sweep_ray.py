@@ -24,7 +24,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -322,14 +322,35 @@ def _cause(err: Exception) -> str:
     return text[:300] + ("…" if len(text) > 300 else "")
 
 
-def backend_from_env(
-    pair_kwargs: dict[str, Any], environ: dict[str, str] | None = None
-) -> RayBackend | None:
-    """The app's Ray backend when the operator set CACTUS_LAB_RAY_ADDRESS (and, for a public
-    deployment, allowed it: `DeploymentPolicy.ray_allowed`); None otherwise."""
+RAY_ALLOW_PUBLIC_ENV = "CACTUS_LAB_ALLOW_RAY"  # "1": a public deployment may use Ray too
+
+
+def ray_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """The app's Ray address: CACTUS_LAB_RAY_ADDRESS when the operator set it, and, on a
+    public deployment (CACTUS_LAB_PUBLIC), only when CACTUS_LAB_ALLOW_RAY is set as well;
+    None otherwise (the app then sweeps in its own process)."""
+    from cactus_core.engine.loading.deployment import DeploymentPolicy, _truthy
+
     env = os.environ if environ is None else environ
     address = (env.get(RAY_ADDRESS_ENV) or "").strip()
     if not address:
         return None
-    workers = int(env.get(RAY_WORKERS_ENV) or DEFAULT_WORKERS)
+    if DeploymentPolicy.from_env(env).public and not _truthy(env.get(RAY_ALLOW_PUBLIC_ENV)):
+        return None
+    return address
+
+
+def backend_from_env(
+    pair_kwargs: dict[str, Any], environ: Mapping[str, str] | None = None
+) -> RayBackend | None:
+    """The app's Ray backend for this pair when `ray_address` gives an address; else None.
+    CACTUS_LAB_RAY_WORKERS sets the workers (default 2)."""
+    env = os.environ if environ is None else environ
+    address = ray_address(env)
+    if address is None:
+        return None
+    try:
+        workers = int(env.get(RAY_WORKERS_ENV) or DEFAULT_WORKERS)
+    except ValueError:
+        raise RayBackendError(f"{RAY_WORKERS_ENV} must be a whole number") from None
     return RayBackend(pair_kwargs, workers=workers, address=address)
