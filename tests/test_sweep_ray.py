@@ -138,3 +138,29 @@ def test_an_interrupted_sweep_resumes_with_only_the_missing_chunks(tiny_backend,
     assert resumed.computed_chunks == total - done == sum(not p.cached for p in again)
     assert sum(p.cached for p in again) == done
     assert run_sweep(None, config, cache, backend=tiny_backend).computed_chunks == 0
+
+
+def test_without_ray_the_backend_says_what_to_install(monkeypatch):
+    import sys
+
+    from cactus_core.cli import main
+    from cactus_core.experiments import sweep_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(sweep_ray.RayBackendError, match=r"pip install ray==2\.60\.0"):
+        sweep_ray.import_ray()
+    with pytest.raises(SystemExit) as exit_:
+        main(["sweep", "--backend", "ray", "--n-prompts", "1"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["sweep", "--ray-address", "auto", "--n-prompts", "1"])  # needs --backend ray
+
+
+def test_the_app_uses_ray_only_where_the_operator_allows_it():
+    from cactus_core.experiments.sweep_ray import ray_address
+
+    assert ray_address({}) is None
+    assert ray_address({"CACTUS_LAB_RAY_ADDRESS": "auto"}) == "auto"
+    public = {"CACTUS_LAB_RAY_ADDRESS": "auto", "CACTUS_LAB_PUBLIC": "1"}
+    assert ray_address(public) is None
+    assert ray_address({**public, "CACTUS_LAB_ALLOW_RAY": "1"}) == "auto"
