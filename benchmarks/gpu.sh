@@ -345,12 +345,29 @@ decoder_rows() { # draft | feature
 decoder_draft() { decoder_rows draft; }
 decoder_feature() { decoder_rows feature; }
 
+# The 3 x 5 sweep on the local backend and on a one-worker Ray cluster holding the GPU
+# (num_gpus=1): the same chunks, wall clock side by side, with Ray's start-up and per-chunk
+# overhead (docs/benchmarks.md, "Sweeps on Ray").
+ray_sweep() {
+    local size=(--prompts 10 --max-new-tokens 32)
+    if [[ $DRY == 1 ]]; then
+        size=(--prompts 2 --max-new-tokens 4)
+    fi
+    echo "Embedded pair on $DEV, 3 rules x 5 settings, ${size[*]}, chunks of 5:"
+    lim "$PY" benchmarks/bench_sweep_ray.py --device "$DEV" --workers 1 "${size[@]}"
+}
+
 run_section "CUDA tests (pytest -m cuda)" 150 text cuda_tests
 run_section "Verify step (benchmarks/bench_verify.py)" 90 md verify_bench
 run_section "Step costs and modelled speedup (benchmarks/bench_steps.py --costs)" 200 md step_costs
 if [[ $VERIFIER == embedded ]]; then
     run_section "Decoder rows, embedded 3-layer draft" 170 md decoder_draft
     run_section "Decoder rows, feature-conditioned draft" 170 md decoder_feature
+    if "$PY" -c "import ray" 2>/dev/null; then
+        run_section "Sweep on Ray, one GPU worker (benchmarks/bench_sweep_ray.py)" 150 md ray_sweep
+    else
+        skip_section "Sweep on Ray" "Not run: Ray is not installed (pip install ray==2.60.0)."
+    fi
 else
     why="Not run: acceptance, and so a measured speedup, needs the real verifier"
     if [[ ${GPU_SH_VERIFIER:-auto} == random ]]; then

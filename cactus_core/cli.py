@@ -17,13 +17,10 @@ import math
 import os
 import shlex
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
 from cactus_core.maths.rules import (
-    DEFAULT_RULE,
     LOSSLESS_RULE,
     RULE_NAMES,
     RULES,
@@ -313,198 +310,6 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-# -- sweep --------------------------------------------------------------------------------------
-
-
-def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="rules x parameter grids on a prompt set (cached, resumable)")
-    rules = p.add_argument_group("rules")
-    rules.add_argument(
-        "--rules",
-        default=f"{DEFAULT_RULE},{LOSSLESS_RULE}",
-        help=f"comma-separated rules to sweep (of {', '.join(RULE_NAMES)}); default %(default)s",
-    )
-    grids = "; ".join(
-        f"{name}={','.join(f'{v:g}' for v in param.grid)}"
-        for name, cls in RULES.items()
-        if (param := cls.swept()) is not None
-    )
-    rules.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="RULE=V1,V2,...",
-        help=f"a rule's values of its swept parameter (repeatable); defaults: {grids}",
-    )
-    p.add_argument(
-        "--prompts",
-        default=None,
-        metavar="FILE",
-        help="a .jsonl or .txt prompt file (default: the built-in chat prompts)",
-    )
-    p.add_argument(
-        "--n-prompts",
-        type=int,
-        default=None,
-        help="use the first N (default 20; with --reference all the built-in prompts)",
-    )
-    add_sampling_args(p, max_new_tokens=64)
-    p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
-    p.add_argument(
-        "--no-limit",
-        action="store_true",
-        help="skip the limit (the per-position scoring behind the efficiency)",
-    )
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
-        "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="with --reference and no --output: overwrite the shipped reference file",
-    )
-    p.add_argument("--format", choices=("json", "csv"), default="json")
-    p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
-    p.add_argument(
-        "--cache-dir", default=None, help="sweep cache (default $CACTUS_CACHE_DIR/sweeps)"
-    )
-    p.add_argument(
-        "--tune-kl",
-        type=float,
-        default=None,
-        metavar="NATS",
-        help="also find the parameter of --tune-rule meeting this emitted KL per token",
-    )
-    p.add_argument("--tune-rule", default=DEFAULT_RULE, choices=_tunable())
-    p.add_argument(
-        "--html",
-        default=None,
-        metavar="PATH",
-        help="also write the frontier charts as one self-contained HTML page",
-    )
-    add_model_args(p)
-    p.set_defaults(handler=cmd_sweep)
-
-
-def _tunable() -> list[str]:
-    return [name for name, cls in RULES.items() if cls.tunable]
-
-
-def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
-    """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
-    from cactus_core.engine.loading.prompts import builtin_prompts
-    from cactus_core.experiments.sweep_config import (
-        SweepConfig,
-        parse_grid,
-        settings_from_grids,
-    )
-
-    names = [r.strip() for r in args.rules.split(",") if r.strip()]
-    grids: dict[str, list[float]] = {}
-    for name in names:
-        param = rule_class(name).swept()
-        grids[name] = list(param.grid) if param is not None else []
-    for item in args.grid:
-        rule, sep, values = item.partition("=")
-        if not sep:
-            raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
-        grids[rule.strip()] = parse_grid(rule.strip(), values)
-    prompts = _read_prompts(args.prompts) if args.prompts else builtin_prompts()
-    if args.n_prompts is None:
-        args.n_prompts = 20
-    if args.n_prompts < 1:
-        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
-    check_seed_range(args.seed, min(len(prompts), args.n_prompts))
-    return SweepConfig(
-        prompts=tuple(prompts[: args.n_prompts]),
-        settings=tuple(settings_from_grids(grids)),
-        sampling=sampling_from_args(args),
-        max_new_tokens=args.max_new_tokens,
-        chat_template=not args.no_chat_template,
-        chunk_size=args.chunk_size,
-        limit=not args.no_limit,
-    )
-
-
-def _read_prompts(path: str) -> list[str]:
-    from cactus_core.experiments.sweep_config import MAX_PROMPT_FILE_BYTES, parse_prompt_file
-
-    if os.path.isdir(path):
-        raise ValueError(f"--prompts {path!r} is a folder; give a .jsonl or .txt file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
-    except OSError as exc:
-        raise ValueError(f"--prompts {path!r}: cannot read it ({exc.strerror or exc})") from None
-    return parse_prompt_file(path, data)
-
-
-def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
-    """A one-line progress bar for a terminal (carriage returns; a newline at the end)."""
-    start = time.perf_counter()
-
-    def show(p: Any) -> None:
-        filled = int(width * p.fraction)
-        bar = "#" * filled + "." * (width - filled)
-        where = "cached" if p.cached else "ran"
-        elapsed = time.perf_counter() - start
-        stream.write(f"\r[{bar}] {p.done}/{p.total} chunks {elapsed:5.0f}s  {p.setting} ({where})")
-        stream.write(" " * 8 + ("\n" if p.done == p.total else ""))
-        stream.flush()
-
-    return show
-
-
-def cmd_sweep(args: argparse.Namespace) -> int:
-    """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
-    from cactus_core.experiments.sweep import run_sweep
-    from cactus_core.experiments.sweep_cache import SweepCache
-    from cactus_core.experiments.tune import tune
-
-    if args.reference:
-        from cactus_core.cli_reference import cmd_reference
-
-        return cmd_reference(args)
-    config = sweep_config_from_args(args)
-    check_output_path(args.output, "--output")
-    check_output_path(args.html, "--html")
-    pair = load_pair_from_args(args)
-    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
-    start = time.perf_counter()
-    result = run_sweep(pair, config, cache, on_progress=text_progress(sys.stderr))
-    sys.stderr.write(
-        f"{len(config.settings)} settings + verifier-only x {len(config.prompts)} prompts in "
-        f"{time.perf_counter() - start:.1f} s ({result.computed_chunks} chunks computed, the rest "
-        "from the cache)\n"
-    )
-    tuned = None
-    if args.tune_kl is not None:
-        tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
-        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
-    if args.html:
-        from cactus_core.app.frontier_figures import figure_html, report_figures
-
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(figure_html(report_figures(result)))
-    if args.format == "csv":
-        text = result.to_csv()
-    else:
-        body = json.loads(result.to_json())
-        if tuned is not None:
-            body["tuned"] = tuned.to_dict()
-            body["tuned"]["cli_flags"] = tuned.cli_flags()
-        text = json.dumps(body, indent=2)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
-    return 0
-
-
 # -- rules --------------------------------------------------------------------------------------
 
 
@@ -531,7 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_generate(sub)
     _add_bench(sub)
-    _add_sweep(sub)
+    from cactus_core.cli_sweep import add_sweep
+
+    add_sweep(sub)
     _add_rules(sub)
     return parser
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 from cactus_core import cli
+from cactus_core.cli_sweep import text_progress
 from cactus_core.maths.sampling import SamplingSettings
 
 
@@ -34,7 +35,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     embedded = args.verifier is None and args.draft is None and args.feature_draft is None
     start = time.perf_counter()
     data = ref.build_reference(
-        pair, prompts, command, cache, cli.text_progress(sys.stderr), embedded=embedded
+        pair, prompts, command, cache, text_progress(sys.stderr), embedded=embedded
     )
     path = ref.write_reference(data, args.output)
     sys.stderr.write(

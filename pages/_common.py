@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import streamlit as st
@@ -123,9 +123,20 @@ def _load_pair(
     """`AppSettings.pair_key`'s pair; `embedded`: the embedded verifier's draft, by label."""
     from cactus_core.engine.loading.models import load_pair
 
+    return load_pair(**_load_kwargs(verifier, draft, device, embedded))
+
+
+def _load_kwargs(
+    verifier: str | None, draft: str | None, device: str, embedded: str | None
+) -> dict[str, Any]:
     if verifier is None and embedded is not None:
-        return load_pair(device=device, **embedded_draft(embedded).load_kwargs(device))
-    return load_pair(verifier=verifier, draft=draft, device=device)
+        return {"device": device, **embedded_draft(embedded).load_kwargs(device)}
+    return {"verifier": verifier, "draft": draft, "device": device}
+
+
+def pair_load_kwargs(s: AppSettings) -> dict[str, Any]:
+    """`load_pair`'s keywords for the sidebar's pair (what a Ray worker loads it from)."""
+    return _load_kwargs(*s.pair_key)
 
 
 def _cached_pair(s: AppSettings) -> ModelPair:

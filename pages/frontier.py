@@ -8,7 +8,7 @@ metadata.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -18,7 +18,7 @@ from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_swee
 from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import answer_budget, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
-from cactus_core.engine.loading.prompts import builtin_prompts
+from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
     Reference,
     ReferenceSweep,
@@ -39,12 +39,13 @@ from cactus_core.experiments.sweep_config import (
     Setting,
     SweepConfig,
     parse_grid,
-    parse_prompt_file,
+    parse_tagged_prompt_file,
     settings_from_grids,
 )
 from cactus_core.experiments.tune import TuneResult, tune
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
 from pages._common import get_pair, settings
+from pages._sweep_file import ray_backend, sweep_file_section, task_tuner
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
@@ -60,26 +61,27 @@ DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
 
 
 # ---------------------------------------------------------------------------- the sweep form
-def prompt_widgets() -> list[str]:
+def prompt_widgets() -> tuple[list[str], list[str]]:
     st.markdown("##### Prompts")
     source = st.radio(
         "Prompt set", ["Built-in chat prompts", "Upload a file"], horizontal=True, key="fr_source"
     )
     prompts: list[str] = []
+    tasks: list[str] = []
     if source == "Upload a file":
         upload = st.file_uploader(
-            'One prompt a line: .jsonl ({"prompt": ...} or a JSON string) or .txt; at most '
-            "5 MB and 1,000 prompts",
+            'One prompt a line: .jsonl ({"prompt": ..., "task": ...} or a JSON string) or '
+            ".txt; at most 5 MB and 1,000 prompts",
             type=["jsonl", "txt"],
             key="fr_upload",
         )
         if upload is not None:
             try:
-                prompts = parse_prompt_file(upload.name, upload.getvalue())
+                prompts, tasks = parse_tagged_prompt_file(upload.name, upload.getvalue())
             except ValueError as err:
                 st.error(str(err))
     else:
-        prompts = builtin_prompts()
+        prompts, tasks = builtin_prompts(), builtin_tasks()
     n_prompts = len(prompts)
     if n_prompts == 1:  # a slider needs two ends; one prompt has nothing to choose
         st.caption(f"1 prompt: “{prompts[0][:80]}”")
@@ -87,9 +89,9 @@ def prompt_widgets() -> list[str]:
         n_use = st.slider(
             "Prompts to use", 1, n_prompts, min(20, n_prompts), key=f"fr_n_{n_prompts}"
         )
-        prompts = prompts[:n_use]
+        prompts, tasks = prompts[:n_use], tasks[:n_use]
         st.caption(f"{n_use} of {n_prompts} prompts; the first: “{prompts[0][:80]}”")
-    return prompts
+    return prompts, tasks
 
 
 def grid_widgets() -> tuple[dict[str, list[float]], str | None]:
@@ -126,7 +128,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
     already, as an error)."""
     left, right = st.columns(2)
     with left:
-        prompts = prompt_widgets()
+        prompts, tasks = prompt_widgets()
         max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="fr_max_new")
         chunk = st.slider(
             "Prompts per chunk (one batched call; the unit of caching and resuming)",
@@ -155,6 +157,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
             max_new_tokens=max_new,
             chunk_size=chunk,
             limit=with_limit,
+            tasks=tuple(tasks) if any(tasks) else (),
         )
     except ValueError as err:  # over the app's cap, or a setting SweepConfig refuses
         st.error(str(err))
@@ -185,11 +188,17 @@ def prompts_problem(pair: ModelPair, config: SweepConfig) -> str | None:
 
 def _progress_text(p: Progress) -> str:
     where = "from the cache" if p.cached else "computed"
-    return f"{p.done} / {p.total} chunks — {p.setting} ({where})"
+    workers = f", {p.workers} Ray workers" if p.workers > 1 else ""
+    return f"{p.done} / {p.total} chunks{workers} — {p.setting} ({where})"
 
 
 def sweep(
-    pair: ModelPair, config: SweepConfig, cache: SweepCache, run: bool, cancelled: bool
+    pair: ModelPair,
+    config: SweepConfig,
+    cache: SweepCache,
+    run: bool,
+    cancelled: bool,
+    backend: Any = None,
 ) -> SweepResult | None:
     """Run (or resume) the sweep when asked, or read it whole from the cache; None until then."""
     done, total = cached_chunks(pair.identity, config, cache)
@@ -201,6 +210,7 @@ def sweep(
                 config,
                 cache,
                 on_progress=lambda p: bar.progress(p.fraction, _progress_text(p)),
+                backend=backend,  # the operator's Ray cluster, or None: this process
             )
         except SweepCancelled as err:
             st.warning(str(err))
@@ -408,6 +418,9 @@ def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: Swee
     tuned = st.session_state.get(TUNED_KEY)
     if tuned is not None and tuned[0] == sweep_key:
         show_tuned(tuned[1], result)
+    if config.task_names:
+        st.markdown("##### Per task")
+        task_tuner(result, "fr_task_tune")
 
 
 # ---------------------------------------------------------------------------- reference
@@ -532,7 +545,7 @@ def user_sweep(
     if problem:
         st.error(problem)
         return None
-    result = sweep(pair, config, cache, run_clicked, cancelled)
+    result = sweep(pair, config, cache, run_clicked, cancelled, ray_backend(s))
     if result is None:
         return None
     selected = st.session_state.get(SELECTED_KEY)
@@ -573,6 +586,8 @@ def main() -> None:
     elif shown is not None and not early:
         with tuner_slot.container():
             reference_tuner(s, *shown)
+    st.divider()
+    sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
 
 

@@ -64,8 +64,9 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     assert any("Run sweep" in i.value for i in at.info)
     at.button(key="fr_run").click().run()
     assert not at.exception, at.exception
-    # the reference's two, then tokens/call, speedup, tokens/s, limit, modelled
-    assert len(at.get("plotly_chart")) == 7
+    # the reference's two, the frontier split by task (the built-in prompts are tagged), then
+    # tokens/call, speedup, tokens/s, limit, modelled
+    assert len(at.get("plotly_chart")) == 8
     table = at.dataframe[-1].value  # after the reference's table
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0", "cactus δ=0.5", "interp α=0.5"]
     assert table["tokens/call"].iloc[0] == 1.0
@@ -74,7 +75,7 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     # A new session (a browser reload) with the same form finds everything in the cache.
     again = _small_sweep(_frontier())
     assert not again.exception
-    assert len(again.get("plotly_chart")) == 7
+    assert len(again.get("plotly_chart")) == 8
     assert not any("Run sweep" in i.value for i in again.info)
 
 

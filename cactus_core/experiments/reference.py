@@ -121,6 +121,13 @@ class Reference:
     def model(self) -> str:
         return str(self.provenance["model"])
 
+    def tasks(self) -> list[str]:
+        """Each reference prompt's task tag. The reference ran the first `prompts` built-in
+        prompts in file order, so their tags are the built-in ones: no re-run needed."""
+        from cactus_core.engine.loading.prompts import builtin_tasks
+
+        return builtin_tasks()[: int(self.provenance["prompts"])]
+
     def for_top_p(self, top_p: float) -> ReferenceSweep | None:
         """The part at this top-p, or None (the reference holds only REFERENCE_TOP_P)."""
         for value, sweep in self.sweeps.items():

@@ -20,7 +20,6 @@ Efficiency is that expected acceptance ÷ the limit at the same positions and th
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -42,12 +41,19 @@ from cactus_core.experiments.frontier import (
     ratio_ci,
 )
 from cactus_core.experiments.scoring import PositionScores
-from cactus_core.experiments.sweep_cache import SweepCache, code_version
+from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import (
     BASELINE,
     Setting,
     SweepConfig,
     prompt_seed,
+)
+from cactus_core.experiments.sweep_plan import (  # noqa: F401 - the sweep's public names
+    ChunkTask,
+    SweepBackend,
+    _chunk_payload,
+    cached_chunks,
+    plan_chunks,
 )
 from cactus_core.maths.limit import LimitCurve, LimitSums
 from cactus_core.maths.rules import DEFAULT_RULE, lossless_rule
@@ -368,81 +374,114 @@ class Progress:
     total: int
     setting: str  # label of the chunk just finished
     cached: bool  # whether it came from the cache
+    workers: int = 1  # the backend's live workers (1 for the local backend)
 
     @property
     def fraction(self) -> float:
         return self.done / self.total if self.total else 1.0
 
 
-def _chunk_payload(
-    pair_identity: str, config: SweepConfig, setting: Setting, idx: tuple[int, ...]
-) -> dict:
-    return {
-        # The pair's identity names each model with the hash of its weights and its hub
-        # revision; code_version covers the code that computes the numbers.
-        "model": pair_identity,
-        "code": code_version(),
-        "setting": setting.to_dict(),
-        "sampling": config.decoding(),
-        "limit": config.limit,
-        "prompts": [hashlib.sha256(config.prompts[i].encode()).hexdigest() for i in idx],
-        "seeds": [prompt_seed(config.sampling.seed, i) for i in idx],
-        # only where it changes the chunk (not the verifier-only baseline), so chunks of
-        # sweeps without it keep their keys
-        **({"own_estimate": True} if config.own_estimate and not setting.is_baseline else {}),
-    }
+class LocalBackend:
+    """The default: chunks run one after another in this process, on the pair in memory."""
 
+    def __init__(self, pair: ModelPair) -> None:
+        self.pair = pair
 
-def cached_chunks(pair_identity: str, config: SweepConfig, cache: SweepCache) -> tuple[int, int]:
-    """(chunks of this sweep already in the cache, all chunks): no model is needed."""
-    settings = [Setting(BASELINE), *config.settings]
-    total = done = 0
-    for idx in config.chunks():
-        for s in settings:
-            total += 1
-            done += _chunk_payload(pair_identity, config, s, idx) in cache
-    return done, total
+    @property
+    def identity(self) -> str:
+        return self.pair.identity
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def run(
+        self,
+        config: SweepConfig,
+        tasks: list[ChunkTask],
+        deliver: Callable[[ChunkTask, ChunkRecord], None],
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        for n, task in enumerate(tasks):
+            if should_stop is not None and should_stop():
+                raise SweepCancelled(f"cancelled with {len(tasks) - n} chunks left to run")
+            deliver(task, run_chunk(self.pair, config, task.setting, task.idx))
 
 
 def run_sweep(
-    pair: ModelPair,
+    pair: ModelPair | None,
     config: SweepConfig,
     cache: SweepCache | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    backend: SweepBackend | None = None,
 ) -> SweepResult:
     """Run (or read from the cache) every chunk of the sweep; see the module docstring.
 
-    Chunks run prompt-chunk by prompt-chunk, the verifier-only baseline first and then every
-    setting on the same prompts, so a speedup compares runs made back to back. cache None
-    uses the default folder. should_stop is checked before each chunk that needs computing;
-    when it returns True the sweep raises SweepCancelled (the finished chunks are kept).
+    The cached chunks are read first; the rest run on `backend` (default: `LocalBackend` on
+    pair, in this process; `sweep_ray.RayBackend` spreads them over a Ray cluster and pair may
+    be None), in the order of `plan_chunks`. Each finished chunk is written to the cache as it
+    arrives, so a stopped sweep loses nothing it finished. cache None uses the default folder.
+    should_stop is checked before each chunk that needs computing; when it returns True the
+    sweep raises SweepCancelled (the finished chunks are kept).
     """
     cache = cache if cache is not None else SweepCache()
-    identity = pair.identity
-    all_settings = [Setting(BASELINE), *config.settings]
-    records: dict[Setting, list[ChunkRecord]] = {s: [] for s in all_settings}
-    chunks = config.chunks()
-    total = len(chunks) * len(all_settings)
-    done = computed = 0
-    for idx in chunks:
-        for setting in all_settings:
-            payload = _chunk_payload(identity, config, setting, idx)
-            stored = cache.get(payload)
-            if stored is not None:
-                record = ChunkRecord.from_dict(stored)
-            else:
-                if should_stop is not None and should_stop():
-                    raise SweepCancelled(f"cancelled after {done} of {total} chunks")
-                record = run_chunk(pair, config, setting, idx)
-                cache.put(payload, record.to_dict())
-                computed += 1
-            records[setting].append(record)
-            done += 1
-            if on_progress is not None:
-                on_progress(Progress(done, total, setting.label, stored is not None))
-    base = SettingResult(Setting(BASELINE), records[Setting(BASELINE)])
-    results = [SettingResult(s, records[s], base.chunks) for s in config.settings]
+    if backend is None:
+        if pair is None:
+            raise ValueError("run_sweep needs a model pair or a backend")
+        backend = LocalBackend(pair)
+    identity = backend.identity
+    tasks = plan_chunks(identity, config)
+    records: dict[int, ChunkRecord] = {}
+    computed = 0
+
+    def arrived(task: ChunkTask, record: ChunkRecord, cached: bool) -> None:
+        if task.position in records:
+            # A backend that retried a chunk whose first answer did arrive after all: the
+            # sweep keeps the first, so no chunk is counted twice.
+            return
+        records[task.position] = record
+        if on_progress is not None:
+            on_progress(
+                Progress(len(records), len(tasks), task.setting.label, cached, backend.workers)
+            )
+
+    todo = []
+    for task in tasks:
+        stored = cache.get(task.payload)
+        if stored is None:
+            todo.append(task)
+        else:
+            arrived(task, ChunkRecord.from_dict(stored), True)
+
+    def deliver(task: ChunkTask, record: ChunkRecord) -> None:
+        nonlocal computed
+        if task.position not in records:
+            cache.put(task.payload, record.to_dict())
+            computed += 1
+        arrived(task, record, False)
+
+    if todo:
+        backend.run(config, todo, deliver, should_stop)
+    missing = [t for t in tasks if t.position not in records]
+    if missing:
+        raise RuntimeError(f"the sweep backend returned without {len(missing)} chunks")
+    return assemble(config, identity, [(t, records[t.position]) for t in tasks], computed)
+
+
+def assemble(
+    config: SweepConfig,
+    identity: str,
+    chunks: list[tuple[ChunkTask, ChunkRecord]],
+    computed: int = 0,
+) -> SweepResult:
+    """The SweepResult of every chunk of a sweep, given in `plan_chunks` order."""
+    by_setting: dict[Setting, list[ChunkRecord]] = {s: [] for s in [Setting(BASELINE)]}
+    by_setting.update({s: [] for s in config.settings})
+    for task, record in chunks:
+        by_setting[task.setting].append(record)
+    base = SettingResult(Setting(BASELINE), by_setting[Setting(BASELINE)])
+    results = [SettingResult(s, by_setting[s], base.chunks) for s in config.settings]
     base.baseline = base.chunks
     return SweepResult(config, identity, results, base, computed)
 

@@ -7,6 +7,7 @@ A setting's swept parameter and default grid come from the rule's metadata
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -22,6 +23,21 @@ BASELINE = "verifier-only"
 
 MAX_PROMPT_FILE_BYTES = 5 * 1024 * 1024
 MAX_PROMPTS = 1000
+# A task tag: a short name such as "code" or "maths"; "" is an untagged prompt.
+TASK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.+-]{0,39}")
+UNTAGGED = "untagged"  # how an untagged prompt's task is shown
+
+
+def check_task(task: str, where: str) -> str:
+    """A task tag as given ("" for none); ValueError saying what a tag may be."""
+    if not isinstance(task, str) or (task and not TASK_RE.fullmatch(task)):
+        raise ValueError(
+            f"{where}: a task is a name of at most 40 letters, digits, spaces, '_', '.', '+' "
+            f"or '-' starting with a letter or digit, got {task!r}"
+        )
+    if task == UNTAGGED:
+        raise ValueError(f"{where}: {UNTAGGED!r} is kept for prompts without a task")
+    return task
 
 
 def parse_prompt_file(name: str, data: bytes) -> list[str]:
@@ -32,6 +48,13 @@ def parse_prompt_file(name: str, data: bytes) -> list[str]:
     a newline. Blank lines are skipped. Files over 5 MB or with over 1,000 prompts are refused.
     Any bad input ends in a ValueError (tests/test_hardening.py fuzzes it), never another error.
     """
+    return parse_tagged_prompt_file(name, data)[0]
+
+
+def parse_tagged_prompt_file(name: str, data: bytes) -> tuple[list[str], list[str]]:
+    """(prompts, their task tags) from a prompt file (`parse_prompt_file`'s formats): a .jsonl
+    object may carry a "task" string, e.g. {"prompt": "...", "task": "code"}; a prompt without
+    one has the tag "" (untagged)."""
     if len(data) > MAX_PROMPT_FILE_BYTES:
         raise ValueError(
             f"{name}: {len(data) / 2**20:.1f} MB is over the {MAX_PROMPT_FILE_BYTES // 2**20} MB "
@@ -41,6 +64,7 @@ def parse_prompt_file(name: str, data: bytes) -> list[str]:
     if suffix not in (".jsonl", ".txt"):
         raise ValueError(f"{name}: a prompt file must end in .jsonl or .txt, not {suffix or '∅'}")
     prompts: list[str] = []
+    tasks: list[str] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
@@ -48,21 +72,23 @@ def parse_prompt_file(name: str, data: bytes) -> list[str]:
             raise ValueError(f"{name}, line {number}: not valid UTF-8 ({err.reason})") from None
         if not line.strip():
             continue
+        task = ""
         if suffix == ".jsonl":
-            prompt = _jsonl_prompt(name, number, line)
+            prompt, task = _jsonl_prompt(name, number, line)
         else:
             prompt = line.strip().replace("\\n", "\n")
         if "\x00" in prompt:
             raise ValueError(f"{name}, line {number}: the prompt contains a NUL character")
         prompts.append(prompt)
+        tasks.append(task)
         if len(prompts) > MAX_PROMPTS:
             raise ValueError(f"{name}: more than {MAX_PROMPTS} prompts (line {number}); split it")
     if not prompts:
         raise ValueError(f"{name}: no prompts (the file is empty or only blank lines)")
-    return prompts
+    return prompts, tasks
 
 
-def _jsonl_prompt(name: str, number: int, line: str) -> str:
+def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str]:
     where = f"{name}, line {number}"
     try:
         obj = json.loads(line)
@@ -74,9 +100,14 @@ def _jsonl_prompt(name: str, number: int, line: str) -> str:
     except ValueError:
         # e.g. an integer longer than Python's int string limit
         raise ValueError(f"{where}: not valid JSON (a value is too large)") from None
+    task = ""
     if isinstance(obj, dict):
         if "prompt" not in obj:
             raise ValueError(f'{name}, line {number}: the JSON object has no "prompt" field')
+        if "task" in obj:
+            if not isinstance(obj["task"], str):
+                raise ValueError(f'{where}: "task" must be a string')
+            task = check_task(obj["task"].strip(), where)
         obj = obj["prompt"]
     if not isinstance(obj, str):
         raise ValueError(
@@ -93,7 +124,7 @@ def _jsonl_prompt(name: str, number: int, line: str) -> str:
             f"{name}, line {number}: the prompt is not valid Unicode (a lone surrogate at "
             f"character {err.start + 1})"
         ) from None
-    return obj
+    return obj, task
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -222,6 +253,9 @@ class SweepConfig:
     # also estimate each setting's rule curve on the positions its own run decoded
     # (`estimate.from_own_runs`); what the shipped reference keeps
     own_estimate: bool = False
+    # each prompt's task tag ("" untagged), or () for none; not part of a chunk's cache key,
+    # since a tag changes no number, only how the records are grouped
+    tasks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -240,6 +274,24 @@ class SweepConfig:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if self.tasks:
+            if len(self.tasks) != len(self.prompts):
+                raise ValueError(
+                    f"{len(self.tasks)} task tags for {len(self.prompts)} prompts; give one each"
+                )
+            for i, task in enumerate(self.tasks):
+                check_task(task, f"prompt {i + 1}")
+
+    def task(self, index: int) -> str:
+        """Prompt index's task tag, UNTAGGED when it has none."""
+        return (self.tasks[index] if self.tasks else "") or UNTAGGED
+
+    @property
+    def task_names(self) -> list[str]:
+        """The distinct tags in prompt order; [] when no prompt is tagged."""
+        if not any(self.tasks):
+            return []
+        return list(dict.fromkeys(self.task(i) for i in range(len(self.prompts))))
 
     def chunks(self) -> list[tuple[int, ...]]:
         n = len(self.prompts)
@@ -262,6 +314,7 @@ class SweepConfig:
             "own_estimate": self.own_estimate,
             "settings": [s.id for s in self.settings],
             "prompts": list(self.prompts),
+            **({"tasks": list(self.tasks)} if any(self.tasks) else {}),
         }
 
 

@@ -1,0 +1,73 @@
+"""The Frontier page's per-task views, without Streamlit: one rule's frontier split by the
+prompts' task tags, and the tuner's per-task answers as table rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from cactus_core.experiments.sweep import METRIC_LABELS, SweepResult
+from cactus_core.experiments.tasks import ALL_TASKS, BudgetAnswer, split_by_task
+
+# Distinct from the rules' palette: here a colour is a task, and every line is one rule.
+TASK_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")
+
+
+def task_frontier_chart(
+    result: SweepResult, rule: str, metric: str = "tokens_per_call"
+) -> go.Figure:
+    """metric against emitted KL for one rule's settings, one line per task (and all prompts,
+    dashed), with the 95% intervals over each task's prompts."""
+    parts = {ALL_TASKS: result, **split_by_task(result)}
+    fig = go.Figure(
+        layout={
+            "title": {"text": f"{rule}: {METRIC_LABELS[metric]} per task"},
+            "xaxis": {"title": {"text": METRIC_LABELS["emitted_kl"]}},
+            "yaxis": {"title": {"text": METRIC_LABELS[metric]}},
+            "legend": {"orientation": "h", "y": -0.25},
+        }
+    )
+    for n, (task, part) in enumerate(parts.items()):
+        own = sorted((s for s in part.settings if s.setting.rule == rule),
+                     key=lambda s: s.setting.value or 0.0)  # fmt: skip
+        if not own:
+            continue
+        kl = [s.estimate("emitted_kl") for s in own]
+        y = [s.estimate(metric) for s in own]
+        dashed = task == ALL_TASKS
+        fig.add_scatter(
+            x=[e.mean for e in kl],
+            y=[e.mean for e in y],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [e.hi - e.mean for e in y],
+                "arrayminus": [e.mean - e.lo for e in y],
+            },
+            mode="lines+markers",
+            name=f"{task} ({len(own[0].prompts)} prompts)",
+            line={
+                "dash": "dash" if dashed else "solid",
+                "color": "#444444" if dashed else TASK_PALETTE[(n - 1) % len(TASK_PALETTE)],
+            },
+            text=[s.setting.label for s in own],
+            hovertemplate="%{text}<br>KL %{x:.4f}<br>%{y:.3f}<extra>" + task + "</extra>",
+        )
+    return fig
+
+
+def answer_rows(answers: list[BudgetAnswer]) -> list[dict[str, Any]]:
+    """The tuner's answers as rows of a table (a task no setting fits says so)."""
+    rows = []
+    for a in answers:
+        rows.append(
+            {
+                "task": a.task,
+                "prompts": a.prompts,
+                a.param: round(a.value, 4) if a.fits else None,
+                "95% interval": f"{a.low:.4g} – {a.high:.4g}" if a.fits else "none fits",
+                "tokens/call": round(a.tokens_per_call, 3),
+            }
+        )
+    return rows

@@ -1,0 +1,307 @@
+"""`python -m cactus_core sweep`: rules x parameter grids on a prompt set, cached and
+resumable, on this process or a Ray cluster (`--backend ray`), with the tuner per task and a
+portable sweep file (`--export`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cactus_core.cli import (
+    _threads,
+    add_sampling_args,
+    check_output_path,
+    check_seed_range,
+    load_pair_from_args,
+    sampling_from_args,
+)
+from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES, RULES, rule_class
+
+
+def add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="rules x parameter grids on a prompt set (cached, resumable)")
+    rules = p.add_argument_group("rules")
+    rules.add_argument(
+        "--rules",
+        default=f"{DEFAULT_RULE},{LOSSLESS_RULE}",
+        help=f"comma-separated rules to sweep (of {', '.join(RULE_NAMES)}); default %(default)s",
+    )
+    grids = "; ".join(
+        f"{name}={','.join(f'{v:g}' for v in param.grid)}"
+        for name, cls in RULES.items()
+        if (param := cls.swept()) is not None
+    )
+    rules.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="RULE=V1,V2,...",
+        help=f"a rule's values of its swept parameter (repeatable); defaults: {grids}",
+    )
+    p.add_argument(
+        "--prompts",
+        default=None,
+        metavar="FILE",
+        help="a .jsonl or .txt prompt file (default: the built-in chat prompts)",
+    )
+    p.add_argument(
+        "--n-prompts",
+        type=int,
+        default=None,
+        help="use the first N (default 20; with --reference all the built-in prompts)",
+    )
+    add_sampling_args(p, max_new_tokens=64)
+    p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
+    p.add_argument(
+        "--no-limit",
+        action="store_true",
+        help="skip the limit (the per-position scoring behind the efficiency)",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
+        "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --reference and no --output: overwrite the shipped reference file",
+    )
+    p.add_argument("--format", choices=("json", "csv"), default="json")
+    p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
+    p.add_argument(
+        "--cache-dir", default=None, help="sweep cache (default $CACTUS_CACHE_DIR/sweeps)"
+    )
+    p.add_argument(
+        "--tune-kl",
+        type=float,
+        default=None,
+        metavar="NATS",
+        help="also find the parameter of --tune-rule meeting this emitted KL per token",
+    )
+    p.add_argument("--tune-rule", default=DEFAULT_RULE, choices=_tunable())
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="PATH",
+        help="also write the frontier charts as one self-contained HTML page",
+    )
+    p.add_argument(
+        "--export",
+        default=None,
+        metavar="FILE",
+        help="also write a portable sweep file (records, prompts with tasks, pair, sampling, "
+        "code version, provenance; gzipped if FILE ends in .gz) that the Frontier page opens",
+    )
+    add_backend_args(p)
+    add_model_args(p)
+    p.set_defaults(handler=cmd_sweep)
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """--backend, --ray-address and --workers: where a sweep's chunks run."""
+    scale = p.add_argument_group("backend")
+    scale.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the chunks run: this process (default) or a Ray cluster's workers "
+        "(needs `pip install ray==2.60.0`; docs/scale.md)",
+    )
+    scale.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="the cluster for --backend ray: auto (this node's `ray start` cluster) or "
+        "ray://HOST:PORT; default: a local cluster with --workers CPUs, started and stopped here",
+    )
+    scale.add_argument(
+        "--workers", type=int, default=2, help="Ray workers, each holding one pair (default 2)"
+    )
+
+
+def _tunable() -> list[str]:
+    return [name for name, cls in RULES.items() if cls.tunable]
+
+
+def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
+    """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
+    from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
+    from cactus_core.experiments.sweep_config import (
+        SweepConfig,
+        parse_grid,
+        settings_from_grids,
+    )
+
+    names = [r.strip() for r in args.rules.split(",") if r.strip()]
+    grids: dict[str, list[float]] = {}
+    for name in names:
+        param = rule_class(name).swept()
+        grids[name] = list(param.grid) if param is not None else []
+    for item in args.grid:
+        rule, sep, values = item.partition("=")
+        if not sep:
+            raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
+        grids[rule.strip()] = parse_grid(rule.strip(), values)
+    if args.prompts:
+        prompts, tasks = _read_prompts(args.prompts)
+    else:
+        prompts, tasks = builtin_prompts(), builtin_tasks()
+    if args.n_prompts is None:
+        args.n_prompts = 20
+    if args.n_prompts < 1:
+        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
+    check_seed_range(args.seed, min(len(prompts), args.n_prompts))
+    return SweepConfig(
+        prompts=tuple(prompts[: args.n_prompts]),
+        settings=tuple(settings_from_grids(grids)),
+        sampling=sampling_from_args(args),
+        max_new_tokens=args.max_new_tokens,
+        chat_template=not args.no_chat_template,
+        chunk_size=args.chunk_size,
+        limit=not args.no_limit,
+        tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
+    )
+
+
+def _read_prompts(path: str) -> tuple[list[str], list[str]]:
+    from cactus_core.experiments.sweep_config import (
+        MAX_PROMPT_FILE_BYTES,
+        parse_tagged_prompt_file,
+    )
+
+    if os.path.isdir(path):
+        raise ValueError(f"--prompts {path!r} is a folder; give a .jsonl or .txt file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
+    except OSError as exc:
+        raise ValueError(f"--prompts {path!r}: cannot read it ({exc.strerror or exc})") from None
+    return parse_tagged_prompt_file(path, data)
+
+
+def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
+    """A one-line progress bar for a terminal (carriage returns; a newline at the end)."""
+    start = time.perf_counter()
+
+    def show(p: Any) -> None:
+        filled = int(width * p.fraction)
+        bar = "#" * filled + "." * (width - filled)
+        where = "cached" if p.cached else "ran"
+        elapsed = time.perf_counter() - start
+        workers = f" {p.workers} workers" if p.workers > 1 else ""
+        stream.write(
+            f"\r[{bar}] {p.done}/{p.total} chunks{workers} {elapsed:5.0f}s  {p.setting} ({where})"
+        )
+        stream.write(" " * 8 + ("\n" if p.done == p.total else ""))
+        stream.flush()
+
+    return show
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
+    from cactus_core.experiments.sweep import run_sweep
+    from cactus_core.experiments.sweep_cache import SweepCache
+
+    if args.reference:
+        from cactus_core.cli_reference import cmd_reference
+
+        return cmd_reference(args)
+    config = sweep_config_from_args(args)
+    for path, flag in ((args.output, "--output"), (args.html, "--html"), (args.export, "--export")):
+        check_output_path(path, flag)
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.backend == "local" and args.ray_address is not None:
+        raise ValueError("--ray-address needs --backend ray")
+    cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
+    start = time.perf_counter()
+    pair = backend = None
+    if args.backend == "ray":
+        from cactus_core.experiments.sweep_ray import RayBackend
+
+        backend = RayBackend(
+            pair_kwargs_from_args(args), workers=args.workers, address=args.ray_address
+        )
+    else:
+        pair = load_pair_from_args(args)
+    try:
+        result = run_sweep(
+            pair, config, cache, on_progress=text_progress(sys.stderr), backend=backend
+        )
+        devices = (
+            sorted({d["device"] for d in backend.described})
+            if backend is not None
+            else [str(pair.device)]
+        )
+    finally:
+        if backend is not None:
+            backend.close()
+    sys.stderr.write(
+        f"{len(config.settings)} settings + verifier-only x {len(config.prompts)} prompts in "
+        f"{time.perf_counter() - start:.1f} s ({result.computed_chunks} chunks computed, the rest "
+        "from the cache)\n"
+    )
+    extra = _tune_outputs(args, pair, config, result, cache)
+    if args.html:
+        from cactus_core.app.frontier_figures import figure_html, report_figures
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(figure_html(report_figures(result)))
+    if args.export:
+        from cactus_core.experiments.sweep_file import export_sweep, provenance
+
+        prov = provenance(
+            "python -m cactus_core " + shlex.join(args.argv),
+            ", ".join(devices),
+            args.backend,
+            args.workers if backend is not None else 1,
+        )
+        data = export_sweep(result, prov, gzipped=args.export.endswith(".gz"))
+        with open(args.export, "wb") as f:
+            f.write(data)
+        sys.stderr.write(f"sweep file: {len(data) / 1e6:.2f} MB at {args.export}\n")
+    if args.format == "csv":
+        text = result.to_csv()
+    else:
+        body = json.loads(result.to_json())
+        body.update(extra)
+        text = json.dumps(body, indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    return 0
+
+
+def _tune_outputs(args: argparse.Namespace, pair: Any, config: Any, result: Any, cache: Any):
+    """--tune-kl: the confirmed tuner on all prompts (with a pair in this process), and the
+    answer read off the sweep per task; the JSON fields they add."""
+    from cactus_core.experiments.tasks import answers_by_task, answers_table
+    from cactus_core.experiments.tune import tune
+
+    if args.tune_kl is None:
+        return {}
+    extra: dict[str, Any] = {}
+    if pair is not None:
+        tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
+        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+        extra["tuned"] = {**tuned.to_dict(), "cli_flags": tuned.cli_flags()}
+    answers = answers_by_task(result, args.tune_rule, args.tune_kl)
+    sys.stderr.write(
+        f"read off the sweep, emitted KL <= {args.tune_kl:g} ({args.tune_rule}):\n"
+        + answers_table(answers)
+        + "\n"
+    )
+    extra["tuned_by_task"] = [a.to_dict() for a in answers]
+    return extra

@@ -1,0 +1,110 @@
+"""The Frontier page's sweep-file section and per-task tuner: open a portable sweep file (made
+with `python -m cactus_core sweep --export FILE`, e.g. on a GPU cluster) and read its frontier
+and tuner here, split by task; and the Ray backend the operator may turn on for the app's own
+sweeps (CACTUS_LAB_RAY_ADDRESS). Widgets only: the file, the split and the answers come from
+cactus_core.experiments (sweep_file, tasks) and the figures from cactus_core.app.task_view."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from cactus_core.app import frontier_figures as ff
+from cactus_core.app.settings import AppSettings, tunable_rules
+from cactus_core.app.task_view import answer_rows, task_frontier_chart
+from cactus_core.experiments.sweep_file import SweepFile, SweepFileError, load_sweep_file
+from cactus_core.experiments.tasks import answers_by_task, spread
+
+if TYPE_CHECKING:
+    from cactus_core.experiments.sweep import SweepResult
+    from cactus_core.experiments.sweep_ray import RayBackend
+
+OPENED_KEY = "fr_file"  # (name, size, SweepFile) of the opened sweep file
+
+
+def task_tuner(result: SweepResult, key: str) -> None:
+    """ "Which setting keeps emitted KL ≤ X?" on all prompts and on each task's, with intervals,
+    read off the sweep's measured curve."""
+    rules = [r for r in tunable_rules() if any(s.setting.rule == r for s in result.settings)]
+    if not rules:
+        st.info(f"Sweep one of {', '.join(tunable_rules())} to tune its parameter per task.")
+        return
+    c1, c2 = st.columns(2)
+    rule = c1.selectbox("Rule", rules, key=f"{key}_rule")
+    budget = c2.number_input("Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005,
+                             format="%.4f", key=f"{key}_budget")  # fmt: skip
+    try:
+        answers = answers_by_task(result, rule, budget)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    st.dataframe(answer_rows(answers), hide_index=True, key=f"{key}_table")
+    gap = spread(answers)
+    tasks = len(answers) - 1
+    st.caption(
+        "Interpolated between the sweep's settings; the interval comes from each setting's 95% "
+        "interval of emitted KL over the task's prompts. "
+        + (f"The {tasks} tasks' answers span {gap:.3g} in {answers[0].param}." if tasks > 1 and
+           gap == gap else "Tag prompts with a task to see the answer per task.")
+    )  # fmt: skip
+    if tasks:
+        fig = task_frontier_chart(result, rule)
+        st.plotly_chart(fig, key=f"{key}_chart")
+
+
+def _opened(name: str, data: bytes) -> SweepFile | None:
+    memo = st.session_state.get(OPENED_KEY)
+    if memo is not None and memo[:2] == (name, len(data)):
+        return memo[2]
+    try:
+        opened = load_sweep_file(data, name)
+    except SweepFileError as err:
+        st.session_state.pop(OPENED_KEY, None)
+        st.error(str(err))
+        return None
+    st.session_state[OPENED_KEY] = (name, len(data), opened)
+    return opened
+
+
+def sweep_file_section() -> None:
+    """ "Open a sweep file": its frontier, table and per-task tuner, as if it had run here."""
+    st.subheader("Open a sweep file")
+    upload = st.file_uploader(
+        "A sweep file from `python -m cactus_core sweep --export FILE` (.json or .json.gz)",
+        type=["json", "gz"],
+        key="fr_file_upload",
+    )
+    if upload is None:
+        st.caption("Sweep on a GPU cluster, tune here: docs/scale.md says how.")
+        return
+    opened = _opened(upload.name, upload.getvalue())
+    if opened is None:
+        return
+    result = opened.result
+    st.caption(opened.caption() + " Pair: " + opened.pair)
+    fig = ff.frontier_chart(result.rows(), "tokens_per_call",
+                            title="sweep file: tokens per call vs emitted KL")  # fmt: skip
+    st.plotly_chart(fig, key="fr_file_tpc")
+    st.markdown("##### Tuner per task")
+    task_tuner(result, "fr_file_tune")
+
+
+@st.cache_resource(show_spinner="Starting the Ray workers…")
+def _ray_backend(pair_key: tuple, kwargs_items: tuple) -> RayBackend | None:
+    from cactus_core.experiments.sweep_ray import backend_from_env
+
+    return backend_from_env(dict(kwargs_items))
+
+
+def ray_backend(s: AppSettings) -> RayBackend | None:
+    """The operator's Ray backend for this pair (one per pair, kept across reruns), or None
+    when CACTUS_LAB_RAY_ADDRESS is unset or a public deployment does not allow it."""
+    from cactus_core.experiments.sweep_ray import ray_address
+
+    if ray_address() is None:
+        return None
+    from pages._common import pair_load_kwargs
+
+    kwargs = pair_load_kwargs(s)
+    return _ray_backend(s.pair_key, tuple(sorted(kwargs.items())))
