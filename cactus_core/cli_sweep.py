@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from cactus_core.cli import (
-    _threads,
     add_sampling_args,
     check_output_path,
     check_seed_range,
