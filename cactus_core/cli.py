@@ -356,6 +356,12 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
         "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
     )
+    p.add_argument(
+        "--missing-only",
+        action="store_true",
+        help="with --reference: run only the settings the shipped file lacks (a grid grown "
+        "since it was made) and add them to it, keeping everything it holds",
+    )
     p.add_argument("--format", choices=("json", "csv"), default="json")
     p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     p.add_argument(
@@ -462,7 +468,13 @@ def cmd_reference(args: argparse.Namespace) -> int:
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
     command = f"{ref.REFERENCE_COMMAND} --n-prompts {len(prompts)} --threads {_threads()}"
     start = time.perf_counter()
-    data = ref.build_reference(pair, prompts, command, cache, text_progress(sys.stderr))
+    if args.missing_only:
+        data = ref.read_reference_data()
+        command = f"{ref.REFERENCE_COMMAND} --missing-only --threads {_threads()}"
+        data = ref.augment_reference(pair, data, command, cache, text_progress(sys.stderr))
+        prompts = tuple(builtin_prompts()[: int(data["provenance"]["prompts"])])
+    else:
+        data = ref.build_reference(pair, prompts, command, cache, text_progress(sys.stderr))
     path = ref.write_reference(data, args.output)
     sys.stderr.write(
         f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "
