@@ -506,7 +506,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     tuned = None
     if args.tune_kl is not None:
         tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
-        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
+        flags = f"{tuned.cli_flags()}  " if tuned.value is not None else ""
+        sys.stderr.write(f"tuned ({tuned.status}): {flags}{tuned.message}\n")
     if args.html:
         from cactus_core.app.frontier_figures import figure_html, report_figures
 
@@ -518,7 +519,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         body = json.loads(result.to_json())
         if tuned is not None:
             body["tuned"] = tuned.to_dict()
-            body["tuned"]["cli_flags"] = tuned.cli_flags()
+            body["tuned"]["cli_flags"] = tuned.cli_flags() if tuned.value is not None else None
         text = json.dumps(body, indent=2)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
