@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 from cactus_core.app.frontier_figures import LIMIT_COLOUR, rule_colour
-from cactus_core.engine.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
+from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
 from cactus_core.experiments.reference import Reference, ReferenceSweep
 from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import Trace
+    from cactus_core.engine.decoding.trace import Trace
 
 X_LABEL = "emitted KL per token (nats)"
 Y_LABEL = "tokens per verifier call"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 K_RANGE: tuple[int, ...] = tuple(range(1, 13))
 COSTS_FORMAT = 1
@@ -148,10 +148,10 @@ def measure_costs(
     verifier-only run of the decoder itself (sps, k = 4, no recording)."""
     import torch
 
-    from cactus_core.engine.decoder import SpeculativeDecoder
-    from cactus_core.engine.kv_cache import SequenceCache
-    from cactus_core.engine.pairing import head_vocab
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+    from cactus_core.engine.runtime.kv_cache import SequenceCache
+    from cactus_core.engine.loading.pairing import head_vocab
+    from cactus_core.engine.loading.prompts import builtin_prompts
 
     if max_width < 2:
         raise ValueError(f"max_width must be >= 2, got {max_width}")

@@ -36,7 +36,7 @@ from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param, rule_class
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.experiments.estimate import EstimatedCurve
     from cactus_core.experiments.reference import Reference, ReferenceSweep
 
