@@ -149,9 +149,9 @@ def measure_costs(
     import torch
 
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-    from cactus_core.engine.runtime.kv_cache import SequenceCache
     from cactus_core.engine.loading.pairing import head_vocab
     from cactus_core.engine.loading.prompts import builtin_prompts
+    from cactus_core.engine.runtime.kv_cache import SequenceCache
 
     if max_width < 2:
         raise ValueError(f"max_width must be >= 2, got {max_width}")
