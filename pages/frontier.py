@@ -42,7 +42,7 @@ from cactus_core.experiments.sweep_config import (
 )
 from cactus_core.experiments.tune import tune
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
-from pages import _tuner
+from pages import _k_tuner, _tuner
 from pages._common import get_pair, settings
 
 if TYPE_CHECKING:
@@ -500,6 +500,10 @@ def main() -> None:
     elif shown is not None and not early:
         with tuner_slot.container():
             _tuner.reference_tuner(s, *shown)
+    if mine is not None:
+        _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
+    elif shown is not None:
+        _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])
 
 

@@ -110,9 +110,14 @@ def costs_path(identity: str, device: str, threads: int, root: Path | None = Non
 
 def cached_costs(pair: ModelPair, root: Path | None = None) -> PairCosts | None:
     """The pair's cached costs on its device and the current thread count, or None."""
+    return cached_costs_for(pair.identity, str(pair.device), root)
+
+
+def cached_costs_for(identity: str, device: str, root: Path | None = None) -> PairCosts | None:
+    """The cached costs of the pair with this identity (no model loaded), or None."""
     import torch
 
-    path = costs_path(pair.identity, str(pair.device), torch.get_num_threads(), root)
+    path = costs_path(identity, device, torch.get_num_threads(), root)
     try:
         return PairCosts.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
