@@ -18,6 +18,7 @@ import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, summarize
+from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.experiments.k_tuner import pair_costs, predict_k
 from cactus_core.maths.rules import make_rule
@@ -47,7 +48,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pair = load_pair(device="cpu")
+    # The reference's pair: the embedded verifier with the feature draft in bfloat16.
+    pair = load_pair(device="cpu", **embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("cpu"))
     start = time.perf_counter()
     costs = pair_costs(pair, refresh=True)
     print(f"pair: {pair.identity}")

@@ -1,6 +1,7 @@
 """The refining tuner on the embedded pair: for each emitted KL budget, the answer the runs
 settle on, then that setting measured again on fresh seeds (same prompts), which must be within
-the budget at the upper end of its 95% interval.
+the budget at the upper end of its 95% interval (the tuner keeps one more half-width of room
+above a run's upper bound for this: `TuneStep.guarded`).
 
 The first guess comes from the shipped reference's estimated curve (top-p 1.0); each run is one
 setting on the first --prompts reference prompts × --tokens tokens (T 0.7, k 4, top-p 1.0,
@@ -18,6 +19,7 @@ from dataclasses import replace
 
 import torch
 
+from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.experiments.reference import REFERENCE_SAMPLING, load_reference
@@ -39,7 +41,8 @@ def main() -> None:
     ap.add_argument("--max-runs", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pair = load_pair(device="cpu")
+    # The reference's pair: the embedded verifier with the feature draft in bfloat16.
+    pair = load_pair(device="cpu", **embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("cpu"))
     part = load_reference().for_top_p(1.0)
     assert part is not None
     config = SweepConfig(

@@ -34,9 +34,10 @@ def test_refines_to_a_value_whose_interval_fits(budget: float) -> None:
     res = refine("cactus", budget, first, run, max_runs=6)
     assert res.status == "met", res.message
     assert res.value is not None and res.chosen is not None and res.chosen.source == "run"
-    assert res.measured_kl.hi <= budget
-    # It uses the budget: the true largest fitting delta is (budget / (1.12 a))^(1 / b).
-    best = (budget / (1.12 * 0.68)) ** (1 / 0.35)
+    # the upper bound, with one more half-width for a re-measurement, fits
+    assert res.measured_kl.hi + (res.measured_kl.hi - res.measured_kl.mean) <= budget
+    # It uses the budget: the true largest fitting delta is (budget / (1.24 a))^(1 / b).
+    best = (budget / (1.24 * 0.68)) ** (1 / 0.35)
     assert best / 1.3 <= res.value <= best
     assert len(calls) <= 6 and calls[0] == first
     assert str(res.value) in res.message or f"{res.value:g}" in res.message
@@ -78,7 +79,7 @@ def test_linear_parameter_and_bad_input() -> None:
 
     res = refine("interp", 0.1, 0.5, run, max_runs=8)
     assert res.status in ("met", "runs") and res.value is not None
-    assert 1.1 * 2.0 * res.value**2 <= 0.1 and res.value > 0.15
+    assert 1.2 * 2.0 * res.value**2 <= 0.1 and res.value > 0.15
     with pytest.raises(ValueError, match="tuner works on"):
         refine("tas", 0.1, 0.1, run)
     with pytest.raises(ValueError, match="budget"):

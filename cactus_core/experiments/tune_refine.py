@@ -4,7 +4,8 @@ when it is measured.
 An estimate (a sweep's measured curve, or the shipped reference's) gives the first guess. Then
 real runs refine it (`refine`): each step runs one parameter value on the chosen prompts and
 seeds, and a value fits when the upper end of its measured KL's 95% interval is within the
-budget, so the answer is what a run measured, not an interpolation. The steps keep a bracket
+budget with one more half-width to spare (`TuneStep.guarded`: room for a re-measurement on
+fresh seeds), so the answer is what a run measured, not an interpolation. The steps keep a bracket
 (the largest value that fitted, the smallest that did not) and move by a secant step on
 log(KL) against log(value) (KL grows like a power of delta, about delta^0.35 on the embedded
 pair) or, when that leaves the bracket, by halving it (on a log scale for log-scale
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.tunable)
 
 DEFAULT_MAX_RUNS = 6
+# Half-widths of room left above a run's upper bound for a re-measurement on fresh seeds
+# (`TuneStep.guarded`).
+FRESH_MARGIN = 1.0
 # A fitting run whose KL interval reaches this share of the budget is close enough: the next
 # value up would buy little acceptance for another whole run.
 CLOSE_ENOUGH = 0.85
@@ -62,8 +66,16 @@ class TuneStep:
     speedup: Estimate
     source: str = "run"  # "run": measured now; "sweep"/"reference": measured before
 
+    @property
+    def guarded(self) -> float:
+        """The upper bound plus one more half-width of the interval: a fresh measurement's
+        mean may sit a half-width above this one's, and its own interval reaches another
+        half-width past that, so this is what must stay within the budget for the answer to
+        hold on fresh seeds."""
+        return self.kl.hi + FRESH_MARGIN * (self.kl.hi - self.kl.mean)
+
     def fits(self, budget: float) -> bool:
-        return math.isfinite(self.kl.hi) and self.kl.hi <= budget
+        return math.isfinite(self.guarded) and self.guarded <= budget
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,7 +222,7 @@ def _secant(steps: Sequence[TuneStep], budget: float, spec: Param) -> float | No
         slope = math.log(last.kl.mean / prev.kl.mean) / math.log(last.value / prev.value)
         if math.isfinite(slope):
             power = min(max(slope, 0.1), 2.0)
-    width = last.kl.mean / last.kl.hi if last.kl.hi > 0 else 1.0
+    width = last.kl.mean / last.guarded if last.guarded > 0 else 1.0
     target = budget * AIM * width
     return last.value * (target / last.kl.mean) ** (1.0 / power)
 
@@ -262,8 +274,8 @@ class _Search:
                     lo.value,
                 )
             why = None
-            if lo.kl.hi >= CLOSE_ENOUGH * b:
-                why = f"uses {lo.kl.hi / b:.0%} of the budget at its upper bound"
+            if lo.guarded >= CLOSE_ENOUGH * b:
+                why = f"its upper bound with the fresh-seed margin uses {lo.guarded / b:.0%} of it"
             elif hi is not None and _narrow(self.spec, lo.value, hi.value):
                 why = f"the next value up, {show(hi.value)}, measured up to {hi.kl.hi:.4g}"
             if why is not None:
