@@ -18,6 +18,7 @@ import datetime as dt
 import functools
 import gzip
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -291,6 +292,10 @@ def augment_reference(
     added: list[str] = []
     for part, config in zip(data["sweeps"], reference_configs(prompts), strict=True):
         todo = missing[float(part["top_p"])]
+        # One top-p at a time, where a run must fit a time slot (each part is about an hour).
+        only = os.environ.get("CACTUS_REFERENCE_TOP_P")
+        if only is not None and abs(float(only) - float(part["top_p"])) > 1e-9:
+            continue
         if not todo:
             continue
         config = replace(config, settings=todo)
