@@ -6,7 +6,7 @@ predicted tokens per call and speedup for every k. Then runs at k = 2, 3, 4, 6, 
 prompts, with a verifier-only run, measure both, in one run of this script (decoder without
 recording: record_trace=False, measure_kl=False). Prints a Markdown table.
 
-    .venv/bin/python benchmarks/bench_k_tuner.py [--tokens 48] [--threads 1]
+    .venv/bin/python benchmarks/bench_k_tuner.py [--tokens 48] [--prompts 4] [--threads 1]
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ KS = (2, 3, 4, 6, 8)
 RULES = {"sps": {}, "cactus δ=1": {"name": "cactus", "delta": 1.0}}
 
 
-def run(pair, rule, k: int, tokens: int, plain: bool = False):
+def run(pair, rule, k: int, tokens: int, plain: bool = False, prompts: int = 4):
     dec = SpeculativeDecoder(pair, rule, k=k, temperature=0.7, record_trace=False, measure_kl=False)
     outs = []
-    for i, prompt in enumerate(HELD_OUT):
+    for i, prompt in enumerate(HELD_OUT[:prompts]):
         call = dec.generate_autoregressive if plain else dec.generate
         outs.append(call(prompt, max_new_tokens=tokens, seed=100 + i))
     return summarize(outs), PositionCounts.pooled([o.stats.positions for o in outs])
@@ -45,6 +45,7 @@ def run(pair, rule, k: int, tokens: int, plain: bool = False):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--prompts", type=int, default=len(HELD_OUT))
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -59,7 +60,8 @@ def main() -> None:
         f"{costs.round_overhead_ms:.2f} ms; verifier-only overhead {costs.plain_overhead_ms:.2f} ms"
     )
     run(pair, make_rule("sps"), 4, 8)  # warm-up
-    base, _ = run(pair, make_rule("sps"), 4, args.tokens, plain=True)
+    n = args.prompts
+    base, _ = run(pair, make_rule("sps"), 4, args.tokens, plain=True, prompts=n)
     print()
     print(
         "| rule | k | predicted tokens/call | measured | error | predicted speedup | measured "
@@ -69,10 +71,10 @@ def main() -> None:
     for label, spec in RULES.items():
         spec = dict(spec)
         rule = make_rule(spec.pop("name", "sps"), **spec)
-        _, counts = run(pair, rule, 4, args.tokens)
+        _, counts = run(pair, rule, 4, args.tokens, prompts=n)
         pred = predict_k(counts.conditional(), costs, KS)
         for k in KS:
-            got, _ = run(pair, rule, k, args.tokens)
+            got, _ = run(pair, rule, k, args.tokens, prompts=n)
             tpc, speed = pred.at(k)
             m_tpc = got["tokens_per_call"]
             m_speed = got["tokens_per_s"] / base["tokens_per_s"]
