@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from cactus_core.app.k_view import POSITION_HELP, k_chart, position_chart
+from cactus_core.app.k_view import POSITION_HELP, counts_from_rounds, k_chart, position_chart
 from cactus_core.app.speed_view import cost_parts, explanation, parts_chart, record_share
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.k_tuner import (
@@ -135,4 +135,14 @@ def frontier_k(rows: Sequence[dict[str, Any]], identity: str, pair: ModelPair | 
                                 int(r["position_reached"][0]))  # fmt: skip
         st.plotly_chart(position_chart(counts, f"{pick}: acceptance by position"),
                         key="fr_positions")  # fmt: skip
+        st.caption(POSITION_HELP)
+
+
+def rounds_positions(rounds: Sequence[Any]) -> None:
+    """Step through's summary: acceptance by position over the rounds decoded so far."""
+    counts = counts_from_rounds(rounds)
+    if not counts.rounds:
+        return
+    with st.expander(f"Acceptance by draft position over {counts.rounds} rounds", expanded=False):
+        st.plotly_chart(position_chart(counts), key="step_positions")
         st.caption(POSITION_HELP)

@@ -16,6 +16,7 @@ from cactus_core.app.step_figures import step_figures
 from cactus_core.app.step_through import DEFAULT_PROMPT, StepRun
 from cactus_core.app.step_view import Step, find_step, round_level, round_steps
 from cactus_core.app.transcript import legend_html, transcript_html, transcript_tokens
+from pages import _k_tuner
 from pages._common import get_pair, rule_picker, settings
 from pages._rescue import why_rejected
 
@@ -215,6 +216,8 @@ def main() -> None:
     st.html(legend_html())
     st.html(transcript_html("", transcript_tokens(shown)))
     why_rejected(shown, "step", run.text)
+    if steps[i].kind == "summary":
+        _k_tuner.rounds_positions(shown)
 
 
 main()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cactus_core.app.k_view import counts_from_rounds, k_chart, position_chart
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, summarize
 from tests import recording_snapshot as snap
@@ -54,9 +55,25 @@ def test_per_position_counts_equal_a_brute_count_of_the_trace(tiny_pair) -> None
         emitted = sum(r.num_accepted + 1 for r in out.trace.rounds)
         assert pos.mean_acceptance_length == emitted / rounds
         assert out.stats.to_dict()["acceptance_by_position"]["reached"] == reached
+        assert counts_from_rounds(out.trace.rounds) == pos  # Step through's count
     pooled = summarize(outs)["acceptance_by_position"]
     columns = zip(*(o.stats.position_reached for o in outs), strict=True)
     assert pooled["reached"] == [sum(x) for x in columns]
     lo_hi = PositionCounts.pooled([o.stats.positions for o in outs]).intervals()
     for (lo, hi), rate in zip(lo_hi, pooled["conditional"], strict=True):
         assert lo <= rate <= hi
+
+
+def test_position_and_k_charts_draw_the_counts() -> None:
+    from cactus_core.experiments.k_tuner import predict_k
+    from tests.test_k_tuner import COSTS
+
+    counts = PositionCounts((10, 6, 3), (6, 3, 1), 10)
+    fig = position_chart(counts)
+    assert list(fig.data[0].y) == [0.6, 0.5, 1 / 3] and fig.data[0].text == ("6/10", "3/6", "1/3")
+    assert list(fig.data[1].y) == [0.6, 0.3, 0.1]  # vLLM's: accepted ÷ rounds
+    pred = predict_k(counts.conditional(), COSTS)
+    fig = k_chart({"cactus δ=1": pred})
+    stars = [t for t in fig.data if t.name.startswith("best k")]
+    assert stars and stars[0].x[0] == pred.best_k
+    assert any("extrapolated" in t.name for t in fig.data)

@@ -84,3 +84,39 @@ def test_linear_parameter_and_bad_input() -> None:
         refine("tas", 0.1, 0.1, run)
     with pytest.raises(ValueError, match="budget"):
         refine("cactus", math.nan, 0.1, run)
+
+
+def test_the_tuner_view_shows_every_run_and_the_edge() -> None:
+    from cactus_core.app.tuner_view import range_note, refinement_chart, step_rows
+
+    run, _ = power_law()
+    res = refine("cactus", 0.1, 0.0159, run)
+    rows = step_rows(res)
+    assert [r["run"] for r in rows] == list(range(1, len(res.runs) + 1))
+    assert sum(r["chosen"] for r in rows) == 1 and range_note(res) is None
+    fig = refinement_chart(res)
+    assert fig.layout.xaxis.type == "log" and any(t.name == "budget" for t in fig.data)
+    edge = refine("cactus", 5.0, 3.0, run)
+    assert "At the edge" in range_note(edge)
+
+
+def test_speed_parts_add_up_to_the_speedup_they_imply() -> None:
+    from types import SimpleNamespace
+
+    from cactus_core.app.metrics import speed_comparison
+    from cactus_core.app.speed_view import cost_parts, explanation
+
+    spec = SimpleNamespace(rounds=10, new_tokens=30, verifier_calls=10, draft_calls=40,
+                           wall_s=1.1, prefill_s=0.1, draft_s=0.2, verify_s=0.6, record_s=0.0,
+                           tokens_per_call=3.0, tokens_per_s=30 / 1.1)  # fmt: skip
+    base = SimpleNamespace(rounds=30, new_tokens=30, verifier_calls=30, draft_calls=0,
+                           wall_s=1.6, prefill_s=0.1, draft_s=0.0, verify_s=1.4, record_s=0.0,
+                           tokens_per_call=1.0, tokens_per_s=30 / 1.6)  # fmt: skip
+    cmp = speed_comparison(spec, base, k=4)
+    parts = cost_parts(cmp, c=0.05)
+    step = 1.5 / 30  # one verifier-only token, all included
+    assert parts.verify == pytest.approx(0.06 / step) and parts.draft == pytest.approx(0.02 / step)
+    assert parts.other == pytest.approx(0.02 / step)
+    assert parts.implied_speedup == pytest.approx(3.0 / (0.1 / step))
+    assert parts.modelled_speedup == pytest.approx(3.0 / 1.2)
+    assert "verify pass over 5 tokens" in explanation(parts, cmp.speedup)

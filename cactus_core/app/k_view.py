@@ -4,12 +4,13 @@ predicted speedup against k with the best k marked and the extrapolated k drawn 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from cactus_core.app.frontier_figures import rule_colour
 from cactus_core.engine.decoding.generation import PositionCounts
+from cactus_core.engine.decoding.trace import RoundTrace
 from cactus_core.experiments.k_tuner import KPrediction
 
 POSITION_HELP = (
@@ -112,3 +113,18 @@ def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Fig
             hovertemplate=f"best k {best}: %{{y:.2f}}×<extra>{label}</extra>",
         )
     return fig
+
+
+def counts_from_rounds(rounds: Sequence[RoundTrace]) -> PositionCounts:
+    """Per-position counts of the speculative rounds so far, from their draft fates (what Step
+    through has decoded before the run is finished and its stats exist)."""
+    k = max((r.k for r in rounds), default=0)
+    reached, accepted, n = [0] * k, [0] * k, 0
+    for r in rounds:
+        if r.k == 0:
+            continue
+        n += 1
+        for j, fate in enumerate(r.draft_fates):
+            reached[j] += fate in ("accepted", "rejected")
+            accepted[j] += fate == "accepted"
+    return PositionCounts(tuple(reached), tuple(accepted), n)
