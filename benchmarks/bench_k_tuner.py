@@ -72,7 +72,7 @@ def main() -> None:
         spec = dict(spec)
         rule = make_rule(spec.pop("name", "sps"), **spec)
         _, counts = run(pair, rule, 4, args.tokens, prompts=n)
-        pred = predict_k(counts.conditional(), costs, KS)
+        pred = predict_k(counts.conditional(), costs, KS, reached=counts.reached)
         for k in KS:
             got, _ = run(pair, rule, k, args.tokens, prompts=n)
             tpc, speed = pred.at(k)

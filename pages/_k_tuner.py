@@ -48,7 +48,7 @@ def run_positions(run: DecodeRun, pair: ModelPair | None) -> None:
         if costs is None:
             measure_button(pair, "dec_measure_costs")
             return
-        pred = predict_k(counts.conditional(), costs)
+        pred = predict_k(counts.conditional(), costs, reached=counts.reached)
         k = run.settings.k
         st.plotly_chart(k_chart({run.output.trace.meta["rule_label"]: pred}), key="dec_k_chart")
         tpc, speed = pred.at(pred.best_k)
@@ -65,7 +65,8 @@ def best_k_caption(run: DecodeRun | None, pair: ModelPair | None) -> None:
     costs = cached_costs(pair)
     if costs is None:
         return
-    pred = predict_k(run.output.stats.positions.conditional(), costs)
+    counts = run.output.stats.positions
+    pred = predict_k(counts.conditional(), costs, reached=counts.reached)
     st.caption(
         f"k tuner: best k = {pred.best_k} for the last run's rule and setting "
         f"(you have k = {run.settings.k}); see “Acceptance by draft position”."
@@ -93,7 +94,7 @@ def row_prediction(row: dict[str, Any], costs: Any) -> KPrediction | None:
     them, else from its pooled acceptance (every k then extrapolated)."""
     rates = row.get("acceptance_by_position")
     if rates and rates[0] is not None:
-        return predict_k(rates, costs)
+        return predict_k(rates, costs, reached=row.get("position_reached"))
     acc = row.get("acceptance_rate")
     if acc is None:
         return None

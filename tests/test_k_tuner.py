@@ -36,8 +36,8 @@ def simulate(k: int, rounds: int, seed: int) -> tuple[list[int], list[int], floa
 def test_prediction_from_a_k4_run_matches_runs_at_other_k() -> None:
     reached, accepted, _, _ = simulate(4, 40_000, seed=0)
     rates = [a / r for a, r in zip(accepted, reached, strict=True)]
-    pred = predict_k(rates, COSTS)
-    assert pred.measured_positions == 4
+    pred = predict_k(rates, COSTS, reached=reached)
+    assert pred.measured_positions == 4 and reached[3] >= 50  # the last position alone
     assert not pred.extrapolated(4) and pred.extrapolated(5)
     assert "extrapolated" in pred.how()
     for k in (2, 3, 4, 6, 8):
@@ -51,6 +51,13 @@ def test_prediction_from_a_k4_run_matches_runs_at_other_k() -> None:
     # The true optimum under these rates and costs, by brute force over k.
     truth = [expected_tokens(TRUE_RATES, k) * COSTS.plain_ms / COSTS.round_ms(k) for k in pred.ks]
     assert pred.best_k == pred.ks[int(np.argmax(truth))]
+
+
+def test_a_rarely_reached_last_position_is_pooled_with_those_before() -> None:
+    pred = predict_k([0.8, 0.7, 1.0], COSTS, reached=[100, 80, 2])
+    # 2 drafts at position 3 are too few: it pools with position 2 (56 + 2 of 82)
+    assert pred.rates[3] == pytest.approx((0.7 * 80 + 1.0 * 2) / 82)
+    assert pred.rates[:3] == (0.8, 0.7, 1.0)
 
 
 def test_pooled_rates_and_bad_input() -> None:

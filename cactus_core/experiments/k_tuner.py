@@ -18,8 +18,9 @@ speedup(k) = E(k)·(v(1) + o_1) / T(k). `PairCosts` measures v(1..13), d, o and 
 pair, device and thread count and caches them on disk with the pair's identity.
 
 Positions past those a run measured (a run at k = 4 measures 1..4) are extrapolated: they
-take the last measured position's conditional rate (conditional rates on the embedded pair
-rise slowly with the position, so this leans low). A prediction says which k are extrapolated.
+take the last measured position's conditional rate, pooled with the positions before it until
+at least MIN_TAIL_DRAFTS drafts stand behind it (a short run reaches its last position
+rarely). A prediction says which k are extrapolated.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
 K_RANGE: tuple[int, ...] = tuple(range(1, 13))
+# Drafts behind the rate that extrapolated positions repeat (see `extend_rates`).
+MIN_TAIL_DRAFTS = 50
 COSTS_FORMAT = 1
 
 
@@ -236,8 +239,8 @@ class KPrediction:
         if m >= max(self.ks):
             return f"Every position up to k = {max(self.ks)} was measured."
         return (
-            f"Positions 1–{m} measured; k > {m} extrapolated with position {m}'s conditional "
-            f"rate ({self.rates[m - 1]:.3f}) at every later position."
+            f"Positions 1–{m} measured; k > {m} extrapolated with the conditional rate of the "
+            f"last positions ({self.rates[m]:.3f}) at every later position."
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,9 +257,15 @@ class KPrediction:
         }
 
 
-def extend_rates(rates: Sequence[float | None], k_max: int) -> tuple[tuple[float, ...], int]:
+def extend_rates(
+    rates: Sequence[float | None],
+    k_max: int,
+    reached: Sequence[int] | None = None,
+) -> tuple[tuple[float, ...], int]:
     """Conditional rates at positions 1..k_max: the measured ones (up to the first position
-    no round reached), then the last measured one repeated; and how many were measured."""
+    no round reached), then one rate repeated; and how many were measured. The repeated rate is
+    the last position's, or, when fewer than MIN_TAIL_DRAFTS drafts reached it (`reached`,
+    per position), the rate pooled over the last positions that together had that many."""
     measured: list[float] = []
     for r in rates:
         if r is None or not math.isfinite(r):
@@ -264,7 +273,16 @@ def extend_rates(rates: Sequence[float | None], k_max: int) -> tuple[tuple[float
         measured.append(min(max(float(r), 0.0), 1.0))
     if not measured:
         raise ValueError("no measured per-position acceptance to predict from")
-    out = measured[:k_max] + [measured[-1]] * max(0, k_max - len(measured))
+    tail = measured[-1]
+    if reached is not None:
+        n = list(reached[: len(measured)])
+        acc, got, j = 0.0, 0, len(measured)
+        while j > 0 and got < MIN_TAIL_DRAFTS:
+            j -= 1
+            acc += measured[j] * n[j]
+            got += n[j]
+        tail = acc / got if got else tail
+    out = measured[:k_max] + [tail] * max(0, k_max - len(measured))
     return tuple(out), min(len(measured), k_max)
 
 
@@ -282,6 +300,7 @@ def predict_k(
     costs: PairCosts,
     ks: Sequence[int] = K_RANGE,
     pooled: bool = False,
+    reached: Sequence[int] | None = None,
 ) -> KPrediction:
     """Tokens per call and speedup at each k from conditional per-position rates (alpha_1,
     alpha_2, …; None where no round reached the position) and the pair's costs. pooled: the
@@ -290,7 +309,7 @@ def predict_k(
     ks = tuple(sorted(set(int(k) for k in ks)))
     if not ks or ks[0] < 1:
         raise ValueError(f"k must be >= 1, got {ks}")
-    full, measured = extend_rates(rates, max(ks))
+    full, measured = extend_rates(rates, max(ks), reached)
     tpc = tuple(expected_tokens(full, k) for k in ks)
     speed = tuple(t * costs.plain_ms / costs.round_ms(k) for t, k in zip(tpc, ks, strict=True))
     return KPrediction(ks, full, measured, tpc, speed, pooled)
