@@ -28,15 +28,20 @@ def cmd_reference(args: argparse.Namespace) -> int:
     pair = cli.load_pair_from_args(args)
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
     # The command as run, model flags included, so the file says which pair it measured.
-    flags = [a for a in args.argv[1:] if a not in ("--reference", "--force")]
+    flags = [a for a in args.argv[1:] if a not in ("--reference", "--force", "--missing-only")]
     if args.threads is None:
         flags += ["--threads", str(cli._threads())]
     command = shlex.join([*ref.REFERENCE_COMMAND.split(), *flags])
     embedded = args.verifier is None and args.draft is None and args.feature_draft is None
     start = time.perf_counter()
-    data = ref.build_reference(
-        pair, prompts, command, cache, text_progress(sys.stderr), embedded=embedded
-    )
+    if args.missing_only:
+        data = ref.read_reference_data()
+        data = ref.augment_reference(pair, data, command, cache, text_progress(sys.stderr))
+        prompts = tuple(builtin_prompts()[: int(data["provenance"]["prompts"])])
+    else:
+        data = ref.build_reference(
+            pair, prompts, command, cache, text_progress(sys.stderr), embedded=embedded
+        )
     path = ref.write_reference(data, args.output)
     sys.stderr.write(
         f"reference: {len(prompts)} prompts in {time.perf_counter() - start:.1f} s, "

@@ -70,6 +70,12 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
     )
     p.add_argument(
+        "--missing-only",
+        action="store_true",
+        help="with --reference: run only the settings the shipped file lacks (a grid grown "
+        "since it was made) and add them to it, keeping everything it holds",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="with --reference and no --output: overwrite the shipped reference file",
@@ -294,8 +300,10 @@ def _tune_outputs(args: argparse.Namespace, pair: Any, config: Any, result: Any,
     extra: dict[str, Any] = {}
     if pair is not None:
         tuned = tune(pair, config, args.tune_kl, args.tune_rule, result, cache)
-        sys.stderr.write(f"tuned: {tuned.cli_flags()}  (emitted KL {tuned.measured_kl.mean:.4f})\n")
-        extra["tuned"] = {**tuned.to_dict(), "cli_flags": tuned.cli_flags()}
+        flags = f"{tuned.cli_flags()}  " if tuned.value is not None else ""
+        sys.stderr.write(f"tuned ({tuned.status}): {flags}{tuned.message}\n")
+        cli_flags = tuned.cli_flags() if tuned.value is not None else None
+        extra["tuned"] = {**tuned.to_dict(), "cli_flags": cli_flags}
     answers = answers_by_task(result, args.tune_rule, args.tune_kl)
     sys.stderr.write(
         f"read off the sweep, emitted KL <= {args.tune_kl:g} ({args.tune_rule}):\n"

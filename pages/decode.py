@@ -43,6 +43,7 @@ from cactus_core.app.transcript import (
 )
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
+from pages import _k_tuner
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
 from pages._rescue import why_rejected
 
@@ -250,6 +251,7 @@ def speed(run: DecodeRun, expanded: bool) -> None:
                 f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier "
                 f"forward). The model with it: {cmp.modelled_with_measured_c:.2f}×."
             )
+        _k_tuner.speed_parts(run, c_value)
         with st.popover("Metric definitions"):
             for name, text in METRIC_HELP.items():
                 st.markdown(f"**{name}**: {text}")
@@ -371,7 +373,7 @@ def replay(run: DecodeRun) -> None:
             st.rerun()
 
 
-def show_run(run: DecodeRun, compared: bool) -> None:
+def show_run(run: DecodeRun, compared: bool, pair: ModelPair | None = None) -> None:
     """The finished run below the transcript: summary, speed, rounds, inspector, replay and
     export."""
     st.caption(run.caption())
@@ -379,6 +381,7 @@ def show_run(run: DecodeRun, compared: bool) -> None:
     if note:
         st.caption(note)
     speed(run, compared)
+    _k_tuner.run_positions(run, pair)
     st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
     col_rounds, col_inspect = st.columns([6, 5], gap="large")
     with col_rounds:
@@ -409,6 +412,7 @@ def main() -> None:
     )
     f = form(s)
     pair = get_pair(s)
+    _k_tuner.best_k_caption(st.session_state.get(LAST_RUN_KEY), pair)
     if pair is None:
         return
     counters = st.empty()
@@ -422,7 +426,7 @@ def main() -> None:
         slots.transcript.info("Press Generate to decode the prompt.")
     else:
         with slots.body.container():
-            show_run(run, f.compare)
+            show_run(run, f.compare, pair)
 
 
 main()

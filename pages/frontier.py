@@ -16,13 +16,12 @@ import streamlit as st
 from cactus_core.app import frontier_figures as ff
 from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_sweep_size
 from cactus_core.app.metrics import METRIC_HELP
-from cactus_core.app.reference_view import answer_budget, reference_part
+from cactus_core.app.reference_view import reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
     Reference,
     ReferenceSweep,
-    confirm_config,
     load_reference,
 )
 from cactus_core.experiments.sweep import (
@@ -36,14 +35,14 @@ from cactus_core.experiments.sweep import (
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import (
     BASELINE,
-    Setting,
     SweepConfig,
     parse_grid,
     parse_tagged_prompt_file,
     settings_from_grids,
 )
-from cactus_core.experiments.tune import TuneResult, tune
+from cactus_core.experiments.tune import tune
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
+from pages import _k_tuner, _tuner
 from pages._common import get_pair, settings
 from pages._sweep_file import ray_backend, sweep_file_section, task_tuner
 
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
 OWN_TUNER_KEY = "fr_own_tuner"  # whether the last run showed the user's own tuner
-CONFIRMED_KEY = "fr_ref_confirmed"  # (setting id, top-p, SettingResult of the confirming run)
 PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
@@ -357,38 +355,6 @@ def outputs(result: SweepResult, config: SweepConfig, selected: str | None) -> N
 
 
 # ---------------------------------------------------------------------------- tuner
-def show_tuned(res: TuneResult, result: SweepResult) -> None:
-    m1, m2, m3 = st.columns(3)
-    m1.metric(res.param, f"{res.value:.4g}")
-    m2.metric(
-        "measured emitted KL",
-        f"{res.measured_kl.mean:.4f}",
-        help=f"95% interval over prompts {res.measured_kl.lo:.4f} – {res.measured_kl.hi:.4f}",
-    )
-    m3.metric("tokens per call", f"{res.tokens_per_call.mean:.2f}")
-    if res.confirmed:
-        runs = f"{len(res.tries)} run{'s' if len(res.tries) != 1 else ''}"
-        st.success(f"{res.param} = {res.value:.4g} met the budget on its confirming run ({runs}).")
-    else:
-        st.warning("No confirming run met the budget; this is the largest measured value that did.")
-    own = [x for x in result.settings if x.setting.rule == res.rule]
-    fig = ff.tuner_chart(
-        [x.setting.value for x in own],
-        [x.estimate("emitted_kl").mean for x in own],
-        res.kl_budget,
-        param=res.param,
-        rule=res.rule,
-        tries=res.tries,
-        chosen=res.value,
-    )
-    st.plotly_chart(fig, key="fr_tune_chart")
-    st.markdown("CLI flags (`python -m cactus_core generate`):")
-    st.code(res.cli_flags(), language="bash")
-    st.download_button(
-        "Tuned setting as JSON", res.to_json(), "tuned.json", "application/json", key="fr_dl_tune"
-    )
-
-
 @st.fragment
 def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: SweepCache) -> None:
     """The parameter that meets a KL budget; tuning redraws this part alone."""
@@ -406,18 +372,23 @@ def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: Swee
     go_tune = t3.button("Find the parameter", icon=":material/target:", key="fr_tune")
     sweep_key = (pair.identity, config, rule, budget)
     if go_tune:
-        with st.spinner("Interpolating, then confirming with one run on the same prompts…"):
-            try:
-                st.session_state[TUNED_KEY] = (
-                    sweep_key,
-                    tune(pair, config, budget, rule, result, cache),
-                )
-            except ValueError as err:
-                st.session_state.pop(TUNED_KEY, None)
-                st.error(str(err))
+        try:
+            st.session_state[TUNED_KEY] = (
+                sweep_key,
+                _tuner.run_with_progress(
+                    lambda on_step: tune(
+                        pair, config, budget, rule, result, cache, on_step=on_step
+                    ),
+                    budget,
+                    _tuner.rule_param(rule),
+                ),
+            )
+        except ValueError as err:
+            st.session_state.pop(TUNED_KEY, None)
+            st.error(str(err))
     tuned = st.session_state.get(TUNED_KEY)
     if tuned is not None and tuned[0] == sweep_key:
-        show_tuned(tuned[1], result)
+        _tuner.show_result(tuned[1], "fr_tune")
     if config.task_names:
         st.markdown("##### Per task")
         task_tuner(result, "fr_task_tune")
@@ -469,50 +440,6 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
             key="fr_ref_table",
         )
     return ref, part
-
-
-@st.fragment
-def reference_tuner(s: AppSettings, ref: Reference, part: ReferenceSweep) -> None:
-    """Which setting keeps emitted KL ≤ X: read off the reference curve at once, confirmed by
-    one run on the reference's prompts when asked."""
-    st.subheader("Tuner: the parameter that meets a KL budget (from the reference)")
-    names = [r for r in tunable_rules() if part.rule_rows(r)]
-    t1, t2, t3 = st.columns([1, 1, 1])
-    rule = t1.selectbox("Rule", names, key="fr_ref_rule")
-    budget = t2.number_input(
-        "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f",
-        key="fr_ref_budget",
-    )  # fmt: skip
-    try:
-        ans = answer_budget(part, rule, budget)
-    except ValueError as err:
-        st.error(str(err))
-        return
-    m1, m2, m3 = st.columns(3)
-    m1.metric(ans.param, f"{ans.value:.4g}")
-    m2.metric("reference emitted KL", f"{ans.kl:.4f}")
-    m3.metric("reference tokens per call", f"{ans.tokens_per_call:.2f}")
-    st.caption(
-        "Interpolated between the reference's measured settings. Confirm it with one run of "
-        "that setting on the reference's prompts, seeds and sampling (the model loads first)."
-    )
-    setting = Setting.of(rule, **{ans.param: ans.value})
-    if t3.button("Confirm with a run", icon=":material/play_arrow:", key="fr_ref_confirm"):
-        pair = get_pair(s)
-        if pair is None:
-            return
-        with st.spinner(f"Running {setting.label} on the reference prompts…"):
-            res = run_sweep(pair, confirm_config(ref, part, setting), SweepCache()).settings[0]
-        st.session_state[CONFIRMED_KEY] = (setting.id, part.top_p, res)
-    done = st.session_state.get(CONFIRMED_KEY)
-    if done is not None and done[:2] == (setting.id, part.top_p):
-        kl = done[2].estimate("emitted_kl")
-        tpc = done[2].estimate("tokens_per_call")
-        met = kl.mean <= budget
-        (st.success if met else st.warning)(
-            f"Confirming run: emitted KL {kl.mean:.4f} (95% interval {kl.lo:.4f}–{kl.hi:.4f}), "
-            f"{tpc.mean:.2f} tokens per call — {'meets' if met else 'misses'} the budget."
-        )
 
 
 # ---------------------------------------------------------------------------- page
@@ -574,7 +501,7 @@ def main() -> None:
     early = shown is not None and not st.session_state.get(OWN_TUNER_KEY, False)
     if early:
         with tuner_slot.container():
-            reference_tuner(s, *shown)
+            _tuner.reference_tuner(s, *shown)
     st.divider()
     st.subheader("Your sweep")
     mine = user_sweep(s, shown[1] if shown else None)
@@ -585,7 +512,11 @@ def main() -> None:
             tuner(*mine)
     elif shown is not None and not early:
         with tuner_slot.container():
-            reference_tuner(s, *shown)
+            _tuner.reference_tuner(s, *shown)
+    if mine is not None:
+        _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
+    elif shown is not None:
+        _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

@@ -23,6 +23,7 @@ from cactus_core.app.step_view import (
     step_before,
 )
 from cactus_core.app.transcript import legend_html, transcript_html, transcript_tokens
+from pages import _k_tuner
 from pages._common import get_pair, rule_picker, settings
 from pages._rescue import why_rejected
 
@@ -219,6 +220,8 @@ def main() -> None:
     st.html(legend_html())
     st.html(transcript_html("", transcript_tokens(shown)))
     why_rejected(shown, "step", run.text)
+    if steps[i].kind == "summary":
+        _k_tuner.rounds_positions(shown)
 
 
 main()

@@ -8,8 +8,9 @@ import json
 import pytest
 from test_app_decode import decode_page, generate
 
-from cactus_core.app.reference_view import answer_budget, compact_frontier, marker
+from cactus_core.app.reference_view import compact_frontier, marker
 from cactus_core.experiments.reference import load_reference
+from cactus_core.experiments.tune import first_guess
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
 
@@ -53,7 +54,9 @@ def test_marker_and_budget_answer_on_the_shipped_reference():
     assert low[0] <= high[0] and low[1] <= high[1] + 1e-9
     fig = compact_frontier(part, DEFAULT_RULE, {"delta": 1.0})
     assert any(t.name == "current setting" for t in fig.data)
-    ans = answer_budget(part, DEFAULT_RULE, 0.05)
-    assert ans.param == "delta" and ans.value >= 0
+    ans = first_guess(part, DEFAULT_RULE, 0.05)
+    assert ans.param == "delta" and ans.value >= 0 and ans.source == "estimated curve"
+    assert ans.kl <= 0.05 + 1e-9 and not ans.at_top
+    assert first_guess(part, DEFAULT_RULE, 50.0).at_top  # the whole range fits: at the edge
     with pytest.raises(ValueError, match="no parameter"):
-        answer_budget(part, LOSSLESS_RULE, 0.05)
+        first_guess(part, LOSSLESS_RULE, 0.05)

@@ -94,7 +94,7 @@ def test_clicked_setting_shows_outputs_and_the_tuner_confirms(env):
     at.number_input(key="fr_budget").set_value(0.01)
     at.button(key="fr_tune").click().run()
     assert not at.exception, at.exception
-    assert at.success and "met the budget" in at.success[0].value
+    assert at.success and " fits" in at.success[0].value, [m.value for m in at.warning]
     assert any("--rule cactus --delta" in c.value for c in at.code)
     assert at.metric[0].label == "delta"
 
@@ -125,10 +125,12 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
     assert at.metric[0].label == "delta"
     first = float(at.metric[1].value)
     assert first <= 0.02 + 1e-9 or float(at.metric[0].value) == 0.0
-    # confirmed by a run on request (the tiny pair here; the reference's prompts and seeds)
+    # refined by runs on request (the tiny pair here; the reference's prompts and seeds)
     at.button(key="fr_ref_confirm").click().run()
     assert not at.exception, at.exception
-    assert any("Confirming run" in m.value for m in [*at.success, *at.warning])
+    said = [m.value for m in [*at.success, *at.warning, *at.info, *at.error]]
+    assert any(("fits" in m or "No" in m or "no δ" in m) for m in said), said
+    assert at.dataframe[-1].value["source"].iloc[-1] == "run now"
 
 
 def test_the_reference_tuner_answers_before_the_pair_has_loaded(env, monkeypatch):

@@ -59,6 +59,8 @@ class SpeedComparison:
     tokens_per_call: float
     k: int
     c_measured: float  # draft step ÷ verifier step, wall time on this machine
+    spec_stats: Any = None  # the two runs' GenerationStats (the cost's parts)
+    base_stats: Any = None
 
     @property
     def speedup(self) -> float:
@@ -100,4 +102,6 @@ def speed_comparison(spec_stats: Any, base_stats: Any, k: int) -> SpeedCompariso
         tokens_per_call=spec_stats.tokens_per_call,
         k=k,
         c_measured=draft_cost_ratio(spec_stats),
+        spec_stats=spec_stats,
+        base_stats=base_stats,
     )

@@ -19,7 +19,6 @@ import plotly.graph_objects as go
 from cactus_core.app.frontier_figures import LIMIT_COLOUR, rule_colour
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
-from cactus_core.experiments.frontier import interpolate_param_for_budget
 from cactus_core.experiments.reference import Reference, ReferenceSweep
 from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
 from cactus_core.maths.sampling import SamplingSettings
@@ -189,44 +188,6 @@ def _add_points(fig: go.Figure, rows: Sequence[Mapping[str, Any]], rule: str) ->
 
 def _finite(x: Any) -> bool:
     return x is not None and math.isfinite(float(x))
-
-
-@dataclass(frozen=True)
-class BudgetAnswer:
-    """The rule's parameter whose reference emitted KL meets a budget, read off the curve."""
-
-    rule: str
-    param: str
-    value: float
-    kl: float  # the reference's KL at that value (interpolated between measured points)
-    tokens_per_call: float
-
-
-def answer_budget(part: ReferenceSweep, rule: str, budget: float) -> BudgetAnswer:
-    """The largest value of the rule's parameter whose measured emitted KL (interpolated
-    between the reference's points) stays within budget; ValueError if the rule has no
-    parameter or no reference points."""
-    spec = rule_class(rule).swept()
-    if spec is None:
-        raise ValueError(f"{rule} has no parameter to tune")
-    pts = sorted(
-        (float(r["value"]), float(r["emitted_kl"]), float(r["tokens_per_call"]))
-        for r in part.rule_rows(rule)
-        if _finite(r.get("emitted_kl")) and _finite(r.get("tokens_per_call"))
-    )
-    if not pts:
-        raise ValueError(f"the reference has no measured {rule} points")
-    xs = [v for v, _, _ in pts]
-    value = interpolate_param_for_budget(xs, [k for _, k, _ in pts], budget)
-    kl = _interp(value, xs, [k for _, k, _ in pts])
-    tpc = _interp(value, xs, [t for _, _, t in pts])
-    return BudgetAnswer(rule, spec.name, value, kl, tpc)
-
-
-def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
-    import numpy as np
-
-    return float(np.interp(x, xs, ys))
 
 
 def log_timing(name: str, ms: float) -> None:

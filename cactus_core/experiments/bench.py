@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.generation import acceptance_by_position
+from cactus_core.engine.decoding.generation import PositionCounts, acceptance_by_position
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -81,6 +81,7 @@ class RowResult:
     rejected_q_zero: int = 0
     kl_sum: float = 0.0
     accepted_histogram: list[int] = field(default_factory=list)  # rounds by accepted drafts
+    positions: list[PositionCounts] = field(default_factory=list)  # per prompt
     rounds: int = 0
     draft_s: float = 0.0  # drafting, the feature draft's feed included
     verify_s: float = 0.0
@@ -118,6 +119,7 @@ class RowResult:
             # Why a speculative row is as fast as it is: where its rounds stop, and what a
             # round's draft and verify steps cost.
             "acceptance_by_position": acceptance_by_position(self.accepted_histogram),
+            "positions": PositionCounts.pooled(self.positions).to_dict(),
             "draft_ms_per_round": (
                 1e3 * self.draft_s / self.rounds if self.rounds and speculative else None
             ),
@@ -248,6 +250,7 @@ def run_bench(
                 res.rounds += st.rounds
                 res.draft_s += st.draft_s
                 res.verify_s += st.verify_s
+                res.positions.append(st.positions)
                 hist = st.accepted_histogram
                 res.accepted_histogram += [0] * (len(hist) - len(res.accepted_histogram))
                 for m, n in enumerate(hist):

@@ -395,6 +395,76 @@ def build_reference(
     return {"format": FORMAT, "provenance": provenance, "sweeps": sweeps}
 
 
+def missing_settings(data: dict[str, Any]) -> dict[float, tuple[Setting, ...]]:
+    """Per top-p, the reference settings (`reference_settings`, from the rules' grids) that
+    the stored reference `data` has no row for: what a grid grown since it was made adds."""
+    out = {}
+    for part in data["sweeps"]:
+        have = {row["setting"] for row in part["rows"]}
+        out[float(part["top_p"])] = tuple(s for s in reference_settings() if s.id not in have)
+    return out
+
+
+def augment_reference(
+    pair: ModelPair,
+    data: dict[str, Any],
+    command: str,
+    cache: SweepCache | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> dict[str, Any]:
+    """The stored reference `data` with the settings it lacks (`missing_settings`) run and
+    added, on the same prompts, seeds and sampling, each with its own verifier-only baseline
+    for the speedup. Rows already there, the pooled limit curve and the estimated curves of
+    the old settings are kept as they were; provenance lists what was added, when and how."""
+    if data.get("format") != FORMAT:
+        raise ValueError(f"reference format {data.get('format')!r}, expected {FORMAT}")
+    if data["provenance"]["model"] != pair.identity:
+        raise ValueError("the stored reference was made for another pair; regenerate it whole")
+    from cactus_core.engine.loading.prompts import builtin_prompts
+
+    prompts = tuple(builtin_prompts()[: int(data["provenance"]["prompts"])])
+    missing = missing_settings(data)
+    order = {s.id: i for i, s in enumerate(reference_settings())}
+    added: list[str] = []
+    for part, config in zip(data["sweeps"], reference_configs(prompts), strict=True):
+        todo = missing[float(part["top_p"])]
+        # One top-p at a time, where a run must fit a time slot (each part is about an hour).
+        only = os.environ.get("CACTUS_REFERENCE_TOP_P")
+        if only is not None and abs(float(only) - float(part["top_p"])) > 1e-9:
+            continue
+        if not todo:
+            continue
+        config = replace(config, settings=todo)
+        start = time.perf_counter()
+        result = run_sweep(pair, config, cache, on_progress)
+        body = json.loads(result.to_json(indent=None))
+        new_rows = [r for r in body["rows"] if r["setting"] in {s.id for s in todo}]
+        rows = part["rows"] + new_rows
+        # The verifier-only row first, then the rules' grids in reference_settings' order.
+        part["rows"] = sorted(rows, key=lambda r: order.get(r["setting"], -1))
+        part["own_curves"] += _own_curves(result, config.sampling.k)
+        part["positions"] += sum(r.scored for s in result.settings for r in s.prompts)
+        part["wall_s"] += time.perf_counter() - start
+        added += [f"{s.id}@top_p={part['top_p']:g}" for s in todo]
+    if added:
+        data["provenance"].setdefault("added", []).append(
+            {
+                "settings": added,
+                "command": command,
+                "commit": _commit(),
+                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
+        )
+    return data
+
+
+def read_reference_data(path: Path | str | None = None) -> dict[str, Any]:
+    """The stored reference as the dict `write_reference` wrote."""
+    path = Path(path) if path is not None else REFERENCE_FILE
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
 def _own_curves(result: SweepResult, k: int) -> list[dict[str, Any]]:
     out = []
     for res in result.settings:

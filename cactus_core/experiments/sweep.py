@@ -24,11 +24,12 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.estimate import (
     EstimatedCurve,
     estimate_frontier,
@@ -79,6 +80,11 @@ class PromptRecord:
     scored: int  # positions in the limit sums (decided positions whose token was kept)
     scored_kl_sum: float  # sum of KL(pi ‖ q) over those positions
     expected_accept_sum: float  # sum over them of sum_n p(n)·a(n)
+    # per draft position: drafts that got a decision there, and those accepted
+    # (`GenerationStats.position_reached` / `position_accepted`)
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    spec_rounds: int = 0
 
     @property
     def tokens_per_call(self) -> float:
@@ -136,6 +142,13 @@ class ChunkRecord:
             estimate=EstimatedCurve.from_dict(d["estimate"]) if d.get("estimate") else None,
             estimate_positions=int(d.get("estimate_positions", 0)),
         )
+
+
+def _csv_cell(v: Any) -> Any:
+    """A list (per-position values) as one cell of ';'-separated values; None as empty."""
+    if isinstance(v, list):
+        return ";".join("" if x is None else f"{x:g}" for x in v)
+    return "" if v is None else v
 
 
 def _encode(d: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +230,16 @@ class SettingResult:
         lim = self.limit_acceptance
         return self.expected_acceptance / lim if lim > 0 else math.nan
 
+    @property
+    def positions(self) -> PositionCounts:
+        """Per-position acceptance pooled over the prompts (vLLM's definitions)."""
+        return PositionCounts.pooled(
+            [
+                PositionCounts(tuple(r.position_reached), tuple(r.position_accepted), r.spec_rounds)
+                for r in self.prompts
+            ]
+        )
+
     def own_curve(self, k: int) -> EstimatedCurve | None:
         """The rule's curve estimated on the positions this setting decoded (its chunks'
         curves pooled by positions), or None where the sweep kept none."""
@@ -247,6 +270,11 @@ class SettingResult:
         row["expected_acceptance"] = self.expected_acceptance
         row["limit_acceptance"] = self.limit_acceptance
         row["efficiency"] = self.efficiency
+        pos = self.positions
+        row["acceptance_by_position"] = pos.conditional()
+        row["position_reached"] = list(pos.reached)
+        row["position_accepted"] = list(pos.accepted)
+        row["mean_acceptance_length"] = pos.mean_acceptance_length
         return row
 
 
@@ -340,7 +368,7 @@ class SweepResult:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+            writer.writerow({k: _csv_cell(v) for k, v in r.items()})
         return buf.getvalue()
 
     def outputs(self, setting: Setting | str, prompt_index: int) -> tuple[str, str]:
@@ -552,6 +580,9 @@ def run_chunk(
                 scored=len(kept) if config.limit else 0,
                 scored_kl_sum=kl_sum if config.limit else 0.0,
                 expected_accept_sum=sum(e for _, e, _ in kept) if config.limit else 0.0,
+                position_reached=list(st.position_reached),
+                position_accepted=list(st.position_accepted),
+                spec_rounds=st.spec_rounds,
             )
         )
     curve, positions = _own_curve(probe, outs, setting, config) if own else (None, 0)

@@ -1,81 +1,108 @@
-"""The tuner: the parameter of a rule whose mean emitted KL per token meets a budget,
-interpolated from a sweep and confirmed by running it."""
+"""The tuner's entry points: the first guess (from a sweep's measured points or the shipped
+reference's estimated curve) and the runs that refine it on the chosen prompts
+(`tune_refine.refine`: the search, its stopping rules and its answers)."""
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from cactus_core.experiments.frontier import Estimate, interpolate_param_for_budget
-from cactus_core.experiments.sweep import (
-    Progress,
-    SettingResult,
-    SweepResult,
-    run_sweep,
-)
+from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
-from cactus_core.maths.rules import DEFAULT_RULE, RULES, rule_class
+from cactus_core.experiments.tune_refine import (
+    DEFAULT_MAX_RUNS,
+    STATUSES,
+    TUNABLE_RULES,
+    TuneResult,
+    TuneStep,
+    refine,
+)
+from cactus_core.maths.rules import DEFAULT_RULE, rule_class
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
+    from cactus_core.experiments.estimate import EstimatedCurve
+    from cactus_core.experiments.reference import Reference, ReferenceSweep
 
-# Rules whose swept parameter trades emitted KL for acceptance monotonically.
-TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.tunable)
-
-
-@dataclass
-class TuneResult:
-    """The parameter that meets a KL budget, and the confirming run's measurements."""
-
-    rule: str
-    param: str
-    value: float
-    kl_budget: float
-    measured_kl: Estimate
-    tokens_per_call: Estimate
-    confirmed: bool  # the value comes from a confirming run (not a fallback grid point)
-    tries: list[tuple[float, float]] = field(default_factory=list)  # (value, measured KL)
-    sampling: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def setting(self) -> Setting:
-        return Setting.of(self.rule, **{self.param: self.value})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            self.param: self.value,
-            "kl_budget": self.kl_budget,
-            "measured_emitted_kl": self.measured_kl.to_dict(),
-            "tokens_per_call": self.tokens_per_call.to_dict(),
-            "confirmed": self.confirmed,
-            "tries": [{"value": v, "emitted_kl": _json_num(k)} for v, k in self.tries],
-            "sampling": self.sampling,
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
-
-    def cli_flags(self) -> str:
-        """The flags that reproduce this setting with `python -m cactus_core generate`."""
-        s = self.sampling
-        flags = [f"--rule {self.rule}", f"--{self.param.replace('_', '-')} {self.value:.6g}"]
-        if s:
-            flags += [
-                f"--k {s['k']}",
-                f"--temperature {s['temperature']:g}",
-                f"--top-k {s['top_k']}",
-                f"--top-p {s['top_p']:g}",
-            ]
-        return " ".join(flags)
+__all__ = [
+    "DEFAULT_MAX_RUNS",
+    "STATUSES",
+    "TUNABLE_RULES",
+    "FirstGuess",
+    "TuneResult",
+    "TuneStep",
+    "first_guess",
+    "reference_tune",
+    "refine",
+    "tune",
+]
 
 
-def _json_num(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+# ------------------------------------------------------------------------------ first guesses
+
+
+def guess_from_points(values: Sequence[float], kls: Sequence[float], kl_budget: float) -> float:
+    """The first guess: the largest value whose measured KL, interpolated between measured
+    points on the parameter's scale, stays within the budget (`interpolate_param_for_budget`)."""
+    return interpolate_param_for_budget(values, kls, kl_budget)
+
+
+def guess_from_curve(curve: EstimatedCurve, kl_budget: float) -> float:
+    """The first guess read off an estimated curve: the largest value whose KL per emitted
+    token, read the way the curve reads itself (`EstimatedCurve.at`, log-spaced parameters in
+    log space, made monotone by a running maximum), stays within the budget."""
+    xs = np.asarray(curve.values, dtype=np.float64)
+    ys = np.asarray(curve.kl_token, dtype=np.float64)
+    keep = np.isfinite(xs) & ~np.isnan(ys)
+    xs, ys = xs[keep], ys[keep]
+    if xs.size == 0:
+        raise ValueError(f"the estimated {curve.rule} curve has no points")
+    order = np.argsort(xs)
+    xs, ys = xs[order], np.maximum.accumulate(ys[order])
+    if ys[0] > kl_budget:
+        return float(xs[0])
+    if ys[-1] <= kl_budget:
+        return float(xs[-1])
+    j = int(np.argmax(ys > kl_budget))  # first point over budget; j >= 1
+    lo, hi = float(xs[j - 1]), float(xs[j])
+    for _ in range(60):  # bisection between the two points, on the curve's own reading
+        mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * (lo + hi)
+        if curve.at(mid, "kl_token") <= kl_budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _sampling_of(config: SweepConfig) -> dict[str, Any]:
+    s = config.decoding()
+    return {k: s[k] for k in ("k", "temperature", "top_k", "top_p", "max_new_tokens", "seed")}
+
+
+def _runner(
+    pair: ModelPair,
+    config: SweepConfig,
+    rule: str,
+    param: str,
+    cache: SweepCache | None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> Callable[[float], TuneStep]:
+    """run(value): one setting on config's prompts and seeds (the verifier-only baseline
+    comes from the cache after the first run)."""
+
+    def run(value: float) -> TuneStep:
+        v = int(value) if rule_class(rule).swept().integer else float(value)  # type: ignore[union-attr]
+        setting = Setting.of(rule, **{param: v})
+        res = run_sweep(pair, replace(config, settings=(setting,)), cache, on_progress)
+        return TuneStep.of(value, res.settings[0])
+
+    return run
 
 
 def tune(
@@ -85,96 +112,145 @@ def tune(
     rule: str = DEFAULT_RULE,
     sweep: SweepResult | None = None,
     cache: SweepCache | None = None,
-    max_confirm: int = 4,
+    max_runs: int = DEFAULT_MAX_RUNS,
     on_progress: Callable[[Progress], None] | None = None,
+    on_step: Callable[[TuneStep, int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TuneResult:
-    """The rule's parameter whose mean emitted KL per token meets kl_budget, confirmed.
-
-    Interpolates the measured curve (KL against the parameter, from `sweep` or from a sweep of
-    config's settings for this rule), then runs that value on the same prompts and seeds. If
-    the confirming run overshoots the budget, it brackets and tries again, up to max_confirm
-    runs in all; failing that it returns the largest value whose run met the budget
-    (confirmed=False; at parameter 0 the Cactus rules are lossless, so with 0 in the grid one
-    always exists).
-    """
+    """The rule's parameter whose measured emitted KL per token meets kl_budget on config's
+    prompts and seeds: the first guess interpolated from `sweep` (or from a sweep of the
+    rule's grid), then refined by runs (`refine`)."""
     if rule not in TUNABLE_RULES:
         raise ValueError(f"the tuner works on {', '.join(TUNABLE_RULES)}; got {rule!r}")
     if not (math.isfinite(kl_budget) and kl_budget >= 0):
         raise ValueError(f"KL budget must be a number >= 0, got {kl_budget}")
     swept = rule_class(rule).swept()
-    assert swept is not None  # every tunable rule has a parameter
-    param = swept.name
+    assert swept is not None
     if sweep is None:
         own = [s for s in config.settings if s.rule == rule]
         if not own:
             own = settings_from_grids({rule: swept.grid})
         sweep = run_sweep(pair, replace(config, settings=tuple(own)), cache, on_progress)
-    known: dict[float, SettingResult] = {
-        float(s.setting.value): s for s in sweep.settings if s.setting.rule == rule
-    }
-    if not known:
+    measured = [
+        TuneStep.of(float(s.setting.value), s, "sweep")
+        for s in sweep.settings
+        if s.setting.rule == rule
+    ]
+    if not measured:
         raise ValueError(f"the sweep has no {rule} settings to interpolate")
+    # The guess aims the mean below the budget by the sweep's typical interval width.
+    first = guess_from_points([m.value for m in measured], [m.kl.hi for m in measured], kl_budget)
+    return refine(
+        rule,
+        kl_budget,
+        first,
+        _runner(pair, config, rule, swept.name, cache),
+        measured,
+        max_runs,
+        on_step,
+        should_stop,
+        _sampling_of(config),
+    )
 
-    def kl_of(res: SettingResult) -> float:
-        return res.estimate("emitted_kl").mean
 
-    tries: list[tuple[float, float]] = []
-    grid = sorted(known)
-    value = interpolate_param_for_budget(grid, [kl_of(known[v]) for v in grid], kl_budget)
-    for overshoots in range(max_confirm):
-        if value not in known:
-            known[value] = _confirm(pair, config, Setting.of(rule, **{param: value}), cache)
-        kl_now = kl_of(known[value])
-        tries.append((value, kl_now))
-        if kl_now <= kl_budget:
-            return _tuned(rule, param, value, kl_budget, known[value], True, tries, config)
-        # Overshot: bracket the budget between the largest value known to fit and the
-        # smallest one above it known not to, and take a regula falsi step. KL is concave in
-        # delta, so plain regula falsi creeps up from above; halving the kept end's weight
-        # per overshoot (the Illinois rule) makes the next try land on the fitting side.
-        fitting = [v for v in known if kl_of(known[v]) <= kl_budget]
-        if not fitting:
-            break
-        lo = max(fitting)
-        hi = min(v for v in known if v > lo)
-        f_lo = (kl_of(known[lo]) - kl_budget) * 0.5 ** (overshoots + 1)
-        f_hi = kl_of(known[hi]) - kl_budget
-        if not math.isfinite(f_hi) or f_hi <= f_lo:
-            value = 0.5 * (lo + hi)
-        else:
-            value = lo + (hi - lo) * (-f_lo) / (f_hi - f_lo)
-        if value in known:
-            break
-    fits = [v for v, res in known.items() if kl_of(res) <= kl_budget]
-    if not fits:
-        raise ValueError(
-            f"no {rule} setting meets an emitted KL of {kl_budget:g} nats per token; "
-            f"add a smaller {param} to the grid"
+@dataclass(frozen=True)
+class FirstGuess:
+    """The estimate's answer for a budget, before any run: the largest value whose estimated
+    KL per emitted token stays within the budget."""
+
+    rule: str
+    param: str
+    value: float
+    kl: float  # the estimate's KL per emitted token at that value
+    tokens_per_call: float
+    source: str  # "estimated curve" or "measured points" (interpolated between them)
+    at_top: bool  # the whole range fits by the estimate
+
+    @property
+    def at_bottom(self) -> bool:
+        return self.kl > 0 and not self.at_top and self.value <= 0
+
+
+def first_guess(part: ReferenceSweep, rule: str, kl_budget: float) -> FirstGuess:
+    """The reference's answer for a budget: read off the rule's estimated curve (every value
+    of the parameter, from the positions of the reference's own runs), or interpolated between
+    its measured points where it has no curve. ValueError for a rule without a parameter or
+    without reference points."""
+    spec = rule_class(rule).swept()
+    if spec is None:
+        raise ValueError(f"{rule} has no parameter to tune")
+    if not (math.isfinite(kl_budget) and kl_budget >= 0):
+        raise ValueError(f"KL budget must be a number >= 0, got {kl_budget}")
+    curve = None if part.estimate is None else part.estimate.curves.get(rule)
+    if curve is not None:
+        value = guess_from_curve(curve, kl_budget)
+        kl, tpc = curve.at(value, "kl_token"), curve.at(value, "tokens_per_call")
+        source = "estimated curve"
+        top = float(np.nanmax(curve.values))
+    else:
+        pts = sorted(
+            (float(r["value"]), float(r["emitted_kl"]), float(r["tokens_per_call"]))
+            for r in part.rule_rows(rule)
+            if r.get("emitted_kl") is not None and r.get("tokens_per_call") is not None
         )
-    value = max(fits)
-    return _tuned(rule, param, value, kl_budget, known[value], False, tries, config)
+        if not pts:
+            raise ValueError(f"the reference has no measured {rule} points")
+        xs = [v for v, _, _ in pts]
+        value = guess_from_points(xs, [k for _, k, _ in pts], kl_budget)
+        kl = float(np.interp(value, xs, [k for _, k, _ in pts]))
+        tpc = float(np.interp(value, xs, [t for _, _, t in pts]))
+        source, top = "measured points", max(xs)
+    return FirstGuess(rule, spec.name, value, kl, tpc, source, value >= top and kl <= kl_budget)
 
 
-def _tuned(
+def reference_tune(
+    pair: ModelPair,
+    ref: Reference,
+    part: ReferenceSweep,
     rule: str,
-    param: str,
-    value: float,
     kl_budget: float,
-    res: SettingResult,
-    confirmed: bool,
-    tries: list[tuple[float, float]],
-    config: SweepConfig,
+    cache: SweepCache | None = None,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    on_step: Callable[[TuneStep, int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TuneResult:
-    s = config.decoding()
-    sampling = {k: s[k] for k in ("k", "temperature", "top_k", "top_p", "max_new_tokens", "seed")}
-    return TuneResult(
-        rule, param, value, kl_budget, res.estimate("emitted_kl"),
-        res.estimate("tokens_per_call"), confirmed, tries, sampling,
-    )  # fmt: skip
+    """The tuner on the reference's prompts, seeds and sampling: the first guess from the
+    rule's estimated curve (or its measured points), refined by runs on the reference's
+    prompts (`reference.confirm_config`)."""
+    from cactus_core.experiments.reference import confirm_config
+
+    spec = rule_class(rule).swept()
+    if spec is None or rule not in TUNABLE_RULES:
+        raise ValueError(f"the tuner works on {', '.join(TUNABLE_RULES)}; got {rule!r}")
+    rows = [
+        r
+        for r in part.rule_rows(rule)
+        if r.get("emitted_kl") is not None and r.get("emitted_kl_hi") is not None
+    ]
+    first = first_guess(part, rule, kl_budget).value
+    config = confirm_config(ref, part, Setting.of(rule))
+    measured = [_reference_step(r) for r in rows]
+    return refine(
+        rule,
+        kl_budget,
+        first,
+        _runner(pair, config, rule, spec.name, cache),
+        measured,
+        max_runs,
+        on_step,
+        should_stop,
+        _sampling_of(config),
+    )
 
 
-def _confirm(
-    pair: ModelPair, config: SweepConfig, setting: Setting, cache: SweepCache | None
-) -> SettingResult:
-    """One setting on the sweep's prompts and seeds (the baseline chunks come from the cache)."""
-    return run_sweep(pair, replace(config, settings=(setting,)), cache).settings[0]
+def _reference_step(row: Mapping[str, Any]) -> TuneStep:
+    def est(name: str) -> Estimate:
+        def num(key: str) -> float:
+            v = row.get(key)
+            return math.nan if v is None else float(v)
+
+        return Estimate(num(name), num(f"{name}_lo"), num(f"{name}_hi"), int(row["prompts"]))
+
+    return TuneStep(
+        float(row["value"]), est("emitted_kl"), est("tokens_per_call"), est("speedup"), "reference"
+    )

@@ -4,6 +4,7 @@ of a streaming generation (`DecodeStream`). The metrics follow DESIGN.md's defin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,10 @@ class GenerationStats:
     rejected_q_zero: int = 0  # rejected drafts the verifier gave q_n = 0 (outside its support)
     # rounds by m, their accepted drafts: index 0 .. k (speculative rounds only)
     accepted_histogram: list[int] = field(default_factory=list)
+    # per draft position j = 1, 2, … (index j - 1): drafts that reached a decision there (every
+    # earlier draft of the round accepted), and those accepted; see `PositionCounts`
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
     kl_sum: float = 0.0  # sum of KL(pi ‖ q) over the positions whose token was emitted
     nll_sum: float = 0.0  # the verifier's NLL of the emitted tokens (T = 1, nats)
     kl_measured: bool = True
@@ -64,9 +69,90 @@ class GenerationStats:
         """New tokens ÷ wall time (prefill included); in a batch, the batch's throughput."""
         return self.batch_new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def positions(self) -> PositionCounts:
+        return PositionCounts(
+            tuple(self.position_reached), tuple(self.position_accepted), self.spec_rounds
+        )
+
+    @property
+    def spec_rounds(self) -> int:
+        """Speculative rounds (verifier-only steps left out)."""
+        return sum(self.accepted_histogram)
+
     def to_dict(self) -> dict[str, Any]:
         derived = ("tokens_per_call", "acceptance_rate", "mean_emitted_kl", "tokens_per_s")
-        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+        return {
+            **asdict(self),
+            **{name: getattr(self, name) for name in derived},
+            "acceptance_by_position": self.positions.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class PositionCounts:
+    """Acceptance at each draft position, in vLLM's definitions (its counters
+    `num_accepted_tokens_per_pos` and `num_drafts`; DESIGN.md "Per-position acceptance"):
+
+    - reached[j]: drafts at position j + 1 that got a decision (the round's drafts 1..j were
+      accepted); accepted[j]: those accepted. vLLM's per-position counter is accepted[j].
+    - conditional rate at position j + 1: accepted[j] ÷ reached[j], the draft's quality there;
+    - unconditional rate (vLLM's "acceptance per position"): accepted[j] ÷ rounds;
+    - mean acceptance length (vLLM's): 1 + the sum of the unconditional rates, which is the
+      tokens per verifier call before EOS or the token budget cut a round.
+    """
+
+    reached: tuple[int, ...]
+    accepted: tuple[int, ...]
+    rounds: int
+
+    @classmethod
+    def pooled(cls, counts: list[PositionCounts]) -> PositionCounts:
+        width = max((len(c.reached) for c in counts), default=0)
+
+        def total(name: str) -> tuple[int, ...]:
+            out = [0] * width
+            for c in counts:
+                for j, n in enumerate(getattr(c, name)):
+                    out[j] += n
+            return tuple(out)
+
+        return cls(total("reached"), total("accepted"), sum(c.rounds for c in counts))
+
+    def conditional(self) -> list[float | None]:
+        return [a / r if r else None for a, r in zip(self.accepted, self.reached, strict=True)]
+
+    def unconditional(self) -> list[float | None]:
+        return [a / self.rounds if self.rounds else None for a in self.accepted]
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        if not self.rounds:
+            return None
+        return 1.0 + sum(self.accepted) / self.rounds
+
+    def intervals(self, z: float = 1.96) -> list[tuple[float, float] | None]:
+        """Wilson 95% intervals of the conditional rates (None where no draft got there)."""
+        out: list[tuple[float, float] | None] = []
+        for a, n in zip(self.accepted, self.reached, strict=True):
+            if not n:
+                out.append(None)
+                continue
+            p = a / n
+            centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+            half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+            out.append((max(0.0, centre - half), min(1.0, centre + half)))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reached": list(self.reached),
+            "accepted": list(self.accepted),
+            "rounds": self.rounds,
+            "conditional": self.conditional(),
+            "unconditional": self.unconditional(),
+            "mean_acceptance_length": self.mean_acceptance_length,
+        }
 
 
 def acceptance_by_position(histogram: list[int]) -> list[float | None]:
@@ -121,6 +207,7 @@ def summarize(outputs: list[GenerationOutput]) -> dict[str, Any]:
         "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
         "record_s": sum(r for _, r in clocks.values()),
+        "acceptance_by_position": PositionCounts.pooled([s.positions for s in stats]).to_dict(),
     }
 
 

@@ -173,3 +173,11 @@ def count_draft(st: GenerationStats, h: HostRound) -> None:
     if len(st.accepted_histogram) <= h.k:
         st.accepted_histogram += [0] * (h.k + 1 - len(st.accepted_histogram))
     st.accepted_histogram[m] += 1
+    if len(st.position_reached) < h.k:
+        grow = [0] * (h.k - len(st.position_reached))
+        st.position_reached += grow
+        st.position_accepted += list(grow)
+    for j in range(h.decided):
+        st.position_reached[j] += 1
+    for j in range(m):
+        st.position_accepted[j] += 1

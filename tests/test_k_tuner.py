@@ -1,0 +1,71 @@
+"""The k tuner against a synthetic pair whose per-position acceptance and costs are known:
+rounds are simulated position by position, timed by the cost model, and the prediction made
+from a k = 4 run's counts must match what runs at other k give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cactus_core.experiments.k_tuner import PairCosts, expected_tokens, predict_k
+
+TRUE_RATES = [0.82, 0.74, 0.70, 0.66] + [0.66] * 8  # constant past 4, so extrapolation holds
+COSTS = PairCosts(
+    identity="synthetic",
+    device="cpu",
+    threads=1,
+    verify_ms=tuple(10.0 + 0.8 * (w - 1) for w in range(1, 14)),
+    draft_ms=1.5,
+    round_overhead_ms=0.7,
+    plain_overhead_ms=0.4,
+)
+
+
+def simulate(k: int, rounds: int, seed: int) -> tuple[list[int], list[int], float, int]:
+    """(reached per position, accepted per position, wall ms, tokens) of `rounds` rounds."""
+    rng = np.random.default_rng(seed)
+    acc = rng.random((rounds, k)) < np.asarray(TRUE_RATES[:k])  # [rounds, k]
+    m = np.where(acc.all(1), k, np.argmin(acc, 1))  # accepted drafts per round
+    reached = [int((m >= j).sum()) for j in range(k)]  # position j + 1 reached iff m >= j
+    accepted = [int((m >= j + 1).sum()) for j in range(k)]
+    tokens = int((m + 1).sum())
+    wall = rounds * COSTS.round_ms(k)
+    return reached, accepted, wall, tokens
+
+
+def test_prediction_from_a_k4_run_matches_runs_at_other_k() -> None:
+    reached, accepted, _, _ = simulate(4, 40_000, seed=0)
+    rates = [a / r for a, r in zip(accepted, reached, strict=True)]
+    pred = predict_k(rates, COSTS, reached=reached)
+    assert pred.measured_positions == 4 and reached[3] >= 50  # the last position alone
+    assert not pred.extrapolated(4) and pred.extrapolated(5)
+    assert "extrapolated" in pred.how()
+    for k in (2, 3, 4, 6, 8):
+        _, _, wall, tokens = simulate(k, 40_000, seed=k)
+        rounds = 40_000
+        measured_tpc = tokens / rounds
+        measured_speedup = (tokens / wall) / (1 / COSTS.plain_ms)
+        tpc, speedup = pred.at(k)
+        assert tpc == pytest.approx(measured_tpc, rel=0.02), k
+        assert speedup == pytest.approx(measured_speedup, rel=0.02), k
+    # The true optimum under these rates and costs, by brute force over k.
+    truth = [expected_tokens(TRUE_RATES, k) * COSTS.plain_ms / COSTS.round_ms(k) for k in pred.ks]
+    assert pred.best_k == pred.ks[int(np.argmax(truth))]
+
+
+def test_a_rarely_reached_last_position_is_pooled_with_those_before() -> None:
+    pred = predict_k([0.8, 0.7, 1.0], COSTS, reached=[100, 80, 2])
+    # 2 drafts at position 3 are too few: it pools with position 2 (56 + 2 of 82)
+    assert pred.rates[3] == pytest.approx((0.7 * 80 + 1.0 * 2) / 82)
+    assert pred.rates[:3] == (0.8, 0.7, 1.0)
+
+
+def test_pooled_rates_and_bad_input() -> None:
+    pred = predict_k([0.7], COSTS, pooled=True)
+    assert all(pred.extrapolated(k) for k in pred.ks) and "pooled" in pred.how()
+    # the geometric model: (1 - a^(k+1)) / (1 - a)
+    assert pred.at(3)[0] == pytest.approx((1 - 0.7**4) / 0.3)
+    with pytest.raises(ValueError, match="no measured"):
+        predict_k([None, 0.5], COSTS)
+    assert COSTS.verify(20) == pytest.approx(10.0 + 0.8 * 19)
+    assert PairCosts.from_dict(COSTS.to_dict()) == COSTS
