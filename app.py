@@ -40,6 +40,7 @@ from pages._common import (
     SETTINGS_ERROR_KEY,
     SETTINGS_KEY,
     copy_link,
+    keep_widget_state,
     preload_pair,
     restore_link,
     set_pair_error_slot,
@@ -319,6 +320,7 @@ if goto is not None:
 policy = _policy()
 if policy is not None:
     offered = list(policy.choices()) if policy.public else []
+    keep_widget_state(policy.public, offered)
     restore_link(page.url_path, policy.public, offered)
     sidebar(policy)
     try:

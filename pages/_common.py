@@ -261,6 +261,16 @@ LINK_MEMORY = 64
 LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progress
 
 
+def keep_widget_state(public: bool, offered: Sequence[str] = ()) -> None:
+    """Before any widget is drawn: every page's widget values survive a visit to another page.
+    Streamlit drops a widget's value on a run that does not draw it (so the Decode prompt
+    came back as the default after a look at the Playground); writing each value back to its
+    own key makes it the session's, which Streamlit keeps."""
+    for key in links.kept_keys(public, offered):
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:
     """Before any widget is drawn: a query string this session did not write itself (a link
     opened in a fresh browser, a tour stop, a hand-edited address) sets the widgets it names.

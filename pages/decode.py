@@ -24,6 +24,7 @@ from cactus_core.app.decode_view import (
     timeline,
 )
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
+from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
 from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
 from cactus_core.app.reference_view import (
     RunPoint,
@@ -121,31 +122,48 @@ def own_curve(run: DecodeRun, rule: str) -> EstimatedCurve | None:
 
 
 def form(s: AppSettings) -> Form:
+    for key, start in (
+        ("dec_prompt", DEFAULT_PROMPT),
+        ("dec_chat", True),
+        ("dec_max_new", DECODE_MAX_NEW),
+    ):
+        st.session_state.setdefault(key, start)  # a link or an earlier visit may have set them
     left, right = st.columns([3, 2])
     with left:
+        # The prompt, its options and the buttons in one column: Generate stays above the
+        # fold however tall the rule's frontier beside it is.
         prompt = st.text_area(
             "Prompt",
-            DEFAULT_PROMPT,
             height=110,
             max_chars=MAX_PROMPT_CHARS,
             key="dec_prompt",
             help=f"At most {MAX_PROMPT_TOKENS:,} tokens (with the chat template), so that one "
             "prompt's prefill takes seconds, not minutes. The CLI has no cap.",
         )
-        chat_template = st.checkbox(
-            "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
+        o1, o2 = st.columns([1, 2])
+        chat_template = o1.checkbox(
+            "Apply the chat template", key="dec_chat", help="On for instruct models."
+        )
+        max_new = o2.slider(
+            "Max new tokens",
+            *MAX_NEW,
+            step=8,
+            key="dec_max_new",
+            help="The run also stops at the model's end token.",
+        )
+        b1, b2 = st.columns(2)
+        generate = b1.button(
+            "Generate", type="primary", icon=":material/play_arrow:", key="dec_go", width="stretch"
+        )
+        compare = b2.button(
+            "Race against verifier-only",
+            icon=":material/speed:",
+            key="dec_compare",
+            width="stretch",
+            help=METRIC_HELP["speedup"] + " Runs the prompt again both ways and shows the race.",
         )
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
-        max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="dec_max_new")
-    b1, b2, _ = st.columns([1, 1, 2])
-    generate = b1.button("Generate", type="primary", icon=":material/play_arrow:", key="dec_go")
-    compare = b2.button(
-        "Compare with verifier-only",
-        icon=":material/speed:",
-        key="dec_compare",
-        help=METRIC_HELP["speedup"] + " Measures the run on screen.",
-    )
     try:
         request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap

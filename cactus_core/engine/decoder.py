@@ -48,7 +48,7 @@ from cactus_core.engine.generation import (
     summarize,
 )
 from cactus_core.engine.kv_cache import SequenceCache
-from cactus_core.engine.pairing import eos_ids, head_vocab
+from cactus_core.engine.pairing import eos_ids, head_vocab, token_display
 from cactus_core.engine.recording import (
     count_draft,
     draft_round_trace,
@@ -545,7 +545,7 @@ class SpeculativeDecoder:
     def _text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
         if text is None:
-            text = self.pair.tokenizer.decode([token_id])
+            text = token_display(self.pair.tokenizer, token_id, self.eos_ids)
             self._texts[token_id] = text
         return text
 
