@@ -17,7 +17,6 @@ from cactus_core.app.decode_view import (
     final_stats,
     inspect_token,
     live_stats,
-    measure_speed,
     replay_headlines,
     round_label,
     round_table,
@@ -25,7 +24,7 @@ from cactus_core.app.decode_view import (
 )
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
-from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
+from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import (
     RunPoint,
     compact_frontier,
@@ -45,6 +44,7 @@ from cactus_core.app.transcript import (
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
+from pages._race import race_section, run_race
 from pages._rescue import why_rejected
 
 if TYPE_CHECKING:
@@ -223,54 +223,10 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
         slots.transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
     if f.compare:
         if run is None:
-            return "Generate first: the comparison measures the run on screen."
-        # The transcript above stays in view; the rest of the page waits for the comparison.
-        try:
-            with (
-                slots.body.container(),
-                st.spinner("Decoding twice: speculative, then verifier-only…"),
-            ):
-                run.comparison = measure_speed(pair, run.request)
-        except ValueError as err:
-            return f"Could not decode: {err}"
+            return "Generate first: the race decodes the run's prompt both ways."
+        # The transcript above stays in view; the race streams in below it.
+        return run_race(pair, run, slots.body)
     return None
-
-
-@st.fragment
-def speed(run: DecodeRun, expanded: bool) -> None:
-    """Measured and modelled speedup; c redraws this part alone."""
-    with st.expander("Speed: measured and modelled", expanded=expanded):
-        c_value = st.number_input(
-            "c: the cost of one draft step relative to one verifier step",
-            min_value=0.0,
-            max_value=2.0,
-            value=0.05,
-            step=0.01,
-            format="%.3f",
-            key="dec_c",
-            help="0.02–0.1 is typical for a draft 10–50× smaller than the verifier on a GPU.",
-        )
-        modelled = modelled_speedup(run.output.stats.tokens_per_call, run.settings.k, c_value)
-        m1, m2 = st.columns(2)
-        m1.metric(
-            "modelled speedup (not measured)",
-            f"{modelled:.2f}×",
-            help=METRIC_HELP["modelled speedup"],
-        )
-        cmp = run.comparison
-        if cmp is None:
-            m2.metric("measured speedup", "–", help=METRIC_HELP["speedup"])
-            st.caption("Press “Compare with verifier-only” to measure this run on this machine.")
-        else:
-            m2.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
-            (st.warning if cmp.speedup < 1 else st.success)(cmp.verdict())
-            st.caption(
-                f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier "
-                f"forward). The model with it: {cmp.modelled_with_measured_c:.2f}×."
-            )
-        with st.popover("Metric definitions"):
-            for name, text in METRIC_HELP.items():
-                st.markdown(f"**{name}**: {text}")
 
 
 def chips_key(run: DecodeRun, round_index: int) -> str:
@@ -389,14 +345,14 @@ def replay(run: DecodeRun) -> None:
             st.rerun()
 
 
-def show_run(run: DecodeRun, compared: bool) -> None:
+def show_run(run: DecodeRun) -> None:
     """The finished run below the transcript: summary, speed, rounds, inspector, replay and
     export."""
     st.caption(run.caption())
     note = run.truncation_caption()
     if note:
         st.caption(note)
-    speed(run, compared)
+    race_section(run)
     st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
     col_rounds, col_inspect = st.columns([6, 5], gap="large")
     with col_rounds:
@@ -440,7 +396,7 @@ def main() -> None:
         slots.transcript.info("Press Generate to decode the prompt.")
     else:
         with slots.body.container():
-            show_run(run, f.compare)
+            show_run(run)
 
 
 main()

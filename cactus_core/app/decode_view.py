@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
-from cactus_core.app.metrics import Headline, SpeedComparison, speed_comparison
+from cactus_core.app.metrics import Headline, SpeedComparison
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices
 from cactus_core.app.settings import AppSettings, build_rule
@@ -18,6 +18,7 @@ from cactus_core.app.transcript import FATE_LABELS, show_text
 from cactus_core.maths.rules import Rule, lossless_rule
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
+    from cactus_core.app.race import Race
     from cactus_core.engine.decoder import SpeculativeDecoder
     from cactus_core.engine.generation import DecodeStream, GenerationOutput
     from cactus_core.engine.models import ModelPair
@@ -80,6 +81,7 @@ class DecodeRun:
     output: GenerationOutput
     comparison: SpeedComparison | None = None
     replay: Replay | None = None
+    race: Race | None = None  # the race against verifier-only that measured `comparison`
 
     @property
     def trace(self) -> Trace:
@@ -114,16 +116,6 @@ class DecodeRun:
             f"{stats.rejected_q_zero} of {stats.rejected_tokens} rejected drafts sat outside q's "
             "support (q_n = 0, cut by top-k / top-p): no delta can rescue those."
         )
-
-
-def measure_speed(pair: ModelPair, request: DecodeRequest) -> SpeedComparison:
-    """Speculative, then verifier-only decoding of the request, back to back. Neither records
-    a trace, so both clocks time decoding only."""
-    request.check_length(pair)
-    dec = request.decoder(pair, record_trace=False)
-    spec = dec.generate(request.prompt, **request.generate_kwargs())
-    base = dec.generate_autoregressive(request.prompt, **request.generate_kwargs())
-    return speed_comparison(spec.stats, base.stats, request.settings.k)
 
 
 def replay_headlines(replay: Replay) -> list[Headline]:

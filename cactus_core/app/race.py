@@ -6,7 +6,7 @@ one round at a time, always advancing the one whose clock is behind. Each decode
 counts only its own work: the time inside its `next()` (its prefill, then each round), never
 the other decoder's rounds or the page's drawing. So both see the same machine load, and a
 token's time is the decoding time its decoder had spent when it wrote it. Neither records a
-trace, as in `measure_speed`: the clocks time decoding only.
+trace: the clocks time decoding only.
 """
 
 from __future__ import annotations
