@@ -97,11 +97,11 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     fig = compact_frontier(part, rule_name, rule_params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
     st.caption(
-        "Circles: the reference sweep's measured settings; line: the rule's curve estimated from "
-        "the positions of the reference's own runs of this rule (at a measured setting, that "
-        "run's own; between two, a blend of both); ring: the current setting."
-        + (" ×: your last run; dashed: the curve estimated from its own positions." if run else "")
-        + (f" {note}" if note else "")
+        "Circles: the reference sweep's measured settings · line: the rule's curve estimated "
+        "from their positions · ring: this setting"
+        + (" · ×: your last run · dashed: the curve from its own positions" if run else "")
+        + ". Hover a mark for its numbers.",
+        help=note,
     )
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)
     return rule_name, rule_params
