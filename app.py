@@ -32,8 +32,8 @@ from cactus_core.app.settings import (
     rules_markdown,
 )
 from cactus_core.app.tour import tour
-from cactus_core.engine.deployment import DeploymentPolicy, deployment_policy
-from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.engine.loading.deployment import DeploymentPolicy, deployment_policy
+from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import RULES, CactusBudget, CactusExact
 from cactus_core.maths.sampling import SamplingSettings
 from pages._common import (

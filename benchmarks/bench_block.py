@@ -19,10 +19,10 @@ import statistics
 
 import torch
 
-import cactus_core.engine.decoder as decoder_module
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.models import load_pair
-from cactus_core.engine.prompts import builtin_prompts
+import cactus_core.engine.decoding.decoder as decoder_module
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.loading.models import load_pair
+from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.maths.rules import LOSSLESS_RULE, make_rule
 
 BLOCK = "block"

@@ -25,8 +25,8 @@ and call-by-call interleaving would time each build with another's weights in th
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_compiled_verifier.py --k 4
 
-Measured only: the decoder does not compile (docs/benchmarks.md, "A compiled verifier and
-draft").
+Measured only: the decoder does not compile (docs/benchmarks.md, "A compiled verifier
+and draft").
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from bench_steps import cache_step  # benchmarks/, the script's own folder
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
-from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
-from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.models import load_pair
-from cactus_core.engine.packed_linear import PackedLinear
+from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
+from cactus_core.engine.loading.models import load_pair
+from cactus_core.engine.runtime.packed_linear import PackedLinear
 
 M = TypeVar("M", bound=nn.Module)
 

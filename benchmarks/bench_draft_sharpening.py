@@ -18,10 +18,10 @@ import argparse
 
 import torch
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.embedded_drafts import embedded_draft_named, embedded_draft_names
-from cactus_core.engine.models import load_pair
-from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.loading.embedded_drafts import embedded_draft_named, embedded_draft_names
+from cactus_core.engine.loading.models import load_pair
+from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.maths.rules import make_rule
 
 POWERS = (0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0)

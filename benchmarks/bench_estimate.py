@@ -101,9 +101,9 @@ def error() -> None:
 
 
 def tail() -> None:
-    from cactus_core.engine.decoder import SpeculativeDecoder
-    from cactus_core.engine.models import load_pair
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+    from cactus_core.engine.loading.models import load_pair
+    from cactus_core.engine.loading.prompts import builtin_prompts
     from cactus_core.maths.rules import LOSSLESS_RULE
 
     torch.set_num_threads(1)

@@ -21,7 +21,7 @@ CASE = """
 import resource, sys, torch
 sys.path.insert(0, "tests")
 from conftest import make_tiny_pair
-from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 torch.set_num_threads(1)
 rows, tokens = {rows}, {tokens}
 pair = make_tiny_pair(context=8192)

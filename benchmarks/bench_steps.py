@@ -68,12 +68,12 @@ import torch
 from torch.nn import functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.fast_head import head_logits
-from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.kv_cache import SequenceCache
-from cactus_core.engine.models import DRAFT_DIR, embedded_gguf_path, load_pair
-from cactus_core.engine.packed_linear import (
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.models import DRAFT_DIR, embedded_gguf_path, load_pair
+from cactus_core.engine.runtime.fast_head import head_logits
+from cactus_core.engine.runtime.kv_cache import SequenceCache
+from cactus_core.engine.runtime.packed_linear import (
     PackedLinear,
     pack_linears,
     packed_copy,
@@ -194,7 +194,7 @@ def cost_models(
         return pair.verifier, pair.draft, pair.feature_draft
     # The loader load_pair uses for the embedded draft: its own trained layers on the
     # verifier's embedding, exactly as decoding runs it.
-    from cactus_core.engine.models import load_embedded_draft
+    from cactus_core.engine.loading.models import load_embedded_draft
 
     model = random_verifier(device, dtype)
     draft, _ = load_embedded_draft(model, dtype)

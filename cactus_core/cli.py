@@ -142,7 +142,7 @@ def rule_from_args(args: argparse.Namespace) -> Rule:
 def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
     import torch
 
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.models import load_pair
 
     if args.threads is not None:
         if args.threads < 1:
@@ -169,7 +169,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
     rule = rule_from_args(args)
     sampling = sampling_from_args(args)
@@ -240,7 +240,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.loading.prompts import builtin_prompts
     from cactus_core.experiments.bench import default_rows, report_text, run_bench
 
     prompts = builtin_prompts()
@@ -385,7 +385,7 @@ def _tunable() -> list[str]:
 
 def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
     """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.loading.prompts import builtin_prompts
     from cactus_core.experiments.sweep_config import (
         SweepConfig,
         parse_grid,
@@ -450,7 +450,7 @@ def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
 
 def cmd_reference(args: argparse.Namespace) -> int:
     """`sweep --reference`: rebuild the shipped reference sweep (experiments.reference)."""
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.loading.prompts import builtin_prompts
     from cactus_core.experiments import reference as ref
     from cactus_core.experiments.sweep_cache import SweepCache
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cactus_core.engine.embedded_drafts import (
+from cactus_core.engine.loading.embedded_drafts import (
     EMBEDDED_DRAFTS,
     FASTEST_FEATURE,
     REFERENCE_EMBEDDED_DRAFT,

@@ -19,12 +19,16 @@ from streamlit.delta_generator import DeltaGenerator
 from cactus_core.app import links
 from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings, param_value, rules_markdown
-from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, ModelLoadError, deployment_policy
-from cactus_core.engine.embedded_drafts import embedded_draft
+from cactus_core.engine.loading.deployment import (
+    PUBLIC_LOAD_ERROR,
+    ModelLoadError,
+    deployment_policy,
+)
+from cactus_core.engine.loading.embedded_drafts import embedded_draft
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param
 
 if TYPE_CHECKING:  # transformers is slow to import; only the Decode page needs it
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 SETTINGS_KEY = "settings"
 SETTINGS_ERROR_KEY = "settings_error"
@@ -81,7 +85,7 @@ def _load_pair(
     verifier: str | None, draft: str | None, device: str, embedded: str | None
 ) -> ModelPair:
     """`AppSettings.pair_key`'s pair; `embedded`: the embedded verifier's draft, by label."""
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.models import load_pair
 
     if verifier is None and embedded is not None:
         return load_pair(device=device, **embedded_draft(embedded).load_kwargs(device))
@@ -135,7 +139,7 @@ def preload_pair(s: AppSettings) -> bool:
 
 
 def _preload(s: AppSettings) -> None:
-    from cactus_core.engine.models import embedded_cache_ready
+    from cactus_core.engine.loading.models import embedded_cache_ready
 
     state = "skipped"
     try:

@@ -15,7 +15,7 @@ from cactus_core.app.race import Lane, Race, race_figure
 
 if TYPE_CHECKING:
     from cactus_core.app.decode_view import DecodeRun
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 REDRAW_S = 0.25  # how often the live race redraws: often enough to watch, rarely enough to race
 HOW_TIMED = (

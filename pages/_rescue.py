@@ -19,7 +19,7 @@ from cactus_core.app.rescue_view import (
 from cactus_core.app.step_figures import rank_histogram_figure, rescue_curve_figure
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import RoundTrace
+    from cactus_core.engine.decoding.trace import RoundTrace
 
 
 def why_rejected(

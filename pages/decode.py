@@ -48,7 +48,7 @@ from pages._race import race_section, run_race
 from pages._rescue import why_rejected
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
 RUN_COUNTER_KEY = "dec_run_counter"
@@ -326,7 +326,7 @@ def replay(run: DecodeRun) -> None:
     with left:
         name, params = rule_picker("replay", label="Replay under", default=run.rule_name)
         if st.button("Replay", icon=":material/replay:", key="dec_replay"):
-            from cactus_core.engine.trace import reverify
+            from cactus_core.engine.decoding.trace import reverify
 
             run.replay = reverify(run.trace, build_rule(name, params))
             st.rerun()

@@ -18,7 +18,7 @@ from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_swee
 from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import answer_budget, pair_in_words, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
-from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.experiments.reference import (
     Reference,
     ReferenceSweep,
@@ -47,7 +47,7 @@ from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_cla
 from pages._common import get_pair, settings
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)

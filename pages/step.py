@@ -20,7 +20,7 @@ from pages._common import get_pair, rule_picker, settings
 from pages._rescue import why_rejected
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 RUN_KEY = "step_run"  # the StepRun of this session: every round decoded so far
 SHOWN_KEY = "step_shown"  # (round, step) on screen at the end of the last run of the page

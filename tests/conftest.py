@@ -21,7 +21,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from cactus_core.engine.models import ModelPair
+from cactus_core.engine.loading.pair import ModelPair
 
 # The app would start loading the embedded pair in the background of every AppTest session
 # (pages/_common.preload_pair); tests load what they need themselves.

@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from cactus_core.app.decode_view import LiveStats, live_stats
 from cactus_core.app.links import TOP_P
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.trace import reverify
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.trace import reverify
 from cactus_core.maths.rules import make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -144,7 +144,7 @@ def test_compare_with_verifier_only_states_the_result(pair_dirs):
 
 
 def test_export_is_the_trace_json(pair_dirs):
-    from cactus_core.engine.trace import Trace
+    from cactus_core.engine.decoding.trace import Trace
 
     at = generate(decode_page(pair_dirs))
     run = at.session_state["decode_run"]
@@ -170,7 +170,7 @@ def test_same_seed_same_output_different_seed_different_sessions(pair_dirs):
 
 
 def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
-    import cactus_core.engine.models as models
+    import cactus_core.engine.loading.models as models
     from pages import _common
 
     calls = []
@@ -244,12 +244,12 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     """The embedded pair's default (the feature draft in this CPU's faster dtype) and each of
     the sidebar's choices decodes on the Decode page and names its draft, and only a pair other
     than the reference's (the feature draft in bfloat16) says the reference is another pair's."""
-    from cactus_core.engine.embedded_drafts import (
+    from cactus_core.engine.loading.embedded_drafts import (
         DEFAULT_EMBEDDED_DRAFT,
         FEATURE_DRAFT_NAME,
         REFERENCE_EMBEDDED_DRAFT,
     )
-    from cactus_core.engine.models import embedded_draft_name
+    from cactus_core.engine.loading.models import embedded_draft_name
     from pages import _common
 
     _common._PAIRS.clear()

@@ -29,14 +29,14 @@ from cactus_core.app.playground import (
 )
 from cactus_core.app.positions import Position, parse_table, with_drafted
 from cactus_core.app.settings import EMBEDDED_DRAFT_LABEL, AppSettings, public_pair
-from cactus_core.engine.deployment import (
+from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,
     EMBEDDED_LABEL,
     PUBLIC_ENV,
     PUBLIC_LOAD_ERROR,
     deployment_policy,
 )
-from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from pages import _common
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from cactus_core.app.positions import PRESETS, WORKED_EXAMPLE
-from cactus_core.maths.divergence import expected_acceptance
+from cactus_core.maths.emitted import expected_acceptance
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

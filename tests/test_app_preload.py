@@ -11,7 +11,7 @@ import pytest
 
 from cactus_core.app.pair_cache import PairCache
 from cactus_core.app.settings import AppSettings
-from cactus_core.engine import models
+from cactus_core.engine.loading import models
 from pages import _common
 
 

@@ -17,11 +17,11 @@ from cactus_core.app import playground as P
 from cactus_core.app import positions as S
 from cactus_core.app import settings as A
 from cactus_core.app import transcript as T
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.embedded_drafts import native_bfloat16
-from cactus_core.engine.trace import reverify
-from cactus_core.maths.divergence import expected_acceptance, kl
-from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.loading.embedded_drafts import native_bfloat16
+from cactus_core.maths.divergence import kl
+from cactus_core.maths.emitted import emitted_distribution, expected_acceptance
 from cactus_core.maths.rules import RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -186,8 +186,8 @@ def test_settings_validation():
 
 
 def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch):
-    from cactus_core.engine import models
-    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
+    from cactus_core.engine.loading import models
+    from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
     from pages import _common
 
     fast, other, plain = (
@@ -225,7 +225,7 @@ def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch)
 )
 def test_the_default_dtype_follows_the_cpu_s_bfloat16_instructions():
     """bfloat16 by default only where the kernel reports bfloat16 matrix instructions."""
-    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+    from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 
     flags = set(Path("/proc/cpuinfo").read_text().split())
     assert native_bfloat16() == bool(flags & {"avx512_bf16", "amx_bf16"})
@@ -237,9 +237,9 @@ def test_the_default_dtype_follows_the_cpu_s_bfloat16_instructions():
 def test_a_public_server_refuses_a_feature_draft_folder_of_its_own(tmp_path):
     """Only the shipped feature draft loads on a public server (tests/test_decoder_embedded.py
     loads it there); any other folder is refused before the disk is read."""
-    from cactus_core.engine import models
-    from cactus_core.engine.deployment import PUBLIC_LOAD_ERROR, DeploymentPolicy
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.loading import models
+    from cactus_core.engine.loading.deployment import PUBLIC_LOAD_ERROR, DeploymentPolicy
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
 
     public = DeploymentPolicy(public=True)
     with pytest.raises(models.ModelLoadError, match=PUBLIC_LOAD_ERROR):

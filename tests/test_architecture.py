@@ -77,3 +77,51 @@ def test_rule_names_live_in_the_rules_package(path: Path) -> None:
                 f"{path.relative_to(ROOT)}:{node.lineno} names the rule {node.value!r}; read it "
                 "from the rules' metadata instead"
             )
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level_imports(tree: ast.Module, modules: set[str]) -> set[str]:
+    """The cactus_core modules a module imports outside its functions (TYPE_CHECKING blocks
+    included: a type-only cycle still ties two modules together); `from pkg import mod`
+    counts as importing pkg.mod."""
+    out: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If | ast.Try):
+            todo += node.body + node.orelse + getattr(node, "finalbody", [])
+            todo += [s for h in getattr(node, "handlers", []) for s in h.body]
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module in modules:
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            out |= (subs & modules) or {node.module}
+    return out
+
+
+def test_cactus_core_has_no_import_cycles() -> None:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _module_level_imports(_tree(p), modules) for p in paths}
+    # A package's __init__ importing its own modules is how packages work, not a cycle.
+    for name, deps in graph.items():
+        graph[name] = {d for d in deps if not name.startswith(d + ".")}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycle = [*path[path.index(dep) :], dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])

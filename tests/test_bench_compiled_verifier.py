@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cactus_core.engine import packed_linear
-from cactus_core.engine.grouped_attention import GROUPED_SDPA, use_grouped_attention
-from cactus_core.engine.packed_linear import PackedLinear, pack_linears, packing_available
+from cactus_core.engine.runtime import packed_linear
+from cactus_core.engine.runtime.grouped_attention import GROUPED_SDPA, use_grouped_attention
+from cactus_core.engine.runtime.packed_linear import PackedLinear, pack_linears, packing_available
 from tests.conftest import tiny_llama
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

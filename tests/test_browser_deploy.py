@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit_server import streamlit_app
 
-from cactus_core.engine.deployment import (
+from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,
     EMBEDDED_LABEL,
     PUBLIC_ENV,

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from cactus_core import cli
-from cactus_core.engine.generation import acceptance_by_position
-from cactus_core.engine.trace import Trace
+from cactus_core.engine.decoding.generation import acceptance_by_position
+from cactus_core.engine.decoding.trace import Trace
 from cactus_core.experiments.bench import (
     HF_ASSISTED,
     VERIFIER_ONLY,
@@ -141,7 +141,7 @@ def test_module_entry_point_help():
 
 
 def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
-    from cactus_core.engine import models
+    from cactus_core.engine.loading import models
 
     seen = {}
 
@@ -160,7 +160,7 @@ def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
 
 def test_without_model_flags_the_cli_loads_the_default_embedded_pair(capsys):
     from cactus_core.cli_models import pair_kwargs_from_args
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR, native_bfloat16
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR, native_bfloat16
 
     def kwargs(*flags: str) -> dict:
         return pair_kwargs_from_args(cli.build_parser().parse_args(["generate", "hi", *flags]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.maths.rules import RULE_NAMES, make_rule
 
 pytestmark = pytest.mark.slow
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def pair():
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.models import load_pair
 
     return load_pair(device="cpu")
 
@@ -51,8 +51,8 @@ def test_greedy_equals_verifier_greedy(pair, greedy_reference, rule):
 @pytest.mark.parametrize("rule", ["sps", "cactus", "topk"])
 def test_the_shipped_feature_draft_keeps_greedy_the_verifier_s_own(pair, greedy_reference, rule):
     """float32, the shipped feature draft, the three prompts as one batch."""
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
-    from cactus_core.engine.feature_drafting import with_feature_draft
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.loading.models import with_feature_draft
 
     prompts, refs = greedy_reference
     fpair = with_feature_draft(pair, FEATURE_DRAFT_DIR)
@@ -68,9 +68,9 @@ def test_a_public_server_loads_the_fast_embedded_choice():
     """The embedded verifier in bfloat16 with the shipped feature draft (the default embedded
     choice on a CPU with native bfloat16), on a public server: the shipped folder is allowed,
     and it decodes."""
-    from cactus_core.engine.deployment import DeploymentPolicy
-    from cactus_core.engine.embedded_drafts import FEATURE_BFLOAT16, FEATURE_DRAFT_NAME
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.deployment import DeploymentPolicy
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_BFLOAT16, FEATURE_DRAFT_NAME
+    from cactus_core.engine.loading.models import load_pair
 
     fast = FEATURE_BFLOAT16
     assert fast.feature_draft is not None and fast.cpu_dtype == "bfloat16"
@@ -105,8 +105,8 @@ def test_bfloat16_greedy_differs_from_the_verifier_s_only_at_a_rounding_tie(feat
     greedy run must equal the verifier's own autoregressive greedy run up to the first such
     tie: where they first differ, both tokens are within one bfloat16 step of the top logit of
     a plain forward over the common prefix. With either shipped draft."""
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.loading.models import load_pair
 
     pair16 = load_pair(
         device="cpu",

@@ -10,8 +10,8 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from cactus_core.engine import models as cm
-from cactus_core.engine.deployment import (
+from cactus_core.engine.loading import models as cm
+from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,
     EMBEDDED_LABEL,
     MAX_DOWNLOAD_ENV,
@@ -20,7 +20,7 @@ from cactus_core.engine.deployment import (
     DeploymentPolicy,
     deployment_policy,
 )
-from cactus_core.engine.models import ModelLoadError, load_pair
+from cactus_core.engine.loading.models import ModelLoadError, load_pair
 
 
 def _public(allowed: str = "", cap_mb: str = "") -> DeploymentPolicy:

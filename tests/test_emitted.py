@@ -6,8 +6,12 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.maths.divergence import entropy, expected_acceptance, kl, total_variation
-from cactus_core.maths.emitted import emitted_distribution, emitted_distribution_reference
+from cactus_core.maths.divergence import entropy, kl, total_variation
+from cactus_core.maths.emitted import (
+    emitted_distribution,
+    emitted_distribution_reference,
+    expected_acceptance,
+)
 from cactus_core.maths.limit import optimal_target
 from cactus_core.maths.rules import RULE_NAMES, budget_delta, make_rule
 

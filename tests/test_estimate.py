@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cactus_core import estimate_frontier
-from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.experiments.estimate import (
     EstimatedFrontier,
     compact_rows,
@@ -21,7 +21,7 @@ from cactus_core.experiments.estimate import (
     rows_from_trace,
     tokens_per_call,
 )
-from cactus_core.maths.divergence import expected_acceptance
+from cactus_core.maths.emitted import expected_acceptance
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES
 
 

@@ -22,7 +22,7 @@ EXPECTED = {name: module for name, module in cactus_core._EXPORTS.items()}
 PRELUDES = [
     "",
     "import cactus_core.maths.verify, cactus_core.maths.emitted, cactus_core.maths.rules",
-    "import cactus_core.engine.decoder, cactus_core.engine.trace",
+    "import cactus_core.engine.decoding.decoder, cactus_core.engine.decoding.trace",
     "import cactus_core.cli, cactus_core.experiments.sweep",
 ]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cactus_core.engine.fast_head import head_logits, linear_scores, single_row_copy
-from cactus_core.engine.subset_head import VocabSubsetHead
+from cactus_core.engine.runtime.fast_head import head_logits, linear_scores, single_row_copy
+from cactus_core.engine.runtime.subset_head import VocabSubsetHead
 
 
 def test_single_row_matches_the_head_for_linear_and_subset_heads() -> None:

@@ -1,4 +1,4 @@
-"""The decoder driving a feature-conditioned draft (cactus_core/engine/feature_drafting.py) on
+"""The decoder driving a feature-conditioned draft (engine/drafting/feature_drafting.py) on
 the tiny random pair, with `FeatureDraft.tiny_for(verifier)` as the draft.
 
 What is pinned down: greedy output is the verifier's own; the p the trace records is the
@@ -18,16 +18,15 @@ import threading
 import pytest
 import torch
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.feature_drafting import (
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.drafting.feature_drafting import (
     FeatureDrafter,
     FeatureDrafters,
     open_caches,
-    with_feature_draft,
 )
-from cactus_core.engine.models import load_pair
-from cactus_core.engine.trace import reverify
+from cactus_core.engine.loading.models import load_pair, with_feature_draft
 from cactus_core.maths.rules import RULE_NAMES, make_rule
 from tests.test_decoder import greedy_reference
 
@@ -263,7 +262,7 @@ def test_a_batch_equals_its_rows_alone(feature_pair, rule, monkeypatch):
 def test_a_padded_prefill_in_pieces_gives_every_row_its_own_features(feature_pair, monkeypatch):
     """A long padded batch is prefilled in pieces of columns; the drafters still get each
     row's prefix features, equal to a plain forward over that row alone."""
-    from cactus_core.engine import kv_cache
+    from cactus_core.engine.runtime import kv_cache
 
     monkeypatch.setattr(kv_cache, "MASK_BUDGET", 64)  # pieces of PIECE_MIN columns
     ids = [list(range(5, 45)), list(range(7, 20))]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.engine import grouped_attention
-from cactus_core.engine.grouped_attention import GROUPED_SDPA, use_grouped_attention
-from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.runtime import grouped_attention
+from cactus_core.engine.runtime.grouped_attention import GROUPED_SDPA, use_grouped_attention
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 from tests.conftest import tiny_llama
 
 VOCAB = 259

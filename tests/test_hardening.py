@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cactus_core.engine import weights as cw
-from cactus_core.engine.models import ModelLoadError, load_pair
-from cactus_core.engine.trace import MAX_VOCAB, Trace, reverify
+from cactus_core.engine.decoding.trace import MAX_VOCAB, Trace, reverify
+from cactus_core.engine.loading import weights as cw
+from cactus_core.engine.loading.models import ModelLoadError, load_pair
 from cactus_core.experiments import sweep_cache as sc
 from cactus_core.experiments.sweep import _chunk_payload, cached_chunks, run_sweep
 from cactus_core.experiments.sweep_cache import CacheWarning, SweepCache, code_version
@@ -382,7 +382,7 @@ def test_an_integer_parameter_refuses_a_fraction():
 
 @pytest.fixture(scope="module")
 def trace_dict(tiny_pair) -> dict:
-    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.maths.rules import make_rule
 
     dec = SpeculativeDecoder(tiny_pair, make_rule("cactus", delta=1.0), k=3, temperature=1.0)

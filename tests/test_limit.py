@@ -6,8 +6,8 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.maths.divergence import expected_acceptance, kl, total_variation
-from cactus_core.maths.emitted import emitted_distribution
+from cactus_core.maths.divergence import kl, total_variation
+from cactus_core.maths.emitted import emitted_distribution, expected_acceptance
 from cactus_core.maths.limit import limit_sums, optimal_params, optimal_target
 from cactus_core.maths.rules import make_rule
 

@@ -138,7 +138,7 @@ def test_the_overview_restores_the_sidebar_from_a_link():
 
 
 def test_the_sidebar_picks_the_embedded_draft_and_a_link_carries_it():
-    from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+    from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 
     fast, plain = EMBEDDED_DRAFTS[0].label, "3-layer draft, float32"
     at = AppTest.from_file(APP, default_timeout=60)

@@ -18,10 +18,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from cactus_core.engine import models as cm
-from cactus_core.engine.models import ModelLoadError, ModelPair, load_pair
-from cactus_core.engine.prompts import builtin_prompts
-from cactus_core.engine.subset_head import VocabSubsetHead
+from cactus_core.engine.loading import models as cm
+from cactus_core.engine.loading.models import ModelLoadError, load_pair
+from cactus_core.engine.loading.pair import ModelPair
+from cactus_core.engine.loading.prompts import builtin_prompts
+from cactus_core.engine.runtime.subset_head import VocabSubsetHead
 from cactus_core.maths.sampling import logits_to_probs
 
 WORDS = [

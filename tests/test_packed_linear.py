@@ -12,10 +12,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cactus_core.engine import packed_linear
-from cactus_core.engine.embedded_drafts import native_bfloat16
-from cactus_core.engine.fast_head import head_logits
-from cactus_core.engine.packed_linear import (
+from cactus_core.engine.loading.embedded_drafts import native_bfloat16
+from cactus_core.engine.runtime import packed_linear
+from cactus_core.engine.runtime.fast_head import head_logits
+from cactus_core.engine.runtime.packed_linear import (
     _PACKED,
     PackedLinear,
     pack_linears,
@@ -130,8 +130,8 @@ def test_a_copied_or_cast_packed_linear_computes_what_torch_does(native):
 
 @pytest.mark.slow
 def test_the_embedded_pair_in_bfloat16_is_packed_where_it_pays():
-    from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
+    from cactus_core.engine.loading.models import load_pair
 
     pair = load_pair(device="cpu", dtype=torch.bfloat16, feature_draft=FEATURE_DRAFT_DIR)
     models = {"verifier": pair.verifier, "draft": pair.draft, "feature": pair.feature_draft}

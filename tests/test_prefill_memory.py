@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from cactus_core.engine import kv_cache
-from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.runtime import kv_cache
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 

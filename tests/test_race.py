@@ -13,8 +13,8 @@ from cactus_core.app.reference_view import compact_frontier, pair_in_words, refe
 from cactus_core.app.rule_comparison_figure import rule_comparison_figure
 from cactus_core.app.rule_style import SHOWN_FIRST, STYLES, rule_colour, style
 from cactus_core.app.settings import AppSettings
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.pairing import END_MARKER, token_display
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.loading.pair import END_MARKER, token_display
 from cactus_core.experiments.reference import load_reference
 from cactus_core.experiments.rule_comparison import RulePoint
 from cactus_core.experiments.sweep_config import BASELINE

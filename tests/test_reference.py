@@ -55,8 +55,8 @@ def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
     from cactus_core.app.settings import AppSettings
     from cactus_core.cli import build_parser
     from cactus_core.cli_models import pair_kwargs_from_args
-    from cactus_core.engine.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
-    from cactus_core.engine.models import load_pair
+    from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
+    from cactus_core.engine.loading.models import load_pair
 
     kwargs = embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("cpu")
     assert load_pair(device="cpu", **kwargs).identity == shipped.model, (

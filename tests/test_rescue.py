@@ -17,7 +17,7 @@ from cactus_core.app.rescue_view import (
     rescue_curve,
     rescue_summary,
 )
-from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, make_rule
 

@@ -9,12 +9,8 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.maths.divergence import (
-    entropy,
-    expected_acceptance,
-    js_divergence,
-    kl,
-)
+from cactus_core.maths.divergence import entropy, js_divergence, kl
+from cactus_core.maths.emitted import expected_acceptance
 from cactus_core.maths.limit import LIMIT_T_GRID, limit_sums, optimal_target
 from cactus_core.maths.rules import make_rule
 

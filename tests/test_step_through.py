@@ -19,7 +19,7 @@ from cactus_core.app.step_view import (
     round_level,
     round_steps,
 )
-from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 

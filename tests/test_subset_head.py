@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.models import ModelLoadError, _check_logit_sizes
-from cactus_core.engine.subset_head import FILL, VocabSubsetHead, attach_subset_head
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.loading.models import ModelLoadError, _check_logit_sizes
+from cactus_core.engine.runtime.subset_head import FILL, VocabSubsetHead, attach_subset_head
 from cactus_core.maths.sampling import logits_to_probs
 
 

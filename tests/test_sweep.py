@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from cactus_core.engine.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.experiments.sweep import METRICS, SweepCancelled, run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import (
@@ -282,8 +282,8 @@ def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
 def test_a_feature_draft_sweeps_in_batches_with_the_same_text_as_alone(tiny_pair, tmp_path):
     """A pair with a feature draft sweeps chunk by chunk like any pair (the verifier batched,
     the draft row by row), and prompt i's text does not depend on its chunk."""
-    from cactus_core.engine.feature_draft import FeatureDraft
-    from cactus_core.engine.feature_drafting import with_feature_draft
+    from cactus_core.engine.drafting.feature_draft import FeatureDraft
+    from cactus_core.engine.loading.models import with_feature_draft
 
     pair = with_feature_draft(tiny_pair, FeatureDraft.tiny_for(tiny_pair.verifier))
     settings = (Setting.of("sps"), Setting.of("cactus", delta=0.3))

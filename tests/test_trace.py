@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.trace import DRAFT_FATES, EMIT_FATES, Trace, reverify
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.trace import DRAFT_FATES, EMIT_FATES, Trace, reverify
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule

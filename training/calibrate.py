@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine.models import tokenizer_fingerprint
+from cactus_core.engine.loading.models import tokenizer_fingerprint
 from training.common import load_verifier_and_tokenizer
 from training.export import save_draft
 from training.train_draft import evaluate, load_records, make_draft, split_holdout
@@ -60,7 +60,7 @@ def main() -> None:
     _, unexpected = draft.load_state_dict(saved, strict=False)
     assert not unexpected, unexpected
     if cfg.get("cactus_head_token_ids"):
-        from cactus_core.engine.subset_head import attach_subset_head
+        from cactus_core.engine.runtime.subset_head import attach_subset_head
 
         ids = load_file(str(args.ckpt / cfg["cactus_head_token_ids"]))["token_ids"]
         if args.head_size:

@@ -24,7 +24,11 @@ def gguf_dir() -> Path:
 
 def load_verifier_and_tokenizer():
     """The embedded verifier in float32, through the app's conversion cache (fast after once)."""
-    from cactus_core.engine.models import convert_gguf_cached, embedded_gguf_path, resolve_cache_dir
+    from cactus_core.engine.loading.models import (
+        convert_gguf_cached,
+        embedded_gguf_path,
+        resolve_cache_dir,
+    )
 
     folder = convert_gguf_cached(embedded_gguf_path(), resolve_cache_dir())
     tok = AutoTokenizer.from_pretrained(str(folder))

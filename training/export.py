@@ -1,7 +1,7 @@
 """Write a draft in the embedded format: config.json + its own layers in bf16 safetensors.
 
 The embedding (and the tied head) is the verifier's, so it is left out of the file; the loader
-(cactus_core.engine.models) takes it from the verifier. A folder written here is a transformers
+(engine.loading.models) takes it from the verifier. A folder written here is a transformers
 LlamaForCausalLM folder apart from that one missing tensor.
 """
 
@@ -19,7 +19,7 @@ HEAD_IDS_FILE = "head_token_ids.safetensors"
 
 
 def head_ids_of(draft) -> torch.Tensor | None:
-    """The ids a VocabSubsetHead scores (engine.subset_head), or None for a full head."""
+    """The ids a VocabSubsetHead scores (engine.runtime.subset_head), or None for a full head."""
     ids = getattr(draft.lm_head, "token_ids", None)
     return None if ids is None else ids.detach().cpu()
 

@@ -50,7 +50,7 @@ from transformers import LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.loading.prompts import builtin_prompts
 from training.common import load_verifier_and_tokenizer
 from training.gen_data import RecordAndSample
 from training.prompts import generate_prompts

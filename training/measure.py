@@ -5,7 +5,7 @@
 --cost: forward time per token of each model at batch 1 with a KV cache (after a 64-token
     prefill), the two models interleaved token by token so that load from other processes hits
     both alike; medians and their ratio.
---decode: cactus_core.engine.decoder.SpeculativeDecoder with lossless `sps`, k = 4, T = 0.7,
+--decode: engine.decoding.decoder.SpeculativeDecoder with lossless `sps`, k = 4, T = 0.7,
     top-p 0.95 over the built-in chat prompts (cactus_core/data/chat_prompts.jsonl).
 --expected: teacher-forced expected acceptance sum_x min(p, q) on the verifier's own answers.
 --draft-dir: measure a checkpoint folder instead of cactus_core/assets/draft.
@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine import models as cm
-from cactus_core.engine.prompts import builtin_prompts
+from cactus_core.engine.loading import models as cm
+from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.maths.sampling import logits_to_probs
 
 
@@ -62,7 +62,7 @@ def cost(pair, tokens: int = 48, reps: int = 3) -> dict:
 
 
 def decode(pair, max_new: int, batch: int) -> dict:
-    from cactus_core.engine.decoder import SpeculativeDecoder, summarize
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder, summarize
 
     dec = SpeculativeDecoder(pair, "sps", k=4, temperature=0.7, top_p=0.95, record_trace=False)
     prompts = builtin_prompts()[:20]
@@ -78,7 +78,7 @@ def decode(pair, max_new: int, batch: int) -> dict:
 @torch.inference_mode()
 def expected(pair, max_new: int) -> dict:
     """Sample the verifier's answers, then score sum_x min(p, q) at every answer position."""
-    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder(pair, "sps", k=4, temperature=0.7, top_p=0.95, record_trace=False)
     outs = dec.generate_autoregressive(builtin_prompts()[:20], max_new_tokens=max_new, seed=0)
@@ -112,7 +112,7 @@ def main() -> None:
     pair = cm.load_pair(device="cpu")
     res: dict = {"draft": pair.draft_name, "load_s": time.perf_counter() - t0}
     res["torch_threads"] = torch.get_num_threads()
-    # A VocabSubsetHead (engine.subset_head) scores only its ids; None: the full vocabulary.
+    # A VocabSubsetHead (engine.runtime.subset_head) scores only its ids; None: the full vocabulary.
     head_ids = getattr(pair.draft.get_output_embeddings(), "token_ids", None)
     res["draft_head_size"] = None if head_ids is None else int(head_ids.numel())
     if args.cost:

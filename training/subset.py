@@ -1,4 +1,4 @@
-"""Choose the ids the draft's head scores (engine.subset_head) from the distillation data.
+"""Choose the ids the draft's head scores (engine.runtime.subset_head) from the distillation data.
 
 Every id gets a score: the verifier's probability mass on it (T = 0.7 after top-p 0.95, from
 the saved top-64 logits) summed over all training answer positions, plus one per time it was

@@ -29,7 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine.models import tokenizer_fingerprint
+from cactus_core.engine.loading.models import tokenizer_fingerprint
 from training.common import load_verifier_and_tokenizer, target_probs
 from training.export import save_draft
 
@@ -253,7 +253,7 @@ def main() -> None:
     print(f"train {len(train)} answers / {n_tok} tokens, holdout {len(held)}", flush=True)
     lookup = None
     if args.head_size:
-        from cactus_core.engine.subset_head import attach_subset_head
+        from cactus_core.engine.runtime.subset_head import attach_subset_head
         from training.subset import choose, lost_mass, scores, special_ids
 
         vocab = draft.get_input_embeddings().weight.shape[0]

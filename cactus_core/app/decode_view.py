@@ -19,10 +19,10 @@ from cactus_core.maths.rules import Rule, lossless_rule
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
     from cactus_core.app.race import Race
-    from cactus_core.engine.decoder import SpeculativeDecoder
-    from cactus_core.engine.generation import DecodeStream, GenerationOutput
-    from cactus_core.engine.models import ModelPair
-    from cactus_core.engine.trace import Replay, RoundTrace, Trace
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
+    from cactus_core.engine.decoding.trace import Replay, RoundTrace, Trace
+    from cactus_core.engine.loading.pair import ModelPair
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class DecodeRequest:
         return build_rule(self.rule_name, self.rule_params)
 
     def decoder(self, pair: ModelPair, record_trace: bool = True) -> SpeculativeDecoder:
-        from cactus_core.engine.decoder import SpeculativeDecoder
+        from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
         return SpeculativeDecoder(
             pair, self.rule(), record_trace=record_trace, **self.settings.decoder_kwargs()

@@ -20,7 +20,7 @@ from cactus_core.app.limits import MAX_PROMPT_CHARS
 from cactus_core.app.playground import playground_params
 from cactus_core.app.positions import PRESETS
 from cactus_core.app.settings import DEVICES, EMBEDDED_DRAFT_LABEL
-from cactus_core.engine.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import RULES
 
 Value = str | int | float | bool

@@ -23,9 +23,9 @@ from cactus_core.app.metrics import SpeedComparison, speed_comparison
 
 if TYPE_CHECKING:
     from cactus_core.app.decode_view import DecodeRequest
-    from cactus_core.engine.generation import DecodeStream, GenerationOutput
-    from cactus_core.engine.models import ModelPair
-    from cactus_core.engine.trace import RoundTrace
+    from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
+    from cactus_core.engine.decoding.trace import RoundTrace
+    from cactus_core.engine.loading.pair import ModelPair
 
 SPECULATIVE = "speculative"
 VERIFIER_ONLY = "verifier only"

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from cactus_core.app.frontier_figures import LIMIT_COLOUR
 from cactus_core.app.rule_style import rule_colour
-from cactus_core.engine.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
+from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
 from cactus_core.experiments.frontier import interpolate_param_for_budget
 from cactus_core.experiments.reference import Reference, ReferenceSweep
@@ -26,7 +26,7 @@ from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import Trace
+    from cactus_core.engine.decoding.trace import Trace
 
 X_LABEL = "emitted KL per token (nats)"
 RUN_COLOUR = "#111111"  # a run's own marks: black, a colour no rule has (rule_style)

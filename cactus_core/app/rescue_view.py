@@ -15,7 +15,7 @@ from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import PositionTrace, RoundTrace
+    from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 
 # Where a rejected draft sat in q: rank bins, then a bin for the ones outside q's support
 # altogether (cut by top-k / top-p).

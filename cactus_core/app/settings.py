@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cactus_core.engine.embedded_drafts import (
+from cactus_core.engine.loading.embedded_drafts import (
     DEFAULT_EMBEDDED_DRAFT,
     REFERENCE_EMBEDDED_DRAFT,
     embedded_draft,
 )
-from cactus_core.engine.load_args import resolve_device
+from cactus_core.engine.loading.load_args import resolve_device
 from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.app.decode_view import DecodeRequest
-from cactus_core.engine.pairing import token_display
+from cactus_core.engine.loading.pair import token_display
 from cactus_core.maths.rules import Rule
 
 if TYPE_CHECKING:
-    from cactus_core.engine.decoder import SpeculativeDecoder
-    from cactus_core.engine.generation import DecodeStream, GenerationOutput
-    from cactus_core.engine.models import ModelPair
-    from cactus_core.engine.trace import RoundTrace
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
+    from cactus_core.engine.decoding.trace import RoundTrace
+    from cactus_core.engine.loading.pair import ModelPair
 
 DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 SHOWN = 6  # tokens taken from the top of each of p, q and h for a position's bars
@@ -106,7 +106,7 @@ class StepRun:
     @classmethod
     def start(cls, pair: ModelPair, request: DecodeRequest) -> StepRun:
         """Check the prompt and open the stream; nothing is decoded yet."""
-        from cactus_core.engine.decoder import SpeculativeDecoder
+        from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
         request.check_length(pair)
         holder: list[StepRun] = []

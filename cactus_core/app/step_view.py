@@ -22,7 +22,7 @@ from cactus_core.app.step_through import SHOWN, RoundRows, StepRun
 from cactus_core.maths.rules import NO_STATS, Rule, lossless_rule
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import PositionTrace, RoundTrace
+    from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 
 STEP_KINDS = ("draft", "verify", "decide", "residual", "bonus", "sampled", "summary")
 STEP_TITLES = {

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.engine.decoder import SpeculativeDecoder
-from cactus_core.engine.generation import acceptance_by_position
+from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+from cactus_core.engine.decoding.generation import acceptance_by_position
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -35,7 +35,7 @@ from cactus_core.maths.rules import (
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 VERIFIER_ONLY = "verifier-only"
 HF_ASSISTED = "transformers assisted"

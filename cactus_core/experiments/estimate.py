@@ -45,7 +45,7 @@ from cactus_core.maths.limit import LimitCurve, limit_sums
 from cactus_core.maths.rules import LOSSLESS_RULE, RULES, make_rule, rule_class
 
 if TYPE_CHECKING:
-    from cactus_core.engine.trace import Trace
+    from cactus_core.engine.decoding.trace import Trace
 
 DEFAULT_COUNT = 50  # parameter values per rule
 DEFAULT_TAIL_BUCKETS = 1  # tail buckets per compact row (see the module docstring)

@@ -39,7 +39,7 @@ from cactus_core.maths.rules import RULES, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "data" / "reference_sweep.json.gz"
 REFERENCE_COMMAND = "python -m cactus_core sweep --reference"
@@ -295,7 +295,7 @@ def write_reference(data: dict[str, Any], path: Path | str | None = None) -> Pat
 def confirm_config(ref: Reference, part: ReferenceSweep, setting: Setting) -> SweepConfig:
     """A one-setting sweep on the reference's prompts, seeds and sampling: what confirms an
     answer read off the reference curve."""
-    from cactus_core.engine.prompts import builtin_prompts
+    from cactus_core.engine.loading.prompts import builtin_prompts
 
     n = int(ref.provenance["prompts"])
     return SweepConfig(

@@ -53,7 +53,7 @@ from cactus_core.maths.limit import LimitCurve, LimitSums
 from cactus_core.maths.rules import DEFAULT_RULE, lossless_rule
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 # ---------------------------------------------------------------------------- chunk records
 
@@ -451,7 +451,7 @@ def run_chunk(
     pair: ModelPair, config: SweepConfig, setting: Setting, idx: tuple[int, ...]
 ) -> ChunkRecord:
     """Generate one setting on a few prompts (one batched call) and score its positions."""
-    from cactus_core.engine.decoder import SpeculativeDecoder
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
     prompts = [config.prompts[i] for i in idx]
     rule = lossless_rule() if setting.is_baseline else setting.make_rule()

@@ -21,7 +21,7 @@ from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, rule_class
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 # Rules whose swept parameter trades emitted KL for acceptance monotonically.
 TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.tunable)

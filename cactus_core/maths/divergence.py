@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
-from cactus_core.maths.validation import check_pair, work_dtype
-
-if TYPE_CHECKING:
-    from cactus_core.maths.rules import Rule
+from cactus_core.maths.validation import work_dtype
 
 
 def kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -83,10 +79,3 @@ def _per_row(fn, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
         blk = flat[i : i + rows]
         out[i : i + rows] = fn(blk, buf[: blk.shape[0]], *(r[i : i + rows] for r in rest))
     return out.reshape(x.shape[:-1])
-
-
-def expected_acceptance(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sum_n p(n)·a(n): the chance that one drafted token is accepted. p, q [..., V] -> [...]."""
-    check_pair(p, q)
-    a = rule.accept_probs_all(p, q, validate=False)
-    return (p.to(a.dtype) * a).sum(-1)

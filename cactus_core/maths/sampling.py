@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from cactus_core.maths.limit import sort_nonneg
+from cactus_core.maths.tensor_ops import sort_nonneg
 from cactus_core.maths.validation import check_float, check_number
 
 K_MAX = 16  # draft length: past this, acceptance has long stopped paying for the drafting

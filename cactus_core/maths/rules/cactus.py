@@ -14,13 +14,6 @@ import math
 import torch
 
 from cactus_core.maths.divergence import entropy, kl
-from cactus_core.maths.emitted import (
-    CactusPrecomputed,
-    cactus_c,
-    cactus_monotone_emitted,
-    pi_in_rho_order,
-)
-from cactus_core.maths.limit import sort_nonneg
 from cactus_core.maths.rules.base import (
     UNBOUNDED,
     Param,
@@ -30,6 +23,13 @@ from cactus_core.maths.rules.base import (
     min1_ratio,
     unsqueeze_stat,
 )
+from cactus_core.maths.rules.cactus_emitted import (
+    CactusPrecomputed,
+    cactus_c,
+    cactus_monotone_emitted,
+    pi_in_rho_order,
+)
+from cactus_core.maths.tensor_ops import sort_nonneg
 from cactus_core.maths.validation import blockwise, work_dtype
 
 CITATION = "Hao & Mou, Cactus, ICLR 2026 (arXiv 2604.04987)"

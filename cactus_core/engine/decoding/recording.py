@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import torch
 
-from cactus_core.engine.generation import GenerationStats
-from cactus_core.engine.round import HostRound
-from cactus_core.engine.trace import PositionTrace, RoundTrace
+from cactus_core.engine.decoding.generation import GenerationStats
+from cactus_core.engine.decoding.round import HostRound
+from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import Rule

@@ -39,17 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.engine.fast_head import single_row_copy
-from cactus_core.engine.feature_drafting import Drafter, feed_round, open_caches, propose
-from cactus_core.engine.generation import (
+from cactus_core.engine.decoding.generation import (
     DecodeStream,
     GenerationOutput,
     GenerationStats,
     summarize,
 )
-from cactus_core.engine.kv_cache import SequenceCache
-from cactus_core.engine.pairing import eos_ids, head_vocab, token_display
-from cactus_core.engine.recording import (
+from cactus_core.engine.decoding.recording import (
     count_draft,
     draft_round_trace,
     emitted_kl,
@@ -58,8 +54,7 @@ from cactus_core.engine.recording import (
     top_entries,
     zero_kl,
 )
-from cactus_core.engine.round import (
-    Draft,
+from cactus_core.engine.decoding.round import (
     HostRound,
     Verdict,
     draw_coins,
@@ -68,12 +63,18 @@ from cactus_core.engine.round import (
     to_host,
     verify_draft,
 )
-from cactus_core.engine.trace import PositionTrace, RoundTrace, Trace
+from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
+from cactus_core.engine.drafting.drafter import Draft, Drafter
+from cactus_core.engine.drafting.feature_drafting import open_caches
+from cactus_core.engine.loading.pair import eos_ids, token_display
+from cactus_core.engine.loading.pairing import head_vocab
+from cactus_core.engine.runtime.fast_head import single_row_copy
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.rules import LOSSLESS_RULE, Rule, lossless_rule, make_rule
 from cactus_core.maths.sampling import K_MAX, SamplingSettings, sample_from_probs
 
 if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 __all__ = [
     "K_MAX",
@@ -106,7 +107,6 @@ class _Row:
     generator: torch.Generator
     trace: Trace
     tokens: list[int] = field(default_factory=list)  # prompt + generated
-    pending: list[int] = field(default_factory=list)  # not yet in the draft's cache
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     @property
@@ -305,9 +305,7 @@ class SpeculativeDecoder:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed + i)
             meta = self._meta(prompt, ids, seed + i, chat_template, speculative)
-            rows.append(
-                _Row(i, prompt, ids, gen, Trace(meta=meta), tokens=list(ids), pending=[ids[-1]])
-            )
+            rows.append(_Row(i, prompt, ids, gen, Trace(meta=meta), tokens=list(ids)))
         return rows
 
     def _meta(
@@ -374,8 +372,6 @@ class SpeculativeDecoder:
                         draft.select(keep)
             if active:
                 verifier.keep([len(r.tokens) - 1 for r in active])
-                if draft is not None:
-                    draft.keep([len(r.tokens) - len(r.pending) for r in active])
         wall = time.perf_counter() - start - paused
         self._finish(rows, batch_id, speculative, wall, prefill_s, clock)
         return [self._output(r) for r in rows]
@@ -414,7 +410,7 @@ class SpeculativeDecoder:
         probs = self.sampling.probs
         t0 = time.perf_counter()
         coins = draw_coins([r.generator for r in rows], k, self.device)
-        drafted = propose(draft, [r.pending for r in rows], coins.draft, probs)
+        drafted = draft.propose(coins.draft, probs)
         if self.record_trace:
             _sync(self.device)  # so that draft_s is the drafting's own time
         t1 = time.perf_counter()
@@ -425,7 +421,7 @@ class SpeculativeDecoder:
         t2 = time.perf_counter()
         kl_pi, positions = self._record(rows, drafted, verdict, host)
         t3 = time.perf_counter()
-        feed_round(draft, verifier, host)
+        draft.after_verify(verifier, [h.emitted_ids for h in host])
         clock.draft += t1 - t0 + time.perf_counter() - t3
         clock.verify += t2 - t1
         clock.record += t3 - t2
@@ -520,12 +516,6 @@ class SpeculativeDecoder:
         # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
         st.kl_sum += sum(kl_pi[: min(len(emitted), rnd.k)])
         row.tokens.extend(emitted)
-        if rnd.k == 0:
-            row.pending.extend(emitted)
-        elif rnd.num_accepted == rnd.k:
-            row.pending = [rnd.draft_ids[-1], emitted[-1]] if stop is None else []
-        else:
-            row.pending = [emitted[-1]] if stop is None else []
         row.trace.rounds.append(rnd)
         return stop
 

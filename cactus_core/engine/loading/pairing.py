@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from cactus_core.engine.deployment import ModelLoadError
-
-if TYPE_CHECKING:
-    from cactus_core.engine.models import ModelPair
+from cactus_core.engine.loading.deployment import ModelLoadError
 
 # Strings on which two tokenizers must give the same ids: prose, code, digits, whitespace runs,
 # non-Latin scripts, emoji and the chat markers.
@@ -70,7 +66,7 @@ def _scored_vocab(model: PreTrainedModel) -> int:
     return getattr(head, "out_features", None) or head.weight.shape[0]
 
 
-def _max_positions(model: PreTrainedModel) -> int:
+def max_positions(model: PreTrainedModel) -> int:
     cfg = model.config
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(cfg, attr, None)
@@ -83,31 +79,3 @@ def head_vocab(model: PreTrainedModel) -> int:
     """The number of tokens a model's head scores (the config's vocabulary without a head)."""
     head = model.get_output_embeddings()
     return int(head.out_features if head is not None else model.config.vocab_size)
-
-
-def eos_ids(pair: ModelPair) -> set[int]:
-    """The ids that end a generation: the tokenizer's and the verifier's EOS ids."""
-    ids: set[int] = set()
-    for src in (pair.tokenizer, pair.verifier.generation_config, pair.verifier.config):
-        eos = getattr(src, "eos_token_id", None)
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, list | tuple):
-            ids.update(int(e) for e in eos)
-    return ids
-
-
-END_MARKER = "«end»"  # how an end-of-text token reads (« » are in every font)
-
-
-def token_display(tokenizer: Any, token_id: int, eos: set[int]) -> str:
-    """A token as the lab shows it: its text, but never a raw special token such as
-    "<|im_end|>". An end token reads END_MARKER; another special token its bare name in
-    guillemets ("«im_start»"), so that a chat template's markup never passes for generated text."""
-    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
-    if token_id in eos:
-        return END_MARKER
-    if token_id in special:
-        raw = tokenizer.convert_ids_to_tokens(token_id)
-        return f"«{str(raw).strip('<|>')}»"
-    return tokenizer.decode([token_id])

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cactus_core.engine.trace import RoundTrace, Trace
+from cactus_core.engine.decoding.trace import RoundTrace, Trace
 
 
 @dataclass

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR
+from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
 
 PUBLIC_ENV = "CACTUS_LAB_PUBLIC"
 ALLOWED_ENV = "CACTUS_LAB_ALLOWED_MODELS"

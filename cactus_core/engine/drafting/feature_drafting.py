@@ -37,26 +37,26 @@ a round and need a second hole-keeping cache.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from cactus_core.engine.feature_draft import DraftKVCache, FeatureDraft
-from cactus_core.engine.kv_cache import SequenceCache
-from cactus_core.engine.packed_linear import pack_linears
-from cactus_core.engine.round import Draft, HostRound, ProbsFn, draft_tokens
-from cactus_core.engine.weights import state_digest, weights_digest
-from cactus_core.maths.sampling import sample_from_probs
+from cactus_core.engine.drafting.drafter import (
+    Draft,
+    Drafter,
+    IndependentDrafter,
+    ProbsFn,
+    draft_loop,
+)
+from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from cactus_core.engine.models import ModelPair
+    from cactus_core.engine.loading.pair import ModelPair
 
 
 def final_norm(model: PreTrainedModel) -> nn.Module:
@@ -181,17 +181,14 @@ class FeatureDrafter:
     def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Draft:
         """k = coins.shape[1] drafted tokens: p_1 from the held logits, then k - 1 forwards,
         each on the draft's own predicted feature and the token just drafted."""
-        k = coins.shape[1]
-        logits, feature = self.logits, self.feature
-        ps, ns = [], []
-        for i in range(k):
-            p = probs(logits)  # [1, V]
-            n = sample_from_probs(p, coins[:, i])  # [1]
-            ps.append(p)
-            ns.append(n)
-            if i < k - 1:
-                logits, feature = self._read(feature, n[:, None])
-        return Draft(probs=torch.stack(ps, 1), ids=torch.stack(ns, 1))
+        feature = self.feature
+
+        def step(n: torch.Tensor) -> torch.Tensor:
+            nonlocal feature
+            logits, feature = self._read(feature, n[:, None])
+            return logits
+
+        return draft_loop(self.logits, coins, probs, step)
 
     def _read(self, features: torch.Tensor, next_ids: torch.Tensor):
         """One draft forward appended to the cache -> (logits [1, V] float32 of the token
@@ -201,15 +198,17 @@ class FeatureDrafter:
 
 
 class FeatureDrafters:
-    """The feature draft's state for a batch: one `FeatureDrafter` per row (module docstring:
-    the verifier is batched, the draft is not)."""
+    """The feature draft's state for a batch, a `Drafter`: one `FeatureDrafter` per row (module
+    docstring: the verifier is batched, the draft is not). It reads the features that the
+    verifier's `FeatureCache` captured."""
 
     def __init__(self, draft: FeatureDraft, vocab: int, batch: int) -> None:
         self.rows = [FeatureDrafter(draft, vocab) for _ in range(batch)]
 
-    def prefill(self, tokens: list[list[int]], features: torch.Tensor | None) -> None:
-        """tokens: each row's prompt; features [B, W, D]: the verifier's prefill features of
-        the right-padded prefixes (row b's own are its first len(tokens[b]) - 1 columns)."""
+    def prefill(self, tokens: list[list[int]], verifier: SequenceCache) -> None:
+        """tokens: each row's prompt; the verifier's prefill features [B, W, D] are of the
+        right-padded prefixes (row b's own are its first len(tokens[b]) - 1 columns)."""
+        features = _features(verifier)
         for b, (row, ids) in enumerate(zip(self.rows, tokens, strict=True)):
             own = None if features is None else features[b : b + 1, : len(ids) - 1]
             row.prefill(ids, own)
@@ -221,23 +220,23 @@ class FeatureDrafters:
             probs=torch.cat([d.probs for d in drafts]), ids=torch.cat([d.ids for d in drafts])
         )
 
-    def feed_round(self, features: torch.Tensor, host: list[HostRound]) -> None:
-        """features [B, k + 1, D]: the verify pass's; row b read its m_b + 1 committed
-        positions [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y]."""
-        for b, (row, h) in enumerate(zip(self.rows, host, strict=True)):
-            ids = torch.tensor([h.emitted_ids], device=features.device)  # [1, m + 1]
-            row.feed(features[b : b + 1, : h.num_accepted + 1], ids)
-
-    def keep(self, lengths: list[int]) -> None:
-        """Nothing to roll back here: `feed_round` cropped every row's cache already."""
+    def after_verify(self, verifier: SequenceCache, emitted: list[list[int]]) -> None:
+        """The verify pass's features [B, k + 1, D]: row b reads its m_b + 1 committed
+        positions [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y] (its `feed` crops
+        what drafting appended first)."""
+        features = _features(verifier)
+        for b, (row, out) in enumerate(zip(self.rows, emitted, strict=True)):
+            ids = torch.tensor([out], device=features.device)  # [1, m + 1]
+            row.feed(features[b : b + 1, : len(out)], ids)
 
     def select(self, rows: list[int]) -> None:
-        """Keep only these batch rows (finished sequences leave the batch)."""
         self.rows = [self.rows[r] for r in rows]
 
 
-# What drafts a round: the independent draft's KV cache, or the feature draft's state.
-Drafter = SequenceCache | FeatureDrafters
+def _features(verifier: SequenceCache) -> torch.Tensor | None:
+    if not isinstance(verifier, FeatureCache):
+        raise ValueError("a feature draft reads the features of a FeatureCache verifier")
+    return verifier.features
 
 
 def open_caches(
@@ -248,66 +247,15 @@ def open_caches(
     features and the drafter reads them."""
     prefixes = [t[:-1] for t in tokens]
     feature = speculative and pair.feature_draft is not None
+    drafter: Drafter | None = None
     if feature:
         verifier = FeatureCache(pair.verifier, vocab, pair.feature_draft.feature_layers)
+        drafter = FeatureDrafters(pair.feature_draft, vocab, len(tokens))
     else:
         verifier = SequenceCache(pair.verifier, vocab)
+        if speculative:
+            drafter = IndependentDrafter(pair.draft, vocab)
     verifier.prefill(prefixes)
-    if not speculative:
-        return verifier, None
-    if feature:
-        drafters = FeatureDrafters(pair.feature_draft, vocab, len(tokens))
-        drafters.prefill(tokens, verifier.features)
-        return verifier, drafters
-    draft = SequenceCache(pair.draft, vocab)
-    draft.prefill(prefixes)
-    return verifier, draft
-
-
-def propose(draft: Drafter, pending: list[list[int]], coins: torch.Tensor, probs: ProbsFn) -> Draft:
-    """The round's draft from either kind of drafter (coins [B, k] -> p [B, k, V], ids [B, k]);
-    pending: the tokens an independent draft has not encoded yet (see `draft_tokens`)."""
-    if isinstance(draft, FeatureDrafters):
-        return draft.propose(coins, probs)
-    return draft_tokens(draft, pending, coins, probs)
-
-
-def feed_round(draft: Drafter, verifier: SequenceCache, host: list[HostRound]) -> None:
-    """After the verify pass: the feature draft reads the verifier's features of the positions
-    the round committed, [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y]. An independent
-    draft needs nothing here (it encodes the new tokens in its next round's first forward)."""
-    if isinstance(draft, FeatureDrafters):
-        draft.feed_round(verifier.features, host)
-
-
-def feature_draft_digest(draft: FeatureDraft) -> str:
-    """sha256 of a feature draft built in memory: its own weights, input scales and head ids
-    (the parts it borrows from the verifier are in the verifier's digest)."""
-    h = hashlib.sha256(state_digest(draft).encode())
-    h.update(f"{draft.embed_scale}|{draft.feature_scale}".encode())
-    if draft.head_ids is not None:
-        h.update(draft.head_ids.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def with_feature_draft(
-    pair: ModelPair, draft: FeatureDraft | str | Path, cache: Path | None = None
-) -> ModelPair:
-    """A copy of `pair` whose decoder drafts with a feature draft: a `FeatureDraft` built on
-    pair.verifier, or a folder saved by `FeatureDraft.save` (loaded onto the verifier and
-    fingerprinted by its files; `cache` remembers the files' hashes)."""
-    if isinstance(draft, FeatureDraft):
-        if draft.embedding is not pair.verifier.get_input_embeddings():
-            raise ValueError("the feature draft was built on another verifier")
-        name, digest = "feature-draft (in memory)", ""
-    else:
-        folder = Path(draft)
-        # The draft runs in the verifier's dtype. On a CPU with native bfloat16 its step is the
-        # faster one (2.02 against 2.29 ms in float32, docs/benchmarks.md) now that its head
-        # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
-        draft = FeatureDraft.load(folder, pair.verifier)
-        name, digest = str(folder.resolve()), weights_digest(folder, cache)
-    pack_linears(draft)
-    return dataclasses.replace(
-        pair, feature_draft=draft.eval(), feature_draft_name=name, feature_draft_weights=digest
-    )
+    if drafter is not None:
+        drafter.prefill(tokens, verifier)
+    return verifier, drafter

@@ -55,7 +55,7 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from cactus_core.engine.fast_head import linear_scores
+from cactus_core.engine.runtime.fast_head import linear_scores
 
 FORMAT = "cactus-feature-draft"
 FORMAT_VERSION = 1

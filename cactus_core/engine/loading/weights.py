@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from cactus_core.engine.deployment import ModelLoadError
+from cactus_core.engine.loading.deployment import ModelLoadError
 
 # Files that change what a model computes. The GGUF converter's manifest is left out: it holds
 # a timestamp, not numbers.

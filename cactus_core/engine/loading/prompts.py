@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PROMPTS_FILE = Path(__file__).resolve().parents[1] / "data" / "chat_prompts.jsonl"
+PROMPTS_FILE = Path(__file__).resolve().parents[2] / "data" / "chat_prompts.jsonl"
 
 
 def builtin_prompts() -> list[str]:

@@ -4,8 +4,8 @@ torch's CPU linear in bfloat16 runs oneDNN's matmul, which lays the weight out i
 blocked format on every call. Done once at load instead, the product is the same, bit for bit
 (`tests/test_packed_linear.py`), and cheaper: the embedded verifier's 210 decoder-layer
 products took 32.3 ms for 1 row and 34.6 ms for 5 through `F.linear`, and 25.6 and 25.4 ms
-packed (one thread, an AMX CPU; docs/benchmarks.md, "Packed bfloat16 weights and grouped
-attention"). The packed copy costs the weights' size once more in memory.
+packed (one thread, an AMX CPU; docs/benchmarks.md, "Step costs"). The packed copy costs the
+weights' size once more in memory.
 
 Only where it pays: bfloat16 weights on a CPU with native bfloat16 (`native_bfloat16`), with no
 gradient to track (oneDNN's packed product has no backward), so training and float32 run as
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cactus_core.engine.embedded_drafts import native_bfloat16
+from cactus_core.engine.loading.embedded_drafts import native_bfloat16
 
 # oneDNN picks a blocking for this many rows; a verify pass of k + 1 = 5 rows, a draft or
 # decoding step of 1 and a reference sweep's batch of 24 all measured alike with it.

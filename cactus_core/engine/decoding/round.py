@@ -7,18 +7,15 @@ Shapes: B = sequences in the batch, k = draft length, V = vocabulary, J = verifi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cactus_core.engine.kv_cache import SequenceCache
+from cactus_core.engine.drafting.drafter import Draft, ProbsFn
+from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.rules import Rule
-from cactus_core.maths.sampling import sample_from_probs
 from cactus_core.maths.verify import VerifyResult, verify, verify_sequential
-
-ProbsFn = Callable[[torch.Tensor], torch.Tensor]  # logits [..., V] -> p or q [..., V]
 
 
 @dataclass
@@ -29,12 +26,6 @@ class Coins:
     draft: torch.Tensor  # [B, k] inverse-CDF coins of the drafted tokens
     accept: torch.Tensor  # [B, k] accept coins u_i (accepted iff u_i < a(n_i))
     sample: torch.Tensor  # [B] inverse-CDF coin of the recovered or bonus token
-
-
-@dataclass
-class Draft:
-    probs: torch.Tensor  # [B, k, V] p at each drafted position
-    ids: torch.Tensor  # [B, k] int64, n_i drawn from p
 
 
 @dataclass
@@ -74,30 +65,6 @@ class HostRound:
 def draw_coins(generators: list[torch.Generator], k: int, device: torch.device) -> Coins:
     uniforms = torch.stack([torch.rand(2 * k + 1, generator=g, device=device) for g in generators])
     return Coins(draft=uniforms[:, :k], accept=uniforms[:, k : 2 * k], sample=uniforms[:, 2 * k])
-
-
-def draft_tokens(
-    cache: SequenceCache, pending: list[list[int]], coins: torch.Tensor, probs: ProbsFn
-) -> Draft:
-    """k = coins.shape[1] draft forwards. The first one also encodes the tokens the draft has
-    not seen yet (pending[b]), left-padded to one width with holes the cache skips, so that
-    the batch needs no extra forward to catch up."""
-    k = coins.shape[1]
-    width = max(len(t) for t in pending)
-    ids = torch.tensor([[0] * (width - len(t)) + t for t in pending], device=coins.device)
-    holes = None
-    if any(len(t) < width for t in pending):
-        holes = [[j >= width - len(t) for j in range(width)] for t in pending]
-    logits = cache.step(ids, holes, 1)[:, -1]  # [B, V]
-    ps, ns = [], []
-    for i in range(k):
-        p = probs(logits)  # [B, V]
-        n = sample_from_probs(p, coins[:, i])  # [B]
-        ps.append(p)
-        ns.append(n)
-        if i < k - 1:
-            logits = cache.step(n[:, None], None, 1)[:, -1]
-    return Draft(probs=torch.stack(ps, 1), ids=torch.stack(ns, 1))
 
 
 def verify_draft(

@@ -7,8 +7,8 @@ pair: the embedded verifier and its independent 3-layer draft, in the device's d
 The default is the feature draft in the faster dtype on this CPU (`native_bfloat16`): bfloat16
 where the CPU multiplies it natively, where checking 5 tokens costs about what 1 does, and
 float32 elsewhere, where 5 bfloat16 tokens cost about 1.6 times 1 and float32 decodes faster
-(docs/benchmarks.md, "A CPU without native bfloat16"). The shipped reference sweep was measured
-in bfloat16 (`REFERENCE_EMBEDDED_DRAFT`).
+(docs/benchmarks.md, "On a CPU without native bfloat16"). The shipped reference sweep was
+measured in bfloat16 (`REFERENCE_EMBEDDED_DRAFT`).
 
 Kept free of transformers so that the app's settings can import it at start-up."""
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from cactus_core.engine.load_args import resolve_device
+from cactus_core.engine.loading.load_args import resolve_device
 
-FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[1] / "assets" / "feature_draft"
+FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[2] / "assets" / "feature_draft"
 # What traces and pages call the shipped feature draft (never its folder: a server path).
 FEATURE_DRAFT_NAME = "cactus feature draft (embedded, 1 layer)"
 # The CLI's name for the feature draft in this CPU's faster dtype.
