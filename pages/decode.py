@@ -17,6 +17,7 @@ from cactus_core.app.decode_view import (
     final_stats,
     inspect_token,
     live_stats,
+    replay_caption,
     replay_headlines,
     round_label,
     round_table,
@@ -24,7 +25,7 @@ from cactus_core.app.decode_view import (
 )
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
-from cactus_core.app.metrics import METRIC_HELP
+from cactus_core.app.metrics import METRIC_HELP, prob_text
 from cactus_core.app.reference_view import (
     RunPoint,
     compact_frontier,
@@ -297,8 +298,10 @@ def inspector(run: DecodeRun) -> None:
     if view.accept_prob is not None and view.coin is not None:
         st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
         k1, k2 = st.columns(2)
-        k1.metric("p_n (draft) / q_n (verifier)", f"{view.p_n:.3f} / {view.q_n:.3f}")
-        k2.metric("h_n (rule's target)", f"{view.h_n:.3f}", help="what a(n) = min(1, h_n/p_n) uses")
+        k1.metric("p_n (draft) / q_n (verifier)", f"{prob_text(view.p_n)} / {prob_text(view.q_n)}")
+        k2.metric(
+            "h_n (rule's target)", prob_text(view.h_n), help="what a(n) = min(1, h_n/p_n) uses"
+        )
         k3, k4 = st.columns(2)
         k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
         k4.metric(
@@ -309,7 +312,11 @@ def inspector(run: DecodeRun) -> None:
     if view.series:
         st.plotly_chart(
             figures.distribution_bars(
-                view.labels, view.series, highlight=view.highlight, title="Top tokens"
+                view.labels,
+                view.series,
+                highlight=view.highlight,
+                title="Top tokens",
+                mark=view.mark,
             ),
             key="dec_bars",
         )
@@ -333,7 +340,8 @@ def replay(run: DecodeRun) -> None:
     if run.replay is None:
         return
     with right:
-        for col, card in zip(st.columns(3), replay_headlines(run.replay), strict=True):
+        st.markdown(replay_caption(run.replay))
+        for col, card in zip(st.columns(2), replay_headlines(run.replay), strict=True):
             col.metric(card.label, card.value, card.delta)
         if not run.replay.decisions_exact:
             st.caption(

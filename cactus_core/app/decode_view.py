@@ -126,8 +126,12 @@ def replay_headlines(replay: Replay) -> list[Headline]:
         Headline(
             "tokens per call", f"{replay.tokens_per_call_after:.2f}", f"{change:+.2f} vs the run"
         ),
-        Headline("replayed under", build_rule(replay.rule, replay.rule_params).label),
     ]
+
+
+def replay_caption(replay: Replay) -> str:
+    """Which rule the replay judged under, in full (a metric card cut its label short)."""
+    return f"Replayed under {build_rule(replay.rule, replay.rule_params).label}."
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,7 @@ class Inspection:
     q_n: float | None = None
     h_n: float | None = None
     notes: list[str] = field(default_factory=list)
+    mark: str = "drafted n"  # what the highlighted bar is
 
 
 def judging_rule(trace: Trace) -> Rule:
@@ -323,6 +328,7 @@ def _inspect_emitted(trace: Trace, rnd: RoundTrace, top: int) -> Inspection:
         {"q": list(pos.q_probs[:top])},
         hi,
         notes=["No rule applies to this token: it is drawn from q itself."],
+        mark="emitted",
     )
 
 
