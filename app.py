@@ -218,7 +218,7 @@ def overview() -> None:
         "small, chosen amount (δ). This lab shows what that buys in speed and what it costs "
         "in drift, measured exactly."
     )
-    st.html(round_diagram_svg())
+    st.image(round_diagram_svg(), width=1000)
     st.caption(
         "One round. Every page shows these steps: Decode colours each token by how its round "
         "ended, Step through walks one round box by box, and the Playground zooms into box 3 "

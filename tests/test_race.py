@@ -119,3 +119,19 @@ def test_special_tokens_never_show_raw(tiny_pair):
     assert token_display(tok, tok.eos_token_id, eos) == END_MARKER
     assert token_display(tok, tok.convert_tokens_to_ids("<|im_start|>"), eos) == "«im_start»"
     assert token_display(tok, tok.convert_tokens_to_ids("a"), eos) == "a"
+
+
+def test_round_diagram_is_one_svg_with_the_four_steps():
+    from xml.etree import ElementTree
+
+    from cactus_core.app.round_diagram import round_diagram_svg
+
+    svg = ElementTree.fromstring(round_diagram_svg())
+    texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert [t for t in texts if "·" in t] == [
+        "1 · Draft",
+        "2 · Verify",
+        "3 · Accept or resample",
+        "4 · Bonus",
+    ]
+    assert len(list(svg.iter("{http://www.w3.org/2000/svg}rect"))) == 4
