@@ -333,10 +333,13 @@ if policy is not None:
     offered = list(policy.choices()) if policy.public else []
     keep_widget_state(policy.public, offered)
     restore_link(page.url_path, policy.public, offered)
+    # "Copy link" at the top of the sidebar, where its popover has room to open (at the
+    # bottom it was cut off); it is filled once the page has run and the address is final.
+    link_slot = st.sidebar.container()
     sidebar(policy)
     try:
         page.run()
     finally:
         # Also when the page stops early or reruns: the URL always names what is on screen.
         url = write_link(page.url_path, policy.public, offered)
-    copy_link(url)
+    copy_link(url, link_slot)

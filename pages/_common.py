@@ -309,10 +309,10 @@ def _remember(query: dict[str, str]) -> None:
     st.session_state[LINK_WRITTEN_KEY] = [*seen, _frozen(query)][-LINK_MEMORY:]
 
 
-def copy_link(url: str) -> None:
-    """The "Copy link" control: the address with every setting of this view, and a copy
-    button (the code block's own)."""
-    with st.sidebar.popover(
+def copy_link(url: str, where: DeltaGenerator | None = None) -> None:
+    """The "Copy link" control (in `where`, else at the sidebar's end): the address with every
+    setting of this view, and a copy button (the code block's own)."""
+    with (where or st.sidebar).popover(
         "Copy link",
         icon=":material/link:",
         width="stretch",
