@@ -154,9 +154,9 @@ def _preload(s: AppSettings) -> None:
 
 def _warm_text(pair: ModelPair) -> str:
     # The draft that drafts: a feature draft, when the pair has one, in place of `draft`.
-    draft = pair.feature_draft_name if pair.feature_draft is not None else pair.draft_name
-    dtype = str(pair.dtype).removeprefix("torch.")
-    return f"{pair.verifier_name} + {draft} ({pair.device}, {dtype})"
+    feature = getattr(pair, "feature_draft", None) is not None
+    draft = pair.feature_draft_name if feature else pair.draft_name
+    return f"{pair.verifier_name} + {draft} ({pair.device}, {pair.dtype})"
 
 
 def load_error_message(s: AppSettings, err: BaseException) -> str:
