@@ -23,6 +23,7 @@ from cactus_core.app.links import (
     K,
     Slider,
 )
+from cactus_core.app.round_diagram import round_diagram_svg
 from cactus_core.app.settings import (
     AppSettings,
     available_devices,
@@ -33,13 +34,14 @@ from cactus_core.app.settings import (
 from cactus_core.app.tour import tour
 from cactus_core.engine.loading.deployment import DeploymentPolicy, deployment_policy
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
-from cactus_core.maths.rules import CactusBudget, CactusExact
+from cactus_core.maths.rules import RULES, CactusBudget, CactusExact
 from cactus_core.maths.sampling import SamplingSettings
 from pages._common import (
     GOTO_PARAM,
     SETTINGS_ERROR_KEY,
     SETTINGS_KEY,
     copy_link,
+    keep_widget_state,
     preload_pair,
     restore_link,
     set_pair_error_slot,
@@ -48,6 +50,8 @@ from pages._common import (
 )
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
+# Streamlit's default 6rem above every page pushed the controls toward the fold at 1440×900.
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem;}</style>")
 
 EMBEDDED, CUSTOM = SOURCES  # the pair's source: the radio's two options
 
@@ -205,11 +209,20 @@ def sidebar(policy: DeploymentPolicy) -> None:
 def overview() -> None:
     st.title("Cactus Lab")
     st.markdown(
-        "Speculative sampling lets a small **draft** model propose k tokens that a large "
-        "**verifier** checks in one forward pass. Lossless speculative sampling accepts a "
-        "drafted token n with probability min(1, q_n / p_n). **Cactus** (Hao & Mou, ICLR "
-        "2026) verifies against a bent distribution h that stays within a divergence budget "
-        "delta of q, and accepts more. This lab shows what that buys and what it costs."
+        "A large language model writes one token per forward pass. **Speculative sampling** "
+        "lets a small **draft** model guess the next few tokens and the large **verifier** "
+        "check all the guesses in one pass, so several tokens can come out of one expensive "
+        "step. Lossless speculative sampling keeps a guess only as often as the verifier "
+        "would have written it, so the text is exactly the verifier's. **Cactus** (Hao & Mou, "
+        "ICLR 2026) keeps more guesses by letting the text drift from the verifier's by a "
+        "small, chosen amount (δ). This lab shows what that buys in speed and what it costs "
+        "in drift, measured exactly."
+    )
+    st.image(round_diagram_svg(), width=1000)
+    st.caption(
+        "One round. Every page shows these steps: Decode colours each token by how its round "
+        "ended, Step through walks one round box by box, and the Playground zooms into box 3 "
+        "at a single position."
     )
     cols = st.columns(len(PAGES) - 1)
     for col, (pg, blurb) in zip(cols, PAGES[1:], strict=True):
@@ -219,8 +232,7 @@ def overview() -> None:
 
     guided_tour()
     left, right = st.columns(2)
-    with left:
-        st.subheader("Notation")
+    with left.expander("Notation"):
         st.markdown(
             """
 | symbol | meaning |
@@ -237,26 +249,26 @@ This is the paper's convention. Hugging Face and vLLM use the opposite letters (
 target, q for the draft).
 """
         )
-    with right:
-        st.subheader("Rules")
+    with right.expander(f"The {len(RULES)} acceptance rules"):
         st.markdown(rules_markdown())
         st.caption(
             "A round ends at the first rejection: a recovered token is drawn from the rule's "
-            "residual. If all k drafts pass, a bonus token is drawn from q."
+            "residual. If all k drafts pass, a bonus token is drawn from q. Each rule in depth: "
+            "docs/rules.md."
         )
-    st.subheader("Worth knowing")
-    st.markdown(
-        "- The paper's closed form for h_n is a second-order Taylor approximation: KL(h ‖ q) can "
-        "exceed delta by 30% or more once h_n > 0.5. "
-        f"`{CactusExact.name}` solves the binary-KL root and never does.\n"
-        "- Even so, the emitted pi can sit further from q than delta (five times is easy to "
-        "find): the residual mixes over every possible draft. The lab computes pi exactly; "
-        f"`{CactusBudget.name}` bounds KL(pi ‖ q) itself.\n"
-        "- Truncation decides what Cactus can rescue: with top-p or top-k, a draft outside q's "
-        "nucleus has q_n = 0 and is rejected whatever delta is.\n"
-        "- At T = 0 every rule is exact-match verification, and the output equals the "
-        "verifier's own greedy output."
-    )
+    with st.expander("Worth knowing"):
+        st.markdown(
+            "- The paper's closed form for h_n is a second-order Taylor approximation: KL(h ‖ q) "
+            "can exceed delta by 30% or more once h_n > 0.5. "
+            f"`{CactusExact.name}` solves the binary-KL root and never does.\n"
+            "- Even so, the emitted pi can sit further from q than delta (five times is easy to "
+            "find): the residual mixes over every possible draft. The lab computes pi exactly; "
+            f"`{CactusBudget.name}` bounds KL(pi ‖ q) itself.\n"
+            "- Truncation decides what Cactus can rescue: with top-p or top-k, a draft outside "
+            "q's nucleus has q_n = 0 and is rejected whatever delta is.\n"
+            "- At T = 0 every rule is exact-match verification, and the output equals the "
+            "verifier's own greedy output."
+        )
 
 
 def guided_tour() -> None:
@@ -319,11 +331,15 @@ if goto is not None:
 policy = _policy()
 if policy is not None:
     offered = list(policy.choices()) if policy.public else []
+    keep_widget_state(policy.public, offered)
     restore_link(page.url_path, policy.public, offered)
+    # "Copy link" at the top of the sidebar, where its popover has room to open (at the
+    # bottom it was cut off); it is filled once the page has run and the address is final.
+    link_slot = st.sidebar.container()
     sidebar(policy)
     try:
         page.run()
     finally:
         # Also when the page stops early or reruns: the URL always names what is on screen.
         url = write_link(page.url_path, policy.public, offered)
-    copy_link(url)
+    copy_link(url, link_slot)

@@ -200,7 +200,10 @@ def _preload(s: AppSettings) -> None:
 
 
 def _warm_text(pair: ModelPair) -> str:
-    return f"{pair.verifier_name} + {pair.draft_name} ({pair.device}, {pair.dtype})"
+    # The draft that drafts: a feature draft, when the pair has one, in place of `draft`.
+    feature = getattr(pair, "feature_draft", None) is not None
+    draft = pair.feature_draft_name if feature else pair.draft_name
+    return f"{pair.verifier_name} + {draft} ({pair.device}, {pair.dtype})"
 
 
 def load_error_message(s: AppSettings, err: BaseException) -> str:
@@ -314,6 +317,16 @@ LINK_MEMORY = 64
 LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progress
 
 
+def keep_widget_state(public: bool, offered: Sequence[str] = ()) -> None:
+    """Before any widget is drawn: every page's widget values survive a visit to another page.
+    Streamlit drops a widget's value on a run that does not draw it (so the Decode prompt
+    came back as the default after a look at the Playground); writing each value back to its
+    own key makes it the session's, which Streamlit keeps."""
+    for key in links.kept_keys(public, offered):
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:
     """Before any widget is drawn: a query string this session did not write itself (a link
     opened in a fresh browser, a tour stop, a hand-edited address) sets the widgets it names.
@@ -348,10 +361,10 @@ def _remember(query: dict[str, str]) -> None:
     st.session_state[LINK_WRITTEN_KEY] = [*seen, _frozen(query)][-LINK_MEMORY:]
 
 
-def copy_link(url: str) -> None:
-    """The "Copy link" control: the address with every setting of this view, and a copy
-    button (the code block's own)."""
-    with st.sidebar.popover(
+def copy_link(url: str, where: DeltaGenerator | None = None) -> None:
+    """The "Copy link" control (in `where`, else at the sidebar's end): the address with every
+    setting of this view, and a copy button (the code block's own)."""
+    with (where or st.sidebar).popover(
         "Copy link",
         icon=":material/link:",
         width="stretch",

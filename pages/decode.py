@@ -17,14 +17,15 @@ from cactus_core.app.decode_view import (
     final_stats,
     inspect_token,
     live_stats,
-    measure_speed,
+    replay_caption,
     replay_headlines,
     round_label,
     round_table,
     timeline,
 )
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
-from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
+from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
+from cactus_core.app.metrics import METRIC_HELP, prob_text
 from cactus_core.app.reference_view import (
     RunPoint,
     compact_frontier,
@@ -45,6 +46,7 @@ from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
 from pages import _k_tuner
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
+from pages._race import race_section, run_race
 from pages._rescue import why_rejected
 
 if TYPE_CHECKING:
@@ -97,11 +99,11 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     fig = compact_frontier(part, rule_name, rule_params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
     st.caption(
-        "Circles: the reference sweep's measured settings; line: the rule's curve estimated from "
-        "the positions of the reference's own runs of this rule (at a measured setting, that "
-        "run's own; between two, a blend of both); ring: the current setting."
-        + (" ×: your last run; dashed: the curve estimated from its own positions." if run else "")
-        + (f" {note}" if note else "")
+        "Circles: the reference sweep's measured settings · line: the rule's curve estimated "
+        "from their positions · ring: this setting"
+        + (" · ×: your last run · dashed: the curve from its own positions" if run else "")
+        + ". Hover a mark for its numbers.",
+        help=note,
     )
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)
     return rule_name, rule_params
@@ -122,31 +124,48 @@ def own_curve(run: DecodeRun, rule: str) -> EstimatedCurve | None:
 
 
 def form(s: AppSettings) -> Form:
+    for key, start in (
+        ("dec_prompt", DEFAULT_PROMPT),
+        ("dec_chat", True),
+        ("dec_max_new", DECODE_MAX_NEW),
+    ):
+        st.session_state.setdefault(key, start)  # a link or an earlier visit may have set them
     left, right = st.columns([3, 2])
     with left:
+        # The prompt, its options and the buttons in one column: Generate stays above the
+        # fold however tall the rule's frontier beside it is.
         prompt = st.text_area(
             "Prompt",
-            DEFAULT_PROMPT,
             height=110,
             max_chars=MAX_PROMPT_CHARS,
             key="dec_prompt",
             help=f"At most {MAX_PROMPT_TOKENS:,} tokens (with the chat template), so that one "
             "prompt's prefill takes seconds, not minutes. The CLI has no cap.",
         )
-        chat_template = st.checkbox(
-            "Apply the chat template", value=True, key="dec_chat", help="On for instruct models."
+        o1, o2 = st.columns([1, 2])
+        chat_template = o1.checkbox(
+            "Apply the chat template", key="dec_chat", help="On for instruct models."
+        )
+        max_new = o2.slider(
+            "Max new tokens",
+            *MAX_NEW,
+            step=8,
+            key="dec_max_new",
+            help="The run also stops at the model's end token.",
+        )
+        b1, b2 = st.columns(2)
+        generate = b1.button(
+            "Generate", type="primary", icon=":material/play_arrow:", key="dec_go", width="stretch"
+        )
+        compare = b2.button(
+            "Race against verifier-only",
+            icon=":material/speed:",
+            key="dec_compare",
+            width="stretch",
+            help=METRIC_HELP["speedup"] + " Runs the prompt again both ways and shows the race.",
         )
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
-        max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="dec_max_new")
-    b1, b2, _ = st.columns([1, 1, 2])
-    generate = b1.button("Generate", type="primary", icon=":material/play_arrow:", key="dec_go")
-    compare = b2.button(
-        "Compare with verifier-only",
-        icon=":material/speed:",
-        key="dec_compare",
-        help=METRIC_HELP["speedup"] + " Measures the run on screen.",
-    )
     try:
         request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap
@@ -206,55 +225,10 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
         slots.transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
     if f.compare:
         if run is None:
-            return "Generate first: the comparison measures the run on screen."
-        # The transcript above stays in view; the rest of the page waits for the comparison.
-        try:
-            with (
-                slots.body.container(),
-                st.spinner("Decoding twice: speculative, then verifier-only…"),
-            ):
-                run.comparison = measure_speed(pair, run.request)
-        except ValueError as err:
-            return f"Could not decode: {err}"
+            return "Generate first: the race decodes the run's prompt both ways."
+        # The transcript above stays in view; the race streams in below it.
+        return run_race(pair, run, slots.body)
     return None
-
-
-@st.fragment
-def speed(run: DecodeRun, expanded: bool) -> None:
-    """Measured and modelled speedup; c redraws this part alone."""
-    with st.expander("Speed: measured and modelled", expanded=expanded):
-        c_value = st.number_input(
-            "c: the cost of one draft step relative to one verifier step",
-            min_value=0.0,
-            max_value=2.0,
-            value=0.05,
-            step=0.01,
-            format="%.3f",
-            key="dec_c",
-            help="0.02–0.1 is typical for a draft 10–50× smaller than the verifier on a GPU.",
-        )
-        modelled = modelled_speedup(run.output.stats.tokens_per_call, run.settings.k, c_value)
-        m1, m2 = st.columns(2)
-        m1.metric(
-            "modelled speedup (not measured)",
-            f"{modelled:.2f}×",
-            help=METRIC_HELP["modelled speedup"],
-        )
-        cmp = run.comparison
-        if cmp is None:
-            m2.metric("measured speedup", "–", help=METRIC_HELP["speedup"])
-            st.caption("Press “Compare with verifier-only” to measure this run on this machine.")
-        else:
-            m2.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
-            (st.warning if cmp.speedup < 1 else st.success)(cmp.verdict())
-            st.caption(
-                f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier "
-                f"forward). The model with it: {cmp.modelled_with_measured_c:.2f}×."
-            )
-        _k_tuner.speed_parts(run, c_value)
-        with st.popover("Metric definitions"):
-            for name, text in METRIC_HELP.items():
-                st.markdown(f"**{name}**: {text}")
 
 
 def chips_key(run: DecodeRun, round_index: int) -> str:
@@ -325,8 +299,10 @@ def inspector(run: DecodeRun) -> None:
     if view.accept_prob is not None and view.coin is not None:
         st.plotly_chart(figures.coin_figure(view.accept_prob, view.coin), key="dec_coin")
         k1, k2 = st.columns(2)
-        k1.metric("p_n (draft) / q_n (verifier)", f"{view.p_n:.3f} / {view.q_n:.3f}")
-        k2.metric("h_n (rule's target)", f"{view.h_n:.3f}", help="what a(n) = min(1, h_n/p_n) uses")
+        k1.metric("p_n (draft) / q_n (verifier)", f"{prob_text(view.p_n)} / {prob_text(view.q_n)}")
+        k2.metric(
+            "h_n (rule's target)", prob_text(view.h_n), help="what a(n) = min(1, h_n/p_n) uses"
+        )
         k3, k4 = st.columns(2)
         k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
         k4.metric(
@@ -337,7 +313,11 @@ def inspector(run: DecodeRun) -> None:
     if view.series:
         st.plotly_chart(
             figures.distribution_bars(
-                view.labels, view.series, highlight=view.highlight, title="Top tokens"
+                view.labels,
+                view.series,
+                highlight=view.highlight,
+                title="Top tokens",
+                mark=view.mark,
             ),
             key="dec_bars",
         )
@@ -361,7 +341,8 @@ def replay(run: DecodeRun) -> None:
     if run.replay is None:
         return
     with right:
-        for col, card in zip(st.columns(3), replay_headlines(run.replay), strict=True):
+        st.markdown(replay_caption(run.replay))
+        for col, card in zip(st.columns(2), replay_headlines(run.replay), strict=True):
             col.metric(card.label, card.value, card.delta)
         if not run.replay.decisions_exact:
             st.caption(
@@ -373,14 +354,14 @@ def replay(run: DecodeRun) -> None:
             st.rerun()
 
 
-def show_run(run: DecodeRun, compared: bool, pair: ModelPair | None = None) -> None:
+def show_run(run: DecodeRun, pair: ModelPair | None = None) -> None:
     """The finished run below the transcript: summary, speed, rounds, inspector, replay and
     export."""
     st.caption(run.caption())
     note = run.truncation_caption()
     if note:
         st.caption(note)
-    speed(run, compared)
+    race_section(run)
     _k_tuner.run_positions(run, pair)
     st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
     col_rounds, col_inspect = st.columns([6, 5], gap="large")
@@ -426,7 +407,7 @@ def main() -> None:
         slots.transcript.info("Press Generate to decode the prompt.")
     else:
         with slots.body.container():
-            show_run(run, f.compare, pair)
+            show_run(run, pair)
 
 
 main()

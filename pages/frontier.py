@@ -16,7 +16,7 @@ import streamlit as st
 from cactus_core.app import frontier_figures as ff
 from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_sweep_size
 from cactus_core.app.metrics import METRIC_HELP
-from cactus_core.app.reference_view import reference_part
+from cactus_core.app.reference_view import pair_in_words, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
@@ -414,7 +414,7 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
         return None
     part, note = reference_part(ref, s.sampling, s.on_reference_pair)
     st.subheader(f"Reference frontier (top-p {part.top_p:g})")
-    st.caption(ref.caption() + " Pair: " + ref.model)
+    st.caption(f"{ref.caption()} Pair: {pair_in_words(ref.model)}.")
     if note:
         st.caption(note)
     tabs = st.tabs(["tokens per call", "acceptance vs the limit", "efficiency table"])
@@ -422,11 +422,11 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
         fig = ff.frontier_chart(
             part.rows, "tokens_per_call", title="reference sweep: tokens per call vs emitted KL"
         )
-        fig.update_layout(margin={"t": 120}, height=480)  # every rule's legend entry above
         st.plotly_chart(fig, key="fr_ref_tpc")
         st.caption(
             "Measured on the reference prompts; the dashed line is the Pareto frontier over "
-            "every rule. " + METRIC_HELP["tokens per call"]
+            "every rule. A few rules are drawn at first: click a name in the legend to show "
+            "or hide it (double-click: only it). " + METRIC_HELP["tokens per call"]
         )
     with tabs[1]:
         if part.limit is not None:

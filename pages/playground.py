@@ -109,8 +109,7 @@ def pick_position() -> Position | None:
     if base is None:
         return None
     with right:
-        if base.note:
-            st.info(base.note)
+        note = st.empty()
         drafted = st.selectbox(
             "Drafted token n",
             range(len(base.labels)),
@@ -124,8 +123,10 @@ def pick_position() -> Position | None:
         )
         position = with_drafted(base, drafted)
         warning = truncation_warning(position)
-        if warning:
-            st.warning(warning)
+        if warning:  # it says what the preset's note would, with this position's numbers
+            note.warning(warning)
+        elif base.note:
+            note.info(base.note)
     return position
 
 

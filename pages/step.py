@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
 RUN_KEY = "step_run"  # the StepRun of this session: every round decoded so far
+SHOWN_KEY = "step_shown"  # (round, step) on screen at the end of the last run of the page
 JUMP_ROUNDS = 32  # how far a link's `jump` searches for the step it names
 DEFAULT_MAX_NEW = 32
 
@@ -64,11 +65,16 @@ def form(s: AppSettings) -> DecodeRequest | None:
 
 
 def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
-    """This session's run of the request, started afresh when anything in it changed. The
-    round and step stay where they were, so the same step can be compared across rules."""
+    """This session's run of the request, started afresh when anything in it changed. After a
+    change of rule (or its parameters) the round and step stay where they were, so the same
+    step can be compared across rules; any other change (seed, prompt, sampling, pair) is
+    another text, which starts again at round 1."""
     run: StepRun | None = st.session_state.get(RUN_KEY)
     if run is not None and run.request == request and run.decoder.pair is pair:
         return run
+    # ... unless a link (a tour stop) has just named the round to open.
+    if run is not None and not _same_text(run, request, pair) and _where() == _shown():
+        _set(0, 0)
     try:
         run = StepRun.start(pair, request)
     except ValueError as err:
@@ -78,9 +84,24 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
     return run
 
 
+def _same_text(run: StepRun, request: DecodeRequest, pair: ModelPair) -> bool:
+    """Whether the request differs from the run's only in its rule."""
+    old = run.request
+    return run.decoder.pair is pair and (
+        old.prompt,
+        old.settings,
+        old.max_new_tokens,
+        old.chat_template,
+    ) == (request.prompt, request.settings, request.max_new_tokens, request.chat_template)
+
+
 def _set(round_index: int, step_index: int) -> None:
     st.session_state[STEP_ROUND_KEY] = round_index
     st.session_state[STEP_INDEX_KEY] = step_index
+
+
+def _shown() -> tuple[int, int] | None:
+    return st.session_state.get(SHOWN_KEY)
 
 
 def _where() -> tuple[int, int]:
@@ -121,6 +142,7 @@ def locate(run: StepRun) -> tuple[int, list[Step], int]:
     steps = round_steps(run, r)
     i = min(i, len(steps) - 1)
     _set(r, i)
+    st.session_state[SHOWN_KEY] = (r, i)
     return r, steps, i
 
 
@@ -158,9 +180,10 @@ def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
         args=(run,),
         help="Decode the rest of the run and show its last round.",
     )
-    more = "" if run.done else "+"
+    # The run decodes a round only when asked for it, so its length is known once it ends.
+    of = f" of {len(run.rounds)}" if run.done else ""
     b[4].markdown(
-        f"**Round {r + 1}** of {len(run.rounds)}{more} · **step {i + 1}** of {len(steps)} · "
+        f"**Round {r + 1}**{of} · **step {i + 1}** of {len(steps)} · "
         + " · ".join(f"**{s.kind}**" if j == i else s.kind for j, s in enumerate(steps))
     )
 

@@ -1,11 +1,12 @@
-"""Screenshots of every kind of step on the Step through page, for the docs:
-`.venv/bin/python scripts/screenshots.py` writes docs/step/*.png.
+"""Screenshots for the docs: `.venv/bin/python scripts/screenshots.py` writes every page as a
+first-time visitor sees it at 1440×900 (docs/screens/*.png) and every kind of step on the Step
+through page (docs/step/*.png); `--only pages` or `--only steps` makes one set.
 
-Runs `streamlit run app.py` on a free port with the embedded pair (CPU), opens the page through
-links (the same query strings a user would copy: the step, or a `jump` to the first step of a
-kind) in headless Chromium (/usr/bin/chromium, Playwright) and photographs the step's card.
-The default prompt, rule (Cactus, delta = 1) and seed 0 are used throughout, so the pictures
-are reproducible.
+Runs `streamlit run app.py` on a free port with the embedded pair (CPU) and drives headless
+Chromium (/usr/bin/chromium, Playwright). Steps open through links (the same query strings a
+user would copy: the step, or a `jump` to the first step of a kind) and the step's card is
+photographed. The app's defaults (prompt, rule and parameters, sampling) and seed 0 are used
+throughout, so the pictures are reproducible up to the timings on screen.
 """
 
 from __future__ import annotations
@@ -69,23 +70,67 @@ def why_rejected(page, url: str, path: Path) -> None:
     section.screenshot(path=str(path))
 
 
+VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen: what the first look shows
+
+
+def screen(page, path: Path) -> None:
+    page.wait_for_timeout(1200)  # let the charts finish drawing
+    page.screenshot(path=str(path))
+    print(f"wrote {path}")
+
+
+def page_shots(page, url: str, out: Path) -> None:
+    """Every page at its defaults, as the visitor first sees it, and the Decode page's run and
+    race scrolled into view."""
+    for name, path in (("1-overview", ""), ("4-step", "step"), ("5-playground", "playground")):
+        page.goto(f"{url}/{path}")
+        idle(page)
+        screen(page, out / f"{name}.png")
+    page.goto(f"{url}/frontier")
+    idle(page)
+    page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+    screen(page, out / "6-frontier.png")
+    page.goto(f"{url}/decode")
+    idle(page)
+    page.locator("button", has_text="Generate").first.click()
+    page.get_by_text("Run 1:").wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    screen(page, out / "2-decode.png")
+    page.locator("button", has_text="Race against verifier-only").first.click()
+    page.get_by_text("Speculation is").wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    page.get_by_text("Race: speculative against verifier-only").first.scroll_into_view_if_needed()
+    page.mouse.wheel(0, -80)
+    screen(page, out / "3-race.png")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "step")
+    ap.add_argument("--only", choices=("pages", "steps"), help="make one set of pictures")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", CACTUS_LAB_PRELOAD="0")
     from playwright.sync_api import sync_playwright
 
     with streamlit_app(env, timeout_s=120) as app, sync_playwright() as pw:
         browser = launch_chromium(pw)
-        page = browser.new_page(viewport={"width": 1280, "height": 1400})
-        page.set_default_timeout(TIMEOUT_MS)
-        for name, (query, clicks) in SHOTS.items():
-            shoot(page, app.url, query, clicks, args.out / f"{name}.png")
-            print(f"wrote {args.out / name}.png")
-        why_rejected(page, app.url, args.out / "8-why-rejected.png")
-        print(f"wrote {args.out / '8-why-rejected'}.png")
+        if args.only != "steps":
+            out = args.docs / "screens"
+            out.mkdir(parents=True, exist_ok=True)
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(TIMEOUT_MS)
+            page_shots(page, app.url, out)
+            page.close()
+        if args.only != "pages":
+            out = args.docs / "step"
+            out.mkdir(parents=True, exist_ok=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.set_default_timeout(TIMEOUT_MS)
+            for name, (query, clicks) in SHOTS.items():
+                shoot(page, app.url, query, clicks, out / f"{name}.png")
+                print(f"wrote {out / name}.png")
+            why_rejected(page, app.url, out / "8-why-rejected.png")
+            print(f"wrote {out / '8-why-rejected'}.png")
         browser.close()
 
 

@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from cactus_core.app.decode_view import LiveStats, live_stats
+from cactus_core.app.links import TOP_P
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import reverify
 from cactus_core.maths.rules import make_rule
@@ -72,7 +73,9 @@ def test_generate_produces_the_decoders_own_trace(pair_dirs, tiny_pair):
     run = at.session_state["decode_run"]
     # Same prompt, rule and settings straight through the library: same tokens, same fates.
     # the rule picker starts at the default rule with its own default parameters
-    dec = SpeculativeDecoder(tiny_pair, make_rule("cactus"), k=4, temperature=0.7)
+    dec = SpeculativeDecoder(
+        tiny_pair, make_rule("cactus"), k=4, temperature=0.7, top_p=TOP_P.default
+    )
     want = dec.generate(run.prompt, max_new_tokens=MAX_NEW, seed=3)
     assert run.output.token_ids == want.token_ids
     assert [r.draft_fates for r in run.trace.rounds] == [r.draft_fates for r in want.trace.rounds]

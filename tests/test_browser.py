@@ -89,8 +89,8 @@ class Session:
         box.press("Enter")
         self.idle()
 
-    def shorten(self, presses: int = 6) -> None:
-        """Max new tokens 64 -> 16 (8 per step), to keep the test short."""
+    def shorten(self, presses: int = 14) -> None:
+        """Max new tokens 128 -> 16 (8 per step), to keep the test short."""
         thumb = self.page.get_by_role("slider", name="Max new tokens")
         thumb.focus()
         for _ in range(presses):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
-from cactus_core.app.metrics import Headline, SpeedComparison, speed_comparison
+from cactus_core.app.metrics import Headline, SpeedComparison
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices
 from cactus_core.app.settings import AppSettings, build_rule
@@ -18,6 +18,7 @@ from cactus_core.app.transcript import FATE_LABELS, show_text
 from cactus_core.maths.rules import Rule, lossless_rule
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
+    from cactus_core.app.race import Race
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
     from cactus_core.engine.decoding.trace import Replay, RoundTrace, Trace
@@ -86,6 +87,7 @@ class DecodeRun:
     output: GenerationOutput
     comparison: SpeedComparison | None = None
     replay: Replay | None = None
+    race: Race | None = None  # the race against verifier-only that measured `comparison`
 
     @property
     def trace(self) -> Trace:
@@ -122,17 +124,6 @@ class DecodeRun:
         )
 
 
-def measure_speed(pair: ModelPair, request: DecodeRequest) -> SpeedComparison:
-    """Speculative, then verifier-only decoding of the request, back to back. Neither records
-    a trace nor the exact emitted KL, so both clocks time the decoder alone (the shown run's
-    recording is timed apart: `SpeedComparison.record_share`)."""
-    request.check_length(pair)
-    dec = request.decoder(pair, record_trace=False, measure_kl=False)
-    spec = dec.generate(request.prompt, **request.generate_kwargs())
-    base = dec.generate_autoregressive(request.prompt, **request.generate_kwargs())
-    return speed_comparison(spec.stats, base.stats, request.settings.k)
-
-
 def replay_headlines(replay: Replay) -> list[Headline]:
     """What a replay changed, as metric cards."""
     change = replay.tokens_per_call_after - replay.tokens_per_call_before
@@ -141,8 +132,12 @@ def replay_headlines(replay: Replay) -> list[Headline]:
         Headline(
             "tokens per call", f"{replay.tokens_per_call_after:.2f}", f"{change:+.2f} vs the run"
         ),
-        Headline("replayed under", build_rule(replay.rule, replay.rule_params).label),
     ]
+
+
+def replay_caption(replay: Replay) -> str:
+    """Which rule the replay judged under, in full (a metric card cut its label short)."""
+    return f"Replayed under {build_rule(replay.rule, replay.rule_params).label}."
 
 
 @dataclass(frozen=True)
@@ -299,6 +294,7 @@ class Inspection:
     q_n: float | None = None
     h_n: float | None = None
     notes: list[str] = field(default_factory=list)
+    mark: str = "drafted n"  # what the highlighted bar is
 
 
 def judging_rule(trace: Trace) -> Rule:
@@ -338,6 +334,7 @@ def _inspect_emitted(trace: Trace, rnd: RoundTrace, top: int) -> Inspection:
         {"q": list(pos.q_probs[:top])},
         hi,
         notes=["No rule applies to this token: it is drawn from q itself."],
+        mark="emitted",
     )
 
 

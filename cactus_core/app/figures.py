@@ -102,12 +102,13 @@ def distribution_bars(
     title: str = "",
     highlight: int | None = None,
     yaxis_title: str = "probability",
+    mark: str = "drafted n",
 ) -> go.Figure:
     """Grouped bars of several distributions over the same tokens.
 
     `series` maps a key to one value per label; the keys p, q, h, residual and pi get their
-    fixed colours and names. `highlight` is the index of the drafted token, marked above
-    its group.
+    fixed colours and names. `highlight` is the index of the token marked above its group,
+    with the text `mark` (the drafted token, or a bonus token drawn from q).
     """
     _check_lengths(labels, series)
     x = _unique_labels(labels)
@@ -127,7 +128,7 @@ def distribution_bars(
         fig.add_annotation(
             x=x[highlight],
             y=top * 1.08 if top > 0 else 0.05,
-            text="drafted n",
+            text=mark,
             showarrow=False,
             font={"color": "#333"},
         )

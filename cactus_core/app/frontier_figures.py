@@ -3,7 +3,8 @@
 Rows are the dicts of `SweepResult.rows()` (one per setting: the metric means, their 95%
 interval as `<metric>_lo` / `<metric>_hi`, the limit numbers). Every point carries its setting
 id as customdata, so a click on the page maps back to the setting. Each rule keeps one
-colour on every chart.
+colour and marker on every chart (`rule_style`); a chart of many rules opens with a few
+shown and the rest one legend click away.
 """
 
 from __future__ import annotations
@@ -14,32 +15,30 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.app.figures import RULE_PALETTE
+from cactus_core.app.rule_style import rule_colour, shown_first, style
 from cactus_core.experiments.frontier import pareto_front
 from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
 from cactus_core.maths.limit import LimitCurve
-from cactus_core.maths.rules import DEFAULT_RULE, RULE_NAMES
+from cactus_core.maths.rules import DEFAULT_RULE
 
 Row = Mapping[str, Any]
 
 _LAYOUT = {
-    "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
-    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    # The legend in a column beside the plot: fifteen entries above it ran into the title.
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    "legend": {"orientation": "v", "yanchor": "top", "y": 1, "x": 1.02, "font": {"size": 12}},
     "font": {"size": 13},
-    "height": 420,
+    "height": 440,
     "hovermode": "closest",
+    "hoverlabel": {"font": {"size": 14, "color": "#1f2a1f"}, "bgcolor": "#ffffff"},
 }
+# More rules than this on one chart: open with SHOWN_FIRST and hide the rest in the legend.
+MAX_SHOWN = 5
 FRONT_COLOUR = "#444444"
 LIMIT_COLOUR = "#000000"
-BASELINE_COLOUR = "#7f7f7f"
 
 
-def rule_colour(rule: str) -> str:
-    """A fixed colour per rule name (the same on every chart of the page)."""
-    if rule == BASELINE:
-        return BASELINE_COLOUR
-    i = RULE_NAMES.index(rule) if rule in RULE_NAMES else len(RULE_NAMES)
-    return RULE_PALETTE[i % len(RULE_PALETTE)]
+__all__ = ["rule_colour"]  # re-exported: older callers import it from here
 
 
 def _num(x: Any) -> float:
@@ -94,8 +93,11 @@ def frontier_chart(
     fig = go.Figure()
     if reference:
         _add_reference(fig, reference, metric, x)
-    for rule, group in _by_rule(rows).items():
-        _add_rule(fig, rule, group, metric, x)
+    groups = _by_rule(rows)
+    keep = {str(r["rule"]) for r in rows if r["setting"] == selected}
+    for rule, group in groups.items():
+        visible = True if len(groups) <= MAX_SHOWN or rule in keep else shown_first(rule)
+        _add_rule(fig, rule, group, metric, x, visible)
     if front:
         _add_front(fig, rows, metric, x)
     if limit_curve is not None:
@@ -120,7 +122,9 @@ def frontier_chart(
     return fig
 
 
-def _add_rule(fig: go.Figure, rule: str, group: Sequence[Row], metric: str, x: str) -> None:
+def _add_rule(
+    fig: go.Figure, rule: str, group: Sequence[Row], metric: str, x: str, visible: bool | str = True
+) -> None:
     """One rule's settings as a line of points, each carrying its setting id for clicks."""
     pts = sorted(
         (r for r in group if _finite_point(r, x, metric)),
@@ -128,18 +132,16 @@ def _add_rule(fig: go.Figure, rule: str, group: Sequence[Row], metric: str, x: s
     )
     if not pts:
         return
-    colour = rule_colour(rule)
+    look = style(rule)
+    colour = look.colour
     baseline = rule == BASELINE
     fig.add_scatter(
         x=[_num(r[x]) for r in pts],
         y=[_num(r[metric]) for r in pts],
         mode="markers" if baseline else "lines+markers",
         name=rule,
-        marker={
-            "color": colour,
-            "size": 10 if baseline else 8,
-            "symbol": "diamond" if baseline else "circle",
-        },
+        visible=visible,
+        marker={"color": colour, "size": 10 if baseline else 8, "symbol": look.symbol},
         line={"color": colour, "width": 1.5},
         error_y=_errors(pts, metric),
         customdata=[[r["setting"], r["label"]] for r in pts],

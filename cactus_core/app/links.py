@@ -91,7 +91,7 @@ class Slider:
 
 TEMPERATURE = Slider("sb_temperature", "Temperature T", 0.0, 2.0, 0.7, 0.05)
 TOP_K = Slider("sb_top_k", "top-k (0 = off)", 0, 1000, 0, 1)
-TOP_P = Slider("sb_top_p", "top-p", 0.05, 1.0, 1.0, 0.01)
+TOP_P = Slider("sb_top_p", "top-p", 0.05, 1.0, 0.95, 0.01)
 K = Slider("sb_k", "k (draft tokens per round)", 1, 12, 4, 1)
 SEED = Slider("sb_seed", "Seed", 0, 2**31 - 1, 0, 1)
 SOURCES = ("Embedded pair (offline)", "Hub id or local folder")
@@ -146,6 +146,8 @@ def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkFiel
 # those of pages/decode.py's widgets.
 _PROMPT = {"decode": "dec", "step": "step"}
 MAX_NEW = (8, 256)
+# Long enough for the built-in prompts' answers (a few sentences) to end at the end token.
+DECODE_MAX_NEW = 128
 STEP_ROUND_KEY = "step_round"
 STEP_INDEX_KEY = "step_index"
 # One-shot: open at the first step of a kind (what each opens: step_view.JUMP_TESTS).
@@ -247,3 +249,19 @@ def link(url: str, page: str, query: Mapping[str, str]) -> str:
     if page and (root == page or root.endswith(f"/{page}")):
         root = root[: -len(page)].rstrip("/")
     return urlunsplit((parts.scheme, parts.netloc, f"{root}/{page}", urlencode(query), ""))
+
+
+def kept_keys(public: bool, offered: Sequence[str] = ()) -> tuple[str, ...]:
+    """The session-state keys of every widget a link can set, on every page and for every
+    rule: the widgets whose values must outlive a visit to another page. (Streamlit forgets a
+    widget's value on a run that does not draw it; app.py hands these back to it each run.)"""
+    keys: dict[str, None] = {}
+    for page in (*_PROMPT, "playground", "frontier"):
+        states: list[dict[str, Any]] = [{}]
+        if page in _PROMPT:
+            states = [{f"{_PROMPT[page]}_rule": rule} for rule in RULES]
+        for state in states:
+            for f in query_fields(page, state, public, offered):
+                if f.key not in (STEP_JUMP_KEY,):  # one-shot, not a widget
+                    keys[f.key] = None
+    return tuple(keys)

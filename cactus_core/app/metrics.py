@@ -31,6 +31,14 @@ METRIC_HELP: dict[str, str] = {
 }
 
 
+def prob_text(x: float) -> str:
+    """A probability for a label: three decimals, but never a rounded-off "0.000" for a
+    small positive one (q_n = 0.0004 is not q_n = 0, which no rule can rescue)."""
+    if x == 0 or abs(x) >= 0.001:
+        return f"{x:.3f}"
+    return f"{x:.2g}"
+
+
 def modelled_speedup(tokens_per_call: float, k: int, c: float) -> float:
     """tokens per call ÷ (1 + k·c): the speedup if a draft step costs c verifier steps."""
     if c < 0 or not math.isfinite(c):

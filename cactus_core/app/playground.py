@@ -151,23 +151,29 @@ def rule_table(rows: Sequence[RuleRow]) -> list[dict[str, object]]:
     ]
 
 
+def _change(diff: float, against: str) -> str | None:
+    """A card's change, or none when it rounds to nothing (no green arrow for +0.0%)."""
+    return None if abs(diff) < 0.0005 else f"{diff:+.1%} vs {against}"
+
+
 def headlines(position: Position, rows: Sequence[RuleRow]) -> list[Headline]:
     """The default rule against the lossless one at this position."""
     by_name = {r.name: r for r in rows}
     base, main = by_name[LOSSLESS_RULE], by_name[DEFAULT_RULE]
     token = display_token(position.labels[position.drafted])
     gain = main.expected_acceptance - base.expected_acceptance
+    gain_n = main.accept_drafted - base.accept_drafted
     return [
         Headline(f"{base.label}: expected acceptance", f"{base.expected_acceptance:.1%}"),
         Headline(
             f"{main.label}: expected acceptance",
             f"{main.expected_acceptance:.1%}",
-            f"{gain:+.1%} vs {base.name}",
+            _change(gain, base.name),
         ),
         Headline(
             f"a(n) for n = {token}",
             f"{main.accept_drafted:.1%}",
-            f"{main.accept_drafted - base.accept_drafted:+.1%} vs {base.name}",
+            _change(gain_n, base.name),
         ),
         Headline(
             f"{main.name}: KL(h ‖ q) / KL(pi ‖ q)",

@@ -95,8 +95,8 @@ PRESETS: dict[str, Position] = {
         [0.85, 0.05, 0.04, 0.03, 0.02, 0.01],
         [0.20, 0.18, 0.17, 0.16, 0.15, 0.14],
         "red",
-        "The emitted pi drifts from q by more than delta: the residual mixes over every "
-        "possible draft.",
+        "Compare KL(pi ‖ q) with delta as delta moves: the residual mixes over every possible "
+        "draft, so the emitted pi can sit further from q than delta.",
     ),
     "Outside the verifier's nucleus (top-p)": _position(
         ["Paris", "the", "a", "London", "Rome"],

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
-from cactus_core.app.frontier_figures import LIMIT_COLOUR, rule_colour
+from cactus_core.app.frontier_figures import LIMIT_COLOUR
+from cactus_core.app.rule_style import rule_colour
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
 from cactus_core.experiments.reference import Reference, ReferenceSweep
@@ -27,7 +28,25 @@ if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import Trace
 
 X_LABEL = "emitted KL per token (nats)"
+RUN_COLOUR = "#111111"  # a run's own marks: black, a colour no rule has (rule_style)
 Y_LABEL = "tokens per verifier call"
+
+
+def pair_in_words(model: str) -> str:
+    """A reference's pair identity ("verifier=NAME#hash|draft=NAME#hash|...|dtype=torch.X")
+    as a sentence: the models by name, the weights' hashes left to the file."""
+    fields = dict(part.partition("=")[::2] for part in model.split("|") if "=" in part)
+    names = {key: value.split("#", 1)[0].split("@", 1)[0] for key, value in fields.items()}
+    parts = []
+    if "verifier" in names:
+        parts.append(f"verifier {names['verifier']}")
+    if "feature_draft" in names:
+        parts.append(f"draft {names['feature_draft']}")
+    elif "draft" in names:
+        parts.append(f"draft {names['draft']}")
+    dtype = fields.get("dtype", "").removeprefix("torch.")
+    text = ", ".join(parts) or model
+    return f"{text}, in {dtype}" if dtype else text
 
 
 def reference_part(
@@ -98,12 +117,15 @@ def compact_frontier(
     # The layout goes in with the figure: a later update_layout costs a deep copy of it.
     fig = go.Figure(
         layout={
-            "height": 300,
-            "margin": {"l": 50, "r": 10, "t": 30, "b": 40},
-            "legend": {"orientation": "h", "y": -0.3, "font": {"size": 10}},
+            "height": 280,
+            "margin": {"l": 55, "r": 10, "t": 30, "b": 40},
+            # No legend: seven entries took more room than the plot. The page's caption names
+            # each mark, and the hover names every point.
+            "showlegend": False,
             "font": {"size": 11},
+            "hoverlabel": {"font": {"size": 13}, "bgcolor": "#ffffff"},
             "xaxis": {"title": {"text": X_LABEL}},
-            "yaxis": {"title": {"text": Y_LABEL}},
+            "yaxis": {"title": {"text": "tokens / verifier call"}},
             "title": {
                 "text": f"where this setting sits (reference, top-p {part.top_p:g})",
                 "font": {"size": 12},
@@ -139,7 +161,7 @@ def compact_frontier(
             y=own_curve.tokens_per_call.tolist(),
             mode="lines",
             name="this run's positions (estimated)",
-            line={"color": "#d62728", "dash": "dash"},
+            line={"color": RUN_COLOUR, "dash": "dash"},
             hoverinfo="skip",
         )
     if run is not None and math.isfinite(run.kl) and math.isfinite(run.tokens_per_call):
@@ -148,7 +170,7 @@ def compact_frontier(
             y=[run.tokens_per_call],
             mode="markers",
             name="this run",
-            marker={"symbol": "x", "size": 12, "color": "#d62728"},
+            marker={"symbol": "x", "size": 12, "color": RUN_COLOUR},
             hovertemplate=f"{run.label}: KL %{{x:.3f}}, %{{y:.2f}}<extra></extra>",
         )
     x, y = marker(part, rule, params)

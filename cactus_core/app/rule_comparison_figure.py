@@ -8,20 +8,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cactus_core.app.figures import RULE_PALETTE
-from cactus_core.app.frontier_figures import rule_colour
+from cactus_core.app.rule_style import style
 from cactus_core.experiments.rule_comparison import RulePoint, by_rule
-from cactus_core.maths.rules import RULE_NAMES
-
-# More rules than colours: the second round of the palette gets other markers and dashes.
-_SYMBOLS = ("circle", "diamond", "square")
-_DASHES = ("solid", "dash", "dot")
-
-
-def _style(rule: str) -> tuple[str, str]:
-    i = RULE_NAMES.index(rule) if rule in RULE_NAMES else len(RULE_NAMES)
-    turn = (i // len(RULE_PALETTE)) % len(_SYMBOLS)
-    return _SYMBOLS[turn], _DASHES[turn]
 
 
 def rule_comparison_figure(
@@ -33,7 +21,7 @@ def rule_comparison_figure(
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, shared_yaxes=True)
     for col, title in enumerate(titles, start=1):
         for rule, pts in by_rule(panels[title]).items():
-            symbol, dash = _style(rule)
+            look = style(rule)
             fig.add_trace(
                 go.Scatter(
                     x=[max(p.kl, log_kl_floor) for p in pts],
@@ -42,8 +30,8 @@ def rule_comparison_figure(
                     name=rule,
                     legendgroup=rule,
                     showlegend=col == 1,
-                    line={"color": rule_colour(rule), "dash": dash, "width": 1.5},
-                    marker={"symbol": symbol, "size": 7},
+                    line={"color": look.colour, "width": 1.5},
+                    marker={"symbol": look.symbol, "size": 8},
                     text=[p.label for p in pts],
                     hovertemplate="%{text}<br>KL %{x:.4f}<br>tokens/call %{y:.3f}<extra></extra>",
                 ),

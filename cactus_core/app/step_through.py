@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cactus_core.app.decode_view import DecodeRequest
+from cactus_core.engine.loading.pair import token_display
 from cactus_core.maths.rules import Rule
 
 if TYPE_CHECKING:
@@ -138,10 +139,12 @@ class StepRun:
         return self._ended
 
     def text(self, token_id: int) -> str:
-        """A token as the tokenizer writes it (cached: every step's labels ask again)."""
+        """A token as the lab shows it (pairing.token_display; cached: every step's labels ask
+        again)."""
         token_id = int(token_id)
         if token_id not in self._texts:
-            self._texts[token_id] = self.decoder.pair.tokenizer.decode([token_id])
+            tok, eos = self.decoder.pair.tokenizer, self.decoder.eos_ids
+            self._texts[token_id] = token_display(tok, token_id, eos)
         return self._texts[token_id]
 
     def ensure(self, index: int) -> bool:

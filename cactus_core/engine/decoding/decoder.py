@@ -68,7 +68,7 @@ from cactus_core.engine.decoding.round import (
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.drafting.drafter import Draft, Drafter
 from cactus_core.engine.drafting.feature_drafting import open_caches
-from cactus_core.engine.loading.pair import eos_ids
+from cactus_core.engine.loading.pair import eos_ids, token_display
 from cactus_core.engine.loading.pairing import head_vocab
 from cactus_core.engine.runtime.fast_head import single_row_copy
 from cactus_core.engine.runtime.kv_cache import SequenceCache
@@ -544,7 +544,7 @@ class SpeculativeDecoder:
     def _text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
         if text is None:
-            text = self.pair.tokenizer.decode([token_id])
+            text = token_display(self.pair.tokenizer, token_id, self.eos_ids)
             self._texts[token_id] = text
         return text
 

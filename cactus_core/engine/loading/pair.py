@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -105,6 +105,22 @@ def eos_ids(pair: ModelPair) -> set[int]:
         elif isinstance(eos, list | tuple):
             ids.update(int(e) for e in eos)
     return ids
+
+
+END_MARKER = "«end»"  # how an end-of-text token reads (« » are in every font)
+
+
+def token_display(tokenizer: Any, token_id: int, eos: set[int]) -> str:
+    """A token as the lab shows it: its text, but never a raw special token such as
+    "<|im_end|>". An end token reads END_MARKER; another special token its bare name in
+    guillemets ("«im_start»"), so that a chat template's markup never passes for generated text."""
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    if token_id in eos:
+        return END_MARKER
+    if token_id in special:
+        raw = tokenizer.convert_ids_to_tokens(token_id)
+        return f"«{str(raw).strip('<|>')}»"
+    return tokenizer.decode([token_id])
 
 
 def feature_draft_digest(draft: FeatureDraft) -> str:

@@ -37,7 +37,7 @@ CITATION = "Hao & Mou, Cactus, ICLR 2026 (arXiv 2604.04987)"
 DELTA = Param(
     "delta",
     "δ",
-    default=1.0,
+    default=0.1,
     low=0.0,
     high=UNBOUNDED,
     ui=(0.0, 3.0),
