@@ -266,7 +266,8 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     label = DEFAULT_EMBEDDED_DRAFT if choice == "default" else choice
     feature = label.startswith("feature draft")
     assert run.trace.meta["draft"] == (FEATURE_DRAFT_NAME if feature else embedded_draft_name())
-    assert len(run.output.token_ids) == MAX_NEW
+    # The default prompt may end at the end token before MAX_NEW.
+    assert 0 < len(run.output.token_ids) <= MAX_NEW
     # The reference frontier beside the rule is the default pair's; the page says when not.
     other_pair = any("not on the pair you picked" in c.value for c in at.caption)
     assert other_pair == (label != REFERENCE_EMBEDDED_DRAFT)
