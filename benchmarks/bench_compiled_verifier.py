@@ -25,8 +25,8 @@ and call-by-call interleaving would time each build with another's weights in th
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_compiled_verifier.py --k 4
 
-Measured only: the decoder does not compile (docs/benchmarks.md, "A compiled verifier and
-draft").
+Measured only: the decoder does not compile (docs/benchmarks.md, "A compiled verifier
+and draft").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 # Every chart in the lab is on plotly_white. A template named in a layout is validated and
-# deep-copied for each figure (about 35 ms on a 2 GHz core, most of a Decode-page marker
+# deep-copied for each figure (about 40 ms on a 2 GHz core, most of a Decode-page marker
 # redraw), while plotly applies its default template without that check: so it is the default.
 pio.templates.default = "plotly_white"
 

@@ -3,7 +3,7 @@
 For every decided position a sweep needs the exact KL(pi ‖ q), the rule's exact expected
 acceptance sum_n p(n)·a(n) and the one-price limit sums. That work is an O(V log V) pass or
 more per position, and done inside the decoder's round it was 25–40% of a sweep's wall time
-(docs/benchmarks.md, "Faster sweeps"). It needs nothing the next round needs, so the decoder
+(docs/benchmarks.md, "A sweep's time"). It needs nothing the next round needs, so the decoder
 hands the rows to a `PositionScores` probe, which scores them on one worker thread while the
 models run the next rounds: torch releases the GIL in both, so on two cores the two overlap.
 With `rows_top_m` it also keeps each position's compact rows (`estimate.compact_rows`), from

@@ -7,8 +7,8 @@ pair: the embedded verifier and its independent 3-layer draft, in the device's d
 The default is the feature draft in the faster dtype on this CPU (`native_bfloat16`): bfloat16
 where the CPU multiplies it natively, where checking 5 tokens costs about what 1 does, and
 float32 elsewhere, where 5 bfloat16 tokens cost about 1.6 times 1 and float32 decodes faster
-(docs/benchmarks.md, "A CPU without native bfloat16"). The shipped reference sweep was measured
-in bfloat16 (`REFERENCE_EMBEDDED_DRAFT`).
+(docs/benchmarks.md, "On a CPU without native bfloat16"). The shipped reference sweep was
+measured in bfloat16 (`REFERENCE_EMBEDDED_DRAFT`).
 
 Kept free of transformers so that the app's settings can import it at start-up."""
 

@@ -534,7 +534,7 @@ def with_feature_draft(
     else:
         folder = Path(draft)
         # The draft runs in the verifier's dtype. On a CPU with native bfloat16 its step is the
-        # faster one (2.02 against 2.29 ms in float32, docs/benchmarks.md) now that its head
+        # faster one (1.97 against 2.48 ms in float32, docs/benchmarks.md) now that its head
         # scores through the layout each dtype streams fastest (`fast_head.linear_scores`).
         draft = FeatureDraft.load(folder, pair.verifier)
         name, digest = str(folder.resolve()), weights_digest(folder, cache)

@@ -3,8 +3,7 @@
 At batch 1 a decoding step scores one hidden row against the whole head: a [1, H] x [H, V]
 product that only streams the weights. Which weight layout streams faster depends on the dtype
 (one thread, on a CPU with native bfloat16, AVX-512 BF16; the figures and the commands that
-give them are in docs/benchmarks.md, section "One call for the verifier's head in bfloat16,
-and a bfloat16 feature draft"):
+give them are in docs/benchmarks.md, section "Step costs"):
 
 - float32: torch's CPU linear (x @ W.T with W stored [V, H]) runs one row about twice as slowly
   as a product with a contiguous [H, V] copy. So the decoder keeps such a copy of each float32
@@ -14,15 +13,15 @@ and a bfloat16 feature draft"):
 - bfloat16: the opposite. torch's linear on the [V, H] layout is the faster one, and k + 1
   rows cost about what 1 does, so a verify pass scores its rows in one call. On a CPU with
   native bfloat16 that product runs through a copy packed once for oneDNN
-  (`packed_linear.packed_product`: the same scores, the verifier's head 3.81 -> 2.42 ms for
-  1 row and 4.60 -> 2.45 ms for 5 on an AMX CPU).
+  (`packed_linear.packed_product`: the same scores, the verifier's head in 2.42 ms for 1 row
+  and 2.45 ms for 5 on an AMX CPU).
 
 `single_row_copy` says which regime a head is in; the decoder reads it to choose between the
 lazy head and one call. It goes by dtype alone: on a CPU without native bfloat16, k + 1
-bfloat16 rows cost about twice one (docs/benchmarks.md, "A CPU without native bfloat16"), so
-there the lazy head would score sps's rows for less (about 1.7 rows at 13.4 ms against one
-call at 27.8 ms, by those step costs), and float32 is the faster build: the embedded pair's
-default there (`embedded_drafts.native_bfloat16`).
+bfloat16 rows cost about twice one (docs/benchmarks.md, "On a CPU without native
+bfloat16"), so there the lazy head would score sps's rows (about 1.7 of 5) for less than one
+call, and float32 is the faster build: the embedded pair's default there
+(`embedded_drafts.native_bfloat16`).
 """
 
 from __future__ import annotations

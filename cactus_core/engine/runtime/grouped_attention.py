@@ -11,8 +11,7 @@ query [B, H, q, D] -> [B, H_kv, (H / H_kv) q, D], the mask's q rows repeated H /
 ([B, 1, q, kv] -> [B, 1, (H / H_kv) q, kv]). Each query row sees the same keys, values and mask
 row as before, so the output is the same, bit for bit (`tests/test_grouped_attention.py`), and
 nothing is copied but the queries. On the embedded verifier in bfloat16 a 5-token step went
-from 49.45 to 45.76 ms (one thread, an AMX CPU; docs/benchmarks.md, "Packed bfloat16 weights
-and grouped attention").
+from 49.45 to 45.76 ms (one thread, an AMX CPU; docs/benchmarks.md, "Step costs").
 
 Every other case (no mask, one new token, a mask per head, no grouping) is transformers' own
 `sdpa_attention_forward`."""

@@ -4,8 +4,8 @@ torch's CPU linear in bfloat16 runs oneDNN's matmul, which lays the weight out i
 blocked format on every call. Done once at load instead, the product is the same, bit for bit
 (`tests/test_packed_linear.py`), and cheaper: the embedded verifier's 210 decoder-layer
 products took 32.3 ms for 1 row and 34.6 ms for 5 through `F.linear`, and 25.6 and 25.4 ms
-packed (one thread, an AMX CPU; docs/benchmarks.md, "Packed bfloat16 weights and grouped
-attention"). The packed copy costs the weights' size once more in memory.
+packed (one thread, an AMX CPU; docs/benchmarks.md, "Step costs"). The packed copy costs the
+weights' size once more in memory.
 
 Only where it pays: bfloat16 weights on a CPU with native bfloat16 (`native_bfloat16`), with no
 gradient to track (oneDNN's packed product has no backward), so training and float32 run as
