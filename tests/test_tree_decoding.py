@@ -65,8 +65,8 @@ def _accept_along_the_draft(monkeypatch) -> None:
     accepts a path (acceptance on the random tiny pair is near 0 otherwise)."""
     real = tree_round.verify_tree
 
-    def along(judge, tree, q, accept, sample):
-        return real(judge, tree, tree.draft_probs, accept, sample)
+    def along(judge, tree, q, *coins, **options):
+        return real(judge, tree, tree.draft_probs, *coins, **options)
 
     monkeypatch.setattr(tree_round, "verify_tree", along)
 

@@ -75,7 +75,9 @@ def run_tree_round(
     parents = [-1] + [p + 1 for p in tree.parents.tolist()]  # columns; -1: the context
     logits = verifier.step_tree(ids, parents)[0]  # [N + 1, V]
     q = sampling.probs(logits)
-    verdict = verify_tree(judge, tree, q, coins.accept, coins.sample)
+    # the tree's coin layout (`maths.tree`): an accept coin per node, an emission coin per depth
+    uniforms = torch.cat([coins.accept[: tree.size], coins.sample[: tree.depth + 1]])
+    verdict = verify_tree(judge, tree, q, uniforms, validate=False)
     verifier.keep_path([0] + [n + 1 for n in verdict.path])
     t2 = time.perf_counter()
     drafter.after_verify(verifier, [list(verdict.emitted)])
@@ -94,7 +96,6 @@ def tree_round_trace(index: int, out: TreeOutcome, text: Callable[[int], str]) -
     emitted = list(v.emitted)
     rows = [0] + [n + 1 for n in v.path]  # the q rows each emitted token was drawn at
     lp = logprobs(out.logits[None, rows], torch.tensor([emitted], device=out.logits.device))
-    recovered = _has_children(out.tree, v.path[-1] if v.path else -1)
     return RoundTrace(
         index=index,
         k=m,
@@ -108,7 +109,7 @@ def tree_round_trace(index: int, out: TreeOutcome, text: Callable[[int], str]) -
         sample_coin=float("nan"),
         emitted_ids=emitted,
         emitted_text=[],
-        emitted_fates=["accepted"] * m + ["recovered" if recovered else "bonus"],
+        emitted_fates=["accepted"] * m + [v.last],
         draft_s=out.draft_s,
         verify_s=out.verify_s,
         emitted_logprobs=lp[0].tolist(),

@@ -113,7 +113,7 @@ class TreeDrafter:
         """count distinct children of a node with p [V]: the top ones at T = 0, else drawn
         without replacement; (token, p of it) each."""
         ids = p.topk(count).indices if self.greedy else sample_without_replacement(p, coins)
-        ids = ids.tolist()
+        ids = ids[ids >= 0].tolist()  # fewer when p has fewer tokens than count
         probs = p[ids].tolist()
         # A one-hot p at T = 0 gives the other top tokens p = 0: their path is least likely.
         return [(t, max(pr, 1e-30)) for t, pr in zip(ids, probs, strict=True)]
