@@ -41,6 +41,7 @@ from cactus_core.app.transcript import (
     transcript_html,
     transcript_tokens,
 )
+from cactus_core.app.tree_figure import tree_figure
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
@@ -332,6 +333,8 @@ def inspector(run: DecodeRun) -> None:
             f"{view.kl_pi_q:.4f}",
             help="the emitted distribution at this position, exact",
         )
+    if view.tree is not None:
+        st.plotly_chart(tree_figure(view.tree), key="dec_tree")
     if view.series:
         st.plotly_chart(
             figures.distribution_bars(
