@@ -129,39 +129,10 @@ def tree_figure(frame: TreeFrame, title: str | None = None) -> go.Figure:
     whole = frame.reveal is None
     tip = v.path[-1] + 1 if v.path else 0  # the row the last token hangs off
     pos = tree_positions(v.parents, tip if whole else None)
-    on_path = set(v.path)
     fig = go.Figure()
-    depths = node_depths(v.parents)
-    for bold in (False, True):
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        for i, parent in enumerate(v.parents):
-            path_edge = i in on_path and (whole or depths[i] <= frame.reveal)
-            if path_edge == bold:
-                xs += [pos[parent + 1][0], pos[i + 1][0], None]
-                ys += [pos[parent + 1][1], pos[i + 1][1], None]
-        fig.add_scatter(
-            x=xs,
-            y=ys,
-            mode="lines",
-            line={
-                "width": 5 if bold else 1.5,
-                "color": FATE_COLOURS["accepted"] if bold else "#CCCCCC",
-            },
-            hoverinfo="skip",
-            showlegend=False,
-            name="accepted path" if bold else "edges",
-        )
+    _edges(fig, frame, pos)
     if whole:
-        fig.add_scatter(
-            x=[pos[tip][0], pos[n + 1][0]],
-            y=[pos[tip][1], pos[n + 1][1]],
-            mode="lines",
-            line={"width": 5, "color": FATE_COLOURS[v.last], "dash": "dot"},
-            hoverinfo="skip",
-            showlegend=False,
-            name="last token",
-        )
+        _link(fig, [pos[tip], pos[n + 1]], 5, FATE_COLOURS[v.last], "last token", "dot")
     fig.add_scatter(
         x=[pos[0][0]],
         y=[pos[0][1]],
@@ -174,25 +145,8 @@ def tree_figure(frame: TreeFrame, title: str | None = None) -> go.Figure:
         name="root",
         showlegend=False,
     )
-    colours = {**FATE_COLOURS, "unreached": UNREACHED_COLOUR, "pending": PENDING_COLOUR}
-    for fate in ("accepted", "rejected", "unreached", "pending"):
-        nodes = [i for i in range(n) if _fate(frame, i) == fate]
-        if not nodes:
-            continue
-        fig.add_scatter(
-            x=[pos[i + 1][0] for i in nodes],
-            y=[pos[i + 1][1] for i in nodes],
-            mode="markers+text",
-            marker={"size": 15, "color": colours[fate], "line": {"width": 1, "color": "white"}},
-            text=[_short(frame.labels[i]) for i in nodes],
-            textposition="top center",
-            hovertext=[node_hover(frame, i) for i in nodes],
-            hoverinfo="text",
-            name=FATE_NAMES[fate],
-            customdata=nodes,
-        )
+    _nodes(fig, frame, pos)
     if whole:
-        coin = v.emit_coin
         drawn_from = "the last residual" if v.last == "recovered" else "q at the path's tip"
         fig.add_scatter(
             x=[pos[n + 1][0]],
@@ -203,12 +157,12 @@ def tree_figure(frame: TreeFrame, title: str | None = None) -> go.Figure:
             textposition="top center",
             hovertext=[
                 f"<b>'{show_text(frame.last_label)}'</b>: {v.last}, drawn from {drawn_from} "
-                f"with the coin {_num(coin)}"
+                f"with the coin {_num(v.emit_coin)}"
             ],
             hoverinfo="text",
             name=FATE_NAMES[v.last],
         )
-    depth = max(depths)
+    depth = max(node_depths(v.parents))
     rows = 1 - min(y for _, y in pos)  # leaves, top to bottom
     fig.update_layout(
         title=title or f"The draft tree: {n} nodes, depth {depth}",
@@ -227,3 +181,58 @@ def tree_figure(frame: TreeFrame, title: str | None = None) -> go.Figure:
     )
     fig.update_yaxes(visible=False, range=[-rows + 0.4, 0.8])
     return fig
+
+
+Point = tuple[float, float]
+
+
+def _link(
+    fig: go.Figure, points: list[Point], width: float, colour: str, name: str, dash: str = ""
+) -> None:
+    """Line segments: points taken in pairs (parent, child)."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for a, b in zip(points[::2], points[1::2], strict=True):
+        xs += [a[0], b[0], None]
+        ys += [a[1], b[1], None]
+    line = {"width": width, "color": colour} | ({"dash": dash} if dash else {})
+    fig.add_scatter(
+        x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False, name=name
+    )
+
+
+def _edges(fig: go.Figure, frame: TreeFrame, pos: list[Point]) -> None:
+    """Thin grey edges, then the accepted path (as far as told) bold."""
+    v = frame.verdict
+    depths = node_depths(v.parents)
+    on_path = {i for i in v.path if frame.reveal is None or depths[i] <= frame.reveal}
+    for bold in (False, True):
+        points = []
+        for i, parent in enumerate(v.parents):
+            if (i in on_path) == bold:
+                points += [pos[parent + 1], pos[i + 1]]
+        if bold:
+            _link(fig, points, 5, FATE_COLOURS["accepted"], "accepted path")
+        else:
+            _link(fig, points, 1.5, "#CCCCCC", "edges")
+
+
+def _nodes(fig: go.Figure, frame: TreeFrame, pos: list[Point]) -> None:
+    """One marker trace per fate, each node's index in customdata."""
+    colours = {**FATE_COLOURS, "unreached": UNREACHED_COLOUR, "pending": PENDING_COLOUR}
+    for fate in ("accepted", "rejected", "unreached", "pending"):
+        nodes = [i for i in range(len(frame.labels)) if _fate(frame, i) == fate]
+        if not nodes:
+            continue
+        fig.add_scatter(
+            x=[pos[i + 1][0] for i in nodes],
+            y=[pos[i + 1][1] for i in nodes],
+            mode="markers+text",
+            marker={"size": 15, "color": colours[fate], "line": {"width": 1, "color": "white"}},
+            text=[_short(frame.labels[i]) for i in nodes],
+            textposition="top center",
+            hovertext=[node_hover(frame, i) for i in nodes],
+            hoverinfo="text",
+            name=FATE_NAMES[fate],
+            customdata=nodes,
+        )
