@@ -351,6 +351,12 @@ def replay(run: DecodeRun) -> None:
         "flips are outlined in the transcript. Each round is judged on its own: later rounds keep "
         "the drafts that were actually made."
     )
+    if any(r.tree is not None for r in run.trace.rounds):
+        st.info(
+            "A tree run's trace keeps each round's verdict and coins but not the draft's and "
+            "the verifier's rows at its nodes, which a replay needs."
+        )
+        return
     left, right = st.columns([2, 3])
     with left:
         name, params = rule_picker("replay", label="Replay under", default=run.rule_name)

@@ -154,30 +154,52 @@ def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
             assert tree_figure(ins.tree).data
 
 
-def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
+def _tree_session(feature_pair, monkeypatch, page: str, **state) -> AppTest:
+    """A fresh session on the embedded pair's name with tree drafting, the tiny feature pair
+    standing in for the embedded one."""
     from pages import _common
 
     monkeypatch.setattr(_common, "_PAIRS", PairCache(max_entries=2))
     monkeypatch.setattr(_common, "_load_pair", lambda *args: feature_pair)
     at = AppTest.from_file(APP, default_timeout=180)
-    state = {
+    base = {
         "sb_device": "cpu",
         "sb_embedded_draft": FEATURE_LABEL,
         "sb_drafting": "tree",
         "sb_tree_nodes": TREE.nodes,
         "sb_tree_depth": TREE.depth,
-        "step_max_new": 16,
     }
-    for key, value in state.items():
+    for key, value in {**base, **state}.items():
         at.session_state[key] = value
     at.run()
-    at.switch_page("pages/step.py").run()
+    at.switch_page(page).run()
     assert not at.exception, at.exception
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [s["layout"].get("title", {}).get("text", "") for s in specs]
+
+
+def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
+    at = _tree_session(feature_pair, monkeypatch, "pages/decode.py", dec_max_new=16)
+    at.button(key="dec_go").click().run()
+    run = at.session_state["decode_run"]
+    at.session_state[f"dec_round_{run.run_id}_0"] = True
+    at.run()
+    at.pills[0].set_value(0).run()
+    assert not at.exception, at.exception
+    assert any(m.value.startswith("**Round 1, token 1") for m in at.markdown)
+    assert any(t.startswith("The draft tree") for t in _titles(at))
+    assert any("replay needs" in i.value for i in at.info)
+
+
+def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
+    at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
     run: StepRun = at.session_state["step_run"]
     assert run.rounds[0].tree is not None
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    titles = [s["layout"]["title"]["text"] for s in specs]
-    assert any(t.startswith("The draft tree") for t in titles)
+    assert any(t.startswith("The draft tree") for t in _titles(at))
     at.button(key="step_next").click().run()
     at.button(key="step_next").click().run()
     assert not at.exception
