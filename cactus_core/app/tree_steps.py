@@ -19,15 +19,6 @@ from cactus_core.maths.tree import TreeVerdict, children_of, node_depths
 if TYPE_CHECKING:
     from cactus_core.app.step_through import StepRun
     from cactus_core.app.step_view import Step
-    from cactus_core.engine.decoding.trace import RoundTrace
-
-
-def tree_frame(
-    rnd: RoundTrace, text: Callable[[int], str], root: str, reveal: int | None = None
-) -> TreeFrame:
-    """The picture of a tree round (RoundTrace.tree set) told up to depth `reveal`."""
-    v = TreeVerdict.from_dict(rnd.tree)
-    return TreeFrame(v, [text(t) for t in v.tokens], root, text(v.emitted[-1]), reveal)
 
 
 def candidates(v: TreeVerdict, row: int, text: Callable[[int], str]) -> list[say.Candidate]:
