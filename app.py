@@ -48,6 +48,7 @@ from pages._common import (
     warm_label,
     write_link,
 )
+from pages._drafting import tree_widgets
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 # Streamlit's default 6rem above every page pushed the controls toward the fold at 1440×900.
@@ -194,8 +195,9 @@ def sidebar(policy: DeploymentPolicy) -> None:
         set_pair_error_slot(st.empty())  # a page's load error shows here, by the picker
         device = st.selectbox("Device", available_devices(), key="sb_device")
         sampling = _sampling_widgets()
+        tree = tree_widgets()
         try:
-            s = AppSettings(device=device, sampling=SamplingSettings(**sampling), **pair)
+            s = AppSettings(device=device, sampling=SamplingSettings(**sampling), tree=tree, **pair)
         except ValueError as err:
             s, error = AppSettings(device=device), error or str(err)
         st.session_state[SETTINGS_KEY] = s

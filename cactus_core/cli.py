@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.maths.rules import (
     LOSSLESS_RULE,
     RULE_NAMES,
@@ -136,6 +137,26 @@ def rule_from_args(args: argparse.Namespace) -> Rule:
     return make_rule(args.rule, **params)
 
 
+def add_tree_args(p: argparse.ArgumentParser, what: str) -> None:
+    g = p.add_argument_group("draft tree (needs a feature draft)")
+    g.add_argument("--tree", action="store_true", help=what)
+    d = TreeSettings()
+    for name in ("nodes", "depth"):
+        low, high = TreeSettings.RANGES[name]
+        g.add_argument(
+            f"--tree-{name}",
+            type=int,
+            default=getattr(d, name),
+            help=f"the tree's {name}, {low}..{high} (default {getattr(d, name)})",
+        )
+
+
+def tree_from_args(args: argparse.Namespace) -> TreeSettings | None:
+    """The --tree settings, or None without --tree (ValueError for a value out of range)."""
+    settings = TreeSettings(nodes=args.tree_nodes, depth=args.tree_depth)
+    return settings if args.tree else None
+
+
 def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair
     import torch
 
@@ -164,6 +185,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     add_sampling_args(p)
     add_model_args(p)
     p.add_argument("--autoregressive", action="store_true", help="verifier-only sampling")
+    add_tree_args(p, "draft a tree each round instead of a chain (one pass verifies it)")
     p.add_argument("--trace", metavar="PATH", help="write the trace as JSON ('-' for stdout)")
     p.add_argument("--json", action="store_true", help="print one JSON object (text, ids, stats)")
     p.add_argument("--quiet", action="store_true", help="no streaming of tokens to stderr")
@@ -175,9 +197,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     rule = rule_from_args(args)
     sampling = sampling_from_args(args)
+    tree = tree_from_args(args)
     check_output_path(args.trace, "--trace")
     pair = load_pair_from_args(args)
-    dec = SpeculativeDecoder(pair, rule, sampling=sampling, record_trace=args.trace is not None)
+    trace = args.trace is not None
+    dec = SpeculativeDecoder(pair, rule, sampling=sampling, record_trace=trace, tree=tree)
 
     def stream(rnd, _row) -> None:
         # Progress: the text as it is decided, on stderr so stdout stays clean for --json.
@@ -200,7 +224,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         print(out.text)
         print()
-        mode = "verifier-only" if args.autoregressive else f"{rule.label}, k={args.k}"
+        shape = f"tree of {tree.nodes} nodes, depth {tree.depth}" if tree else f"k={args.k}"
+        mode = "verifier-only" if args.autoregressive else f"{rule.label}, {shape}"
         acc = stats["acceptance_rate"]
         print(
             f"{mode} | {stats['new_tokens']} tokens in {stats['wall_s']:.2f} s "
@@ -238,6 +263,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         help="add cactus δ=1 with full trace recording (measures its cost)",
     )
     p.add_argument("--out", metavar="PATH", help="also write the results as JSON")
+    add_tree_args(p, "add tree rows: each speculative row again with a draft tree")
     p.set_defaults(handler=cmd_bench)
 
 
@@ -250,7 +276,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not 1 <= args.prompts <= len(prompts):
             raise ValueError(f"--prompts must be in [1, {len(prompts)}], got {args.prompts}")
         prompts = prompts[: args.prompts]
-    rows = default_rows(with_hf=not args.no_hf, with_trace_row=args.trace_row)
+    tree = tree_from_args(args)
+    rows = default_rows(with_hf=not args.no_hf, with_trace_row=args.trace_row, tree=tree)
     if args.rows:
         unknown = sorted(set(args.rows) - {r.label for r in rows})
         if unknown:
@@ -270,6 +297,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "max_new_tokens": args.max_new_tokens,
         "sampling": sampling_from_args(args, top_p=1.0).to_dict() | {"top_p": args.top_p},
         "c": args.c,
+        "tree": tree.to_dict() if tree else None,
         "tables": {},
     }
     for top_p in args.top_p:

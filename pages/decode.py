@@ -42,6 +42,7 @@ from cactus_core.app.transcript import (
     transcript_html,
     transcript_tokens,
 )
+from cactus_core.app.tree_figure import tree_figure
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
 from pages import _k_tuner
@@ -310,6 +311,8 @@ def inspector(run: DecodeRun) -> None:
             f"{view.kl_pi_q:.4f}",
             help="the emitted distribution at this position, exact",
         )
+    if view.tree is not None:
+        st.plotly_chart(tree_figure(view.tree), key="dec_tree")
     if view.series:
         st.plotly_chart(
             figures.distribution_bars(
@@ -330,6 +333,12 @@ def replay(run: DecodeRun) -> None:
         "flips are outlined in the transcript. Each round is judged on its own: later rounds keep "
         "the drafts that were actually made."
     )
+    if any(r.tree is not None for r in run.trace.rounds):
+        st.info(
+            "A tree run's trace keeps each round's verdict and coins but not the draft's and "
+            "the verifier's rows at its nodes, which a replay needs."
+        )
+        return
     left, right = st.columns([2, 3])
     with left:
         name, params = rule_picker("replay", label="Replay under", default=run.rule_name)

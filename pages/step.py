@@ -193,6 +193,8 @@ def show_step(step: Step, rule_label: str) -> None:
         st.subheader(step.title)
         st.markdown(step.narration)
         figs = step_figures(step)
+        if "tree" in figs:
+            st.plotly_chart(figs["tree"], key="step_fig_tree")
         if "bars" in figs:
             st.plotly_chart(figs["bars"], key="step_fig_bars")
         if "coin" in figs:

@@ -11,11 +11,14 @@ import torch
 
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
 from cactus_core.app.metrics import Headline, SpeedComparison
+from cactus_core.app.narration import num
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices
 from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.transcript import FATE_LABELS, show_text
+from cactus_core.app.tree_figure import TreeFrame
 from cactus_core.maths.rules import Rule, lossless_rule
+from cactus_core.maths.tree import TreeVerdict, children_of
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
     from cactus_core.app.race import Race
@@ -154,8 +157,8 @@ def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
     """The counters while rounds stream in, with the same definitions as GenerationStats."""
     tokens = sum(len(r.emitted_ids) for r in rounds)
     calls = len(rounds)
-    decided = sum(min(r.num_accepted + 1, r.k) for r in rounds if r.k)
-    accepted = sum(r.num_accepted for r in rounds if r.k)
+    decided = sum(_decided(r) for r in rounds)
+    accepted = sum(r.num_accepted for r in rounds if r.k or r.tree is not None)
     kl_sum = 0.0
     for r in rounds:
         for pos in r.positions[: min(len(r.emitted_ids), r.k)]:
@@ -169,6 +172,14 @@ def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
         emitted_kl=kl_sum / tokens if tokens else 0.0,
         verifier_calls=calls,
     )
+
+
+def _decided(rnd: RoundTrace) -> int:
+    """Drafted tokens of a round that got a decision: up to the first rejection in a chain,
+    every candidate the walk tried in a tree."""
+    if rnd.tree is not None:
+        return sum(f != "unreached" for f in rnd.tree["fates"])
+    return min(rnd.num_accepted + 1, rnd.k) if rnd.k else 0
 
 
 def final_stats(output: GenerationOutput) -> LiveStats:
@@ -188,6 +199,9 @@ def round_label(rnd: RoundTrace, flipped: bool) -> str:
     """A round's expander label: how many drafts passed and how it ended."""
     accepted = f"{rnd.num_accepted}/{rnd.k} accepted" if rnd.k else "verifier only"
     ending = "bonus" if rnd.k and rnd.num_accepted == rnd.k else "recovered"
+    if rnd.tree is not None:
+        accepted = f"{rnd.num_accepted} accepted in a {len(rnd.tree['tokens'])}-node tree"
+        ending = rnd.tree["last"]
     label = f"Round {rnd.index + 1} · {accepted} · +{len(rnd.emitted_ids)} ({ending})"
     return label + (" · flips under replay" if flipped else "")
 
@@ -295,6 +309,7 @@ class Inspection:
     h_n: float | None = None
     notes: list[str] = field(default_factory=list)
     mark: str = "drafted n"  # what the highlighted bar is
+    tree: TreeFrame | None = None  # a tree round: the whole round's tree
 
 
 def judging_rule(trace: Trace) -> Rule:
@@ -314,6 +329,8 @@ def inspect_token(trace: Trace, round_index: int, slot: int, top: int = 12) -> I
     shows q, the distribution it was drawn from.
     """
     rnd = trace.rounds[round_index]
+    if rnd.tree is not None:
+        return _inspect_tree(trace, rnd, slot)
     if rnd.k == 0 or slot >= rnd.k:
         return _inspect_emitted(trace, rnd, top)
     return _inspect_draft(trace, rnd, slot, top)
@@ -388,3 +405,39 @@ def _inspect_draft(trace: Trace, rnd: RoundTrace, slot: int, top: int) -> Inspec
         h_n=pos.h_n,
         notes=_draft_notes(trace, rnd, slot, position),
     )
+
+
+def _inspect_tree(trace: Trace, rnd: RoundTrace, slot: int) -> Inspection:
+    """A token of a tree round: where it sits in the tree and the walk's numbers there; the
+    trace keeps the verdict, not the rows, so no bars."""
+    v = TreeVerdict.from_dict(rnd.tree)
+    m = len(v.path)
+    slot = min(slot, m)
+    token = trace.text(v.emitted[slot])
+    fate = "accepted" if slot < m else v.last
+    title = f"Round {rnd.index + 1}, token {slot + 1}: {show_text(token)!r}, {FATE_LABELS[fate]}"
+    if slot < m:
+        i = v.path[slot]
+        rank = children_of(v.parents)[v.parents[i] + 1].index(i)
+        against = "the rule's h" if rank == 0 else f"the residual after {rank} rejection(s)"
+        notes = [
+            f"Candidate {rank + 1} at depth {slot + 1}: p = {num(v.p[i])}, q = {num(v.q[i])}; "
+            f"judged against {against} = {num(v.h[i])}, a(n) = {num(v.accept_probs[i])}, "
+            f"coin u = {num(v.coins[i])}: accepted."
+        ]
+    elif v.last == "recovered":
+        notes = [
+            f"Every candidate after the path's tip was rejected; the last residual gave "
+            f"{show_text(token)!r} (coin {num(v.emit_coin)})."
+        ]
+    else:
+        notes = [
+            f"The walk reached a leaf, so the verifier's q there gave the bonus "
+            f"{show_text(token)!r} (coin {num(v.emit_coin)}); no rule applies to it."
+        ]
+    prev = trace.rounds[rnd.index - 1].emitted_ids[-1] if rnd.index > 0 else None
+    root = trace.text(prev) if prev is not None else "(prompt)"
+    labels = [trace.text(t) for t in v.tokens]
+    frame = TreeFrame(v, labels, root, token if slot == m else trace.text(v.emitted[-1]))
+    notes.append("Hover over the tree's nodes for every candidate's p, q, h, a(n) and coin.")
+    return Inspection(title, [], {}, None, notes=notes, tree=frame)

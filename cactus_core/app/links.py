@@ -20,6 +20,7 @@ from cactus_core.app.limits import MAX_PROMPT_CHARS
 from cactus_core.app.playground import playground_params
 from cactus_core.app.positions import PRESETS
 from cactus_core.app.settings import DEVICES, EMBEDDED_DRAFT_LABEL
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import RULES
 
@@ -94,6 +95,14 @@ TOP_K = Slider("sb_top_k", "top-k (0 = off)", 0, 1000, 0, 1)
 TOP_P = Slider("sb_top_p", "top-p", 0.05, 1.0, 0.95, 0.01)
 K = Slider("sb_k", "k (draft tokens per round)", 1, 12, 4, 1)
 SEED = Slider("sb_seed", "Seed", 0, 2**31 - 1, 0, 1)
+DRAFTING = ("chain", "tree")  # what a round drafts
+DRAFTING_KEY = "sb_drafting"
+TREE_NODES = Slider(
+    "sb_tree_nodes", "Tree nodes", *TreeSettings.RANGES["nodes"], TreeSettings.nodes, 1
+)
+TREE_DEPTH = Slider(
+    "sb_tree_depth", "Tree depth", *TreeSettings.RANGES["depth"], TreeSettings.depth, 1
+)
 SOURCES = ("Embedded pair (offline)", "Hub id or local folder")
 EMBEDDED_DRAFT_KEY = "sb_embedded_draft"  # the embedded pair's draft (EMBEDDED_DRAFTS)
 EMBEDDED_DRAFT_LABELS = tuple(d.label for d in EMBEDDED_DRAFTS)
@@ -123,6 +132,9 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
         LinkField("top_p", TOP_P.key, float, *TOP_P.range, step=TOP_P.step),
         LinkField("k", K.key, int, K.low, K.high),
         LinkField("seed", SEED.key, int, SEED.low, SEED.high),
+        LinkField("drafting", DRAFTING_KEY, str, choices=DRAFTING),
+        LinkField("tree_nodes", TREE_NODES.key, int, TREE_NODES.low, TREE_NODES.high),
+        LinkField("tree_depth", TREE_DEPTH.key, int, TREE_DEPTH.low, TREE_DEPTH.high),
     ]
     return [*pair, LinkField("device", "sb_device", str, choices=DEVICES), *numbers]
 

@@ -3,6 +3,8 @@ numbers passed in, each written with `num` so that a test can find every number 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cactus_core.app.transcript import show_text
 
 
@@ -157,4 +159,92 @@ def round_level_decide_sentence(
         f"u = {num(u)}: the coin {passes}, and the token is {fate} (the round keeps the drafts "
         f"up to the last passing coin). Token by token, lossless sampling would accept it with "
         f"probability {num(a_sps)}: on this coin, {sps}."
+    )
+
+
+# -- draft trees -------------------------------------------------------------------------------
+def tree_draft_sentence(nodes: int, depth: int, root: list[tuple[str, float]]) -> str:
+    """The tree as drafted: its size, and the root's candidates (token, p) in drawn order."""
+    cands = ", ".join(f"{tok(t)} (p = {num(p)})" for t, p in root)
+    return (
+        f"The draft grew a tree of {nodes} node(s), {depth} deep, instead of a chain. At the "
+        f"root it drew {len(root)} candidate(s) without replacement, in this order: {cands}. "
+        "Deeper, it expanded the nodes whose whole path it found most likely, each with "
+        "children drawn the same way. The tree's shape never depends on a node's own draw, "
+        "which is what keeps the verification exact."
+    )
+
+
+def tree_verify_sentence(nodes: int, call: int) -> str:
+    return (
+        f"The verifier scored all {nodes + 1} rows, the root and each of the {nodes} node(s), "
+        f"in one forward pass (verifier call {call}): a tree attention mask lets each node see "
+        "only its own ancestors, and positions count depth, so every row is the verifier's q "
+        "after that node's own path."
+    )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One child as the walk judged it: token, p at its parent, p among the candidates left,
+    q, what it was judged against (h for the first, the residual after), a(n), coin, fate."""
+
+    token: str
+    p: float
+    p_left: float
+    q: float
+    h: float
+    a: float
+    u: float
+    fate: str
+
+
+def tree_decide_sentence(after: str | None, cands: list[Candidate], rule: str | None) -> str:
+    """A node's children tried in turn (recursive rejection sampling); `after` None at the
+    root; `rule` None when the deciding rule is lossless sampling itself."""
+    where = "At the root" if after is None else f"After {tok(after)}"
+    judged = [c for c in cands if c.fate != "unreached"]
+    out = [f"{where}, {len(cands)} candidate(s) wait, tried in the order they were drawn."]
+    for i, c in enumerate(judged):
+        head = f"{tok(c.token)}: p = {num(c.p)}, q = {num(c.q)}"
+        if i == 0:
+            target = "q itself" if rule is None else f"{rule}'s h_n = {num(c.h)}"
+            body = f"{head}; judged against {target}, a(n) = {num(c.a)}"
+        else:
+            body = (
+                f"{head}; p among the candidates left = {num(c.p_left)}, judged against the "
+                f"residual r = {num(c.h)}, a(n) = {num(c.a)}"
+            )
+        out.append(f"{body}; the coin came up u = {num(c.u)}: {c.fate}.")
+    if judged and judged[-1].fate == "rejected":
+        out.append("Every candidate was rejected, so the token comes from the last residual.")
+    left = len(cands) - len(judged)
+    if left:
+        out.append(f"The {left} candidate(s) after the accepted one are never tried.")
+    return " ".join(out)
+
+
+def tree_residual_sentence(token: str, coin: float, tried: int) -> str:
+    return (
+        f"All {tried} candidate(s) here were rejected. The residual after the last rejection, "
+        f"normalised, gives the token instead: the coin {num(coin)} picks {tok(token)}."
+    )
+
+
+def tree_bonus_sentence(depth: int, token: str, coin: float) -> str:
+    return (
+        f"The walk reached a node without children at depth {depth}, so the verifier's pass "
+        f"pays for one more token: the bonus, drawn from q there. The coin {num(coin)} picks "
+        f"{tok(token)}."
+    )
+
+
+def tree_summary_sentence(
+    emitted: int, accepted: int, nodes: int, judged: int, calls: int, tokens_per_call: float
+) -> str:
+    return (
+        f"This round walked {accepted} node(s) deep in a tree of {nodes}, judged {judged} "
+        f"candidate(s) and emitted {emitted} token(s). After {calls} verifier call(s): "
+        f"{num(tokens_per_call)} tokens per call. At every node the emitted token follows the "
+        "rule's own pi for that node's p and q, as a chain's would."
     )

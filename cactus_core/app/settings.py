@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import (
     DEFAULT_EMBEDDED_DRAFT,
     REFERENCE_EMBEDDED_DRAFT,
@@ -34,6 +35,8 @@ class AppSettings:
     # the operator's labels, so a folder's server path is never shown. None: the sources.
     verifier_label: str | None = None
     draft_label: str | None = None
+    # Draft a tree each round instead of a chain (needs a feature draft); None: a chain.
+    tree: TreeSettings | None = None
 
     def __post_init__(self) -> None:
         if self.verifier is None and self.draft is not None:
@@ -43,6 +46,11 @@ class AppSettings:
             raise ValueError(f"device must be {', '.join(DEVICES)}, got {self.device!r}")
         if not isinstance(self.sampling, SamplingSettings):
             raise ValueError("sampling must be a SamplingSettings")
+        feature = self.verifier is None and embedded_draft(self.embedded_draft).feature_draft
+        if self.tree is not None and not feature:
+            raise ValueError(
+                "a draft tree needs a feature draft: pick an embedded feature draft, or chain"
+            )
 
     @property
     def k(self) -> int:
@@ -55,7 +63,8 @@ class AppSettings:
     def decoder_kwargs(self) -> dict[str, Any]:
         """SpeculativeDecoder's sampling keywords (the seed goes to generate instead)."""
         s = self.sampling
-        return {"k": s.k, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+        kwargs = {"k": s.k, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+        return kwargs | ({"tree": self.tree} if self.tree is not None else {})
 
     @property
     def pair_key(self) -> tuple[str | None, str | None, str, str | None]:

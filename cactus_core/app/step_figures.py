@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from cactus_core.app import figures
 from cactus_core.app.step_view import Step
+from cactus_core.app.tree_figure import tree_figure
 
 # The look of the other figures (figures.py, which also makes plotly_white the default).
 _LAYOUT = {"margin": {"l": 50, "r": 20, "t": 50, "b": 40}}
@@ -16,8 +17,11 @@ _LAYOUT = {"margin": {"l": 50, "r": 20, "t": 50, "b": 40}}
 
 def step_figures(step: Step) -> dict[str, go.Figure]:
     """The step's pictures by name: `bars` (p, q, h, the residual ...), `coin` (the rule's a(n)
-    against u) and `sps_coin` (lossless a(n) against the same u), as far as the step has them."""
+    against u), `sps_coin` (lossless a(n) against the same u) and `tree` (a tree round's
+    tree), as far as the step has them."""
     out: dict[str, go.Figure] = {}
+    if step.tree is not None:
+        out["tree"] = tree_figure(step.tree)
     if step.bars is not None:
         b = step.bars
         fig = figures.distribution_bars(b.labels, b.series, title=b.title)

@@ -19,6 +19,7 @@ import torch
 from cactus_core.app import narration as say
 from cactus_core.app.decode_view import live_stats
 from cactus_core.app.step_through import SHOWN, RoundRows, StepRun
+from cactus_core.app.tree_figure import TreeFrame
 from cactus_core.maths.rules import NO_STATS, Rule, lossless_rule
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Step:
     bars: Bars | None = None
     coin: tuple[float, float] | None = None  # (a(n), u) of a decision
     sps_coin: tuple[float, float] | None = None  # (lossless a(n), the same u)
+    tree: TreeFrame | None = None  # a tree round's picture, told as far as this step
 
     @property
     def title(self) -> str:
@@ -244,6 +246,10 @@ def step_before(run: StepRun, r: int, i: int) -> tuple[int, int]:
 
 def _build_steps(run: StepRun, index: int) -> list[Step]:
     rnd, rows = run.rounds[index], run.rows[index]
+    if rnd.tree is not None:
+        from cactus_core.app.tree_steps import tree_round_steps  # it builds Steps: imports this
+
+        return tree_round_steps(run, index, Step)
     if rnd.k == 0:
         return [_sampled_step(rnd, run.text), _summary_step(run, index)]
     steps = [_draft_step(rnd, j, run.text) for j in range(rnd.k)]

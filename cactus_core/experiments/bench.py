@@ -24,6 +24,7 @@ import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, acceptance_by_position
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -47,11 +48,15 @@ class BenchRow:
     rule: Rule | None = None  # None: verifier-only or transformers assisted
     kind: str = "speculative"  # "speculative", "verifier-only" or "hf-assisted"
     record_trace: bool = False
+    tree: TreeSettings | None = None  # draft a tree each round instead of a chain
 
 
-def default_rows(with_hf: bool = True, with_trace_row: bool = False) -> list[BenchRow]:
+def default_rows(
+    with_hf: bool = True, with_trace_row: bool = False, tree: TreeSettings | None = None
+) -> list[BenchRow]:
     """verifier-only, sps, the default rule at four settings, every other rule at its defaults,
-    then (optionally) the default rule with a full trace and transformers' assisted generation."""
+    then (optionally) sps and the default rule at δ = 1 with a draft tree, the default rule
+    with a full trace and transformers' assisted generation."""
     lossless = lossless_rule()
     rows = [BenchRow(VERIFIER_ONLY, kind="verifier-only"), BenchRow(lossless.label, lossless)]
     for delta in (0.25, 0.5, 1.0, 2.0):
@@ -61,6 +66,9 @@ def default_rows(with_hf: bool = True, with_trace_row: bool = False) -> list[Ben
         if name not in (LOSSLESS_RULE, DEFAULT_RULE):
             rule = make_rule(name)
             rows.append(BenchRow(rule.label, rule))
+    if tree is not None:
+        for rule in (lossless, make_rule(DEFAULT_RULE, delta=1.0)):
+            rows.append(BenchRow(f"{rule.label} tree", rule, tree=tree))
     if with_trace_row:
         rule = make_rule(DEFAULT_RULE, delta=1.0)
         rows.append(BenchRow(f"{rule.label} + full trace", rule, record_trace=True))
@@ -213,7 +221,11 @@ def run_bench(
     results = {row.label: RowResult(row.label) for row in rows}
     decoders = {
         row.label: SpeculativeDecoder(
-            pair, row.rule or lossless_rule(), sampling=sampling, record_trace=row.record_trace
+            pair,
+            row.rule or lossless_rule(),
+            sampling=sampling,
+            record_trace=row.record_trace,
+            tree=row.tree,
         )
         for row in rows
         if row.kind != "hf-assisted"

@@ -72,6 +72,24 @@ class SamplingSettings:
         """logits [..., V] -> p or q [..., V] under these settings."""
         return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
 
+    @classmethod
+    def resolve(
+        cls, sampling: SamplingSettings | None, k: int, temperature: float, top_k: int, top_p: float
+    ) -> SamplingSettings:
+        """A decoder's one SamplingSettings, from `sampling` or from its keywords (which must
+        then be left at these defaults, as the decoder's signature has them)."""
+        if sampling is None:
+            return cls(temperature=temperature, top_k=top_k, top_p=top_p, k=k)
+        if not isinstance(sampling, SamplingSettings):
+            raise ValueError(f"sampling must be a SamplingSettings, got {sampling!r}")
+        d = cls()
+        if (k, temperature, top_k, top_p) != (d.k, d.temperature, d.top_k, d.top_p):
+            # Silently preferring one of two conflicting values would hide a caller's mistake.
+            raise ValueError(
+                "give k, temperature, top_k and top_p either in sampling= or as keywords"
+            )
+        return sampling
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -66,8 +66,16 @@ from cactus_core.engine.decoding.round import (
     verify_draft,
 )
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
+from cactus_core.engine.decoding.tree_round import (
+    count_tree,
+    draw_tree_coins,
+    run_tree_round,
+    tree_emitted_kl,
+    tree_round_trace,
+)
+from cactus_core.engine.drafting.caches import open_caches
 from cactus_core.engine.drafting.drafter import Draft, Drafter
-from cactus_core.engine.drafting.feature_drafting import open_caches
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.pair import eos_ids, token_display
 from cactus_core.engine.loading.pairing import head_vocab
 from cactus_core.engine.runtime.fast_head import single_row_copy
@@ -172,13 +180,14 @@ class SpeculativeDecoder:
         lazy_head: bool | None = None,
         *,
         sampling: SamplingSettings | None = None,
+        tree: TreeSettings | None = None,
     ) -> None:
         self.pair = pair
         self.probe = probe
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
-        self.sampling = _sampling(sampling, k, temperature, top_k, top_p)
+        self.sampling = SamplingSettings.resolve(sampling, k, temperature, top_k, top_p)
         self.trace_top_n = _check_int("trace_top_n", trace_top_n, 1)
         self.replay_top_m = _check_int("replay_top_m", replay_top_m, 1)
         self.record_trace = bool(record_trace)
@@ -194,6 +203,11 @@ class SpeculativeDecoder:
         self.eos_ids = eos_ids(pair)
         # At T = 0 every rule verifies by exact match (see the module docstring).
         self.judge = lossless_rule() if self.sampling.greedy else self.rule
+        if tree is not None and not isinstance(tree, TreeSettings):
+            raise ValueError(f"tree must be a TreeSettings or None, got {tree!r}")
+        if tree is not None and pair.feature_draft is None:
+            raise ValueError("tree drafting needs a feature draft (load_pair(feature_draft=...))")
+        self.tree = tree
         self._texts: dict[int, str] = {}
 
     @property
@@ -333,6 +347,7 @@ class SpeculativeDecoder:
             "trace_top_n": self.trace_top_n,
             "replay_top_m": self.replay_top_m,
             "eos_ids": sorted(self.eos_ids),
+            "tree": self.tree.to_dict() if speculative and self.tree is not None else None,
         }
 
     # -- the loop ---------------------------------------------------------------------------
@@ -343,7 +358,8 @@ class SpeculativeDecoder:
         batch_id = time.time_ns()
         ctx = self.pair.context_length
         tokens = [r.tokens for r in rows]
-        verifier, draft = open_caches(self.pair, self.vocab, tokens, speculative)
+        greedy = self.sampling.greedy
+        verifier, draft = open_caches(self.pair, self.vocab, tokens, speculative, self.tree, greedy)
         _sync(self.device)
         prefill_s = time.perf_counter() - start
         active = list(rows)
@@ -352,7 +368,13 @@ class SpeculativeDecoder:
         while active:
             room = min(ctx - len(r.tokens) for r in active)
             k = min(self.k, room - 1) if speculative else 0
-            if k > 0:
+            if k > 0 and self.tree is not None:
+                # Near the context's end a tree may not fit: verifier-only steps finish.
+                if room - 1 >= self.tree.depth:
+                    events = self._tree_round(active[0], verifier, draft, clock)
+                else:
+                    events = self._plain_round(active, verifier, clock)
+            elif k > 0:
                 events = self._spec_round(active, verifier, draft, k, clock)
             else:
                 events = self._plain_round(active, verifier, clock)
@@ -453,6 +475,21 @@ class SpeculativeDecoder:
         top_n, top_m = self.trace_top_n, self.replay_top_m
         return kl_pi, position_traces(self.judge, p, q, n, kl_pi, top_n, top_m)
 
+    def _tree_round(
+        self, row: _Row, verifier: SequenceCache, draft: Drafter, clock: _Clock
+    ) -> list[RoundEvent]:
+        """One round with a draft tree (`tree_round`): one sequence."""
+        coins = draw_tree_coins(row.generator, self.tree, self.device)
+        out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
+        t0 = time.perf_counter()
+        kl_pi = tree_emitted_kl(self.judge, out, self.measure_kl)
+        rnd = tree_round_trace(row.stats.rounds, out, self._text)
+        clock.record += time.perf_counter() - t0
+        clock.draft += out.draft_s
+        clock.verify += out.verify_s
+        count_tree(row.stats, out)
+        return [(rnd, kl_pi)]
+
     def _plain_round(
         self, rows: list[_Row], verifier: SequenceCache, clock: _Clock
     ) -> list[RoundEvent]:
@@ -523,7 +560,7 @@ class SpeculativeDecoder:
         st.new_tokens += len(emitted)
         st.nll_sum -= sum(rnd.emitted_logprobs)
         # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
-        st.kl_sum += sum(kl_pi[: min(len(emitted), rnd.k)])
+        st.kl_sum += sum(kl_pi[: len(emitted)])
         row.tokens.extend(emitted)
         row.trace.rounds.append(rnd)
         return stop
@@ -563,18 +600,3 @@ class SpeculativeDecoder:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
-
-
-def _sampling(
-    sampling: SamplingSettings | None, k: int, temperature: float, top_k: int, top_p: float
-) -> SamplingSettings:
-    """The one SamplingSettings of a decoder; it validates k, temperature, top_k, top_p."""
-    if sampling is None:
-        return SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, k=k)
-    if not isinstance(sampling, SamplingSettings):
-        raise ValueError(f"sampling must be a SamplingSettings, got {sampling!r}")
-    d = SamplingSettings()  # the signature's defaults are these (tested)
-    if (k, temperature, top_k, top_p) != (d.k, d.temperature, d.top_k, d.top_p):
-        # Silently preferring one of two conflicting values would hide a caller's mistake.
-        raise ValueError("give k, temperature, top_k and top_p either in sampling= or as keywords")
-    return sampling

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from cactus_core.maths.rules import Rule, lossless_rule, make_rule
+from cactus_core.maths.tree import TreeVerdict
 from cactus_core.maths.verify import verify
 
 DRAFT_FATES = ("accepted", "rejected", "dropped")
@@ -94,6 +95,9 @@ class RoundTrace:
     # The verifier's log-probability of each emitted token at T = 1 (raw logits, no top-k or
     # top-p): how the verifier itself judges the text, whatever rule emitted it.
     emitted_logprobs: list[float] = field(default_factory=list)
+    # A tree round: the whole tree and the verdict on it (`maths.tree.TreeVerdict.to_dict`);
+    # the fields above then describe the accepted path. None for a chain round.
+    tree: dict[str, Any] | None = None
 
 
 @dataclass
@@ -261,7 +265,7 @@ def _fields_from(cls: type, raw: Any, where: str, vocab: int | None) -> dict[str
         raise ValueError(f"not a trace: {where} must be an object")
     out: dict[str, Any] = {}
     for f in fields(cls):
-        if f.name == "positions":
+        if f.name in ("positions", "tree"):
             continue
         if f.name not in raw:
             if f.default is MISSING and f.default_factory is MISSING:
@@ -306,7 +310,13 @@ def _round(raw: Any, where: str, vocab: int | None) -> RoundTrace:
     for name, allowed in (("draft_fates", DRAFT_FATES), ("emitted_fates", EMIT_FATES)):
         if any(f not in allowed for f in values.get(name, [])):
             raise ValueError(f"not a trace: {where}.{name} must be among {', '.join(allowed)}")
-    return RoundTrace(**values, positions=positions)
+    tree = raw.get("tree")
+    if tree is not None:
+        try:
+            TreeVerdict.from_dict(tree)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"not a trace: {where}.tree is not a tree verdict ({exc})") from None
+    return RoundTrace(**values, positions=positions, tree=tree)
 
 
 def _meta_field(meta: dict[str, Any], name: str, kind: type) -> Any:

@@ -443,18 +443,26 @@ class FeatureDraft(nn.Module):
         return self.logits(new_features), new_features
 
     def predict(
-        self, features: torch.Tensor, next_ids: torch.Tensor, cache: DraftKVCache
+        self,
+        features: torch.Tensor,
+        next_ids: torch.Tensor,
+        cache: DraftKVCache,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`forward` at start_pos = cache.length without the head: features [B, T, D] and
         next_ids [B, T] -> predicted features [B, T, D] (the T positions appended to the
         cache). Decoding needs logits at the last position only, and the head costs about as
         much per row as a layer (a 12k-row head on SmolLM2, one CPU thread), so reading a
-        round's m + 1 positions through `forward` would pay for m head rows nobody reads."""
+        round's m + 1 positions through `forward` would pay for m head rows nobody reads.
+
+        A draft tree's level passes its own `positions` [T] (by depth) and `mask` [T, start +
+        T] (bool: which cached and new positions each new one sees, its ancestors)."""
         start, t = cache.length, features.shape[1]
         x = self.inputs(features, next_ids)  # [B, T, D]
-        positions = torch.arange(start, start + t, device=x.device)
-        mask = None
-        if t > 1:  # query i sees keys up to start + i
+        if positions is None:
+            positions = torch.arange(start, start + t, device=x.device)
+        if mask is None and t > 1:  # query i sees keys up to start + i
             mask = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(start)
         for i, layer in enumerate(self.layers):
             q, k, v = self.qkv(x, positions, layer)  # [B, H, T, hd], [B, H_kv, T, hd] x 2

@@ -37,7 +37,9 @@ a round and need a second hole-keeping cache.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,8 +47,6 @@ from torch import nn
 
 from cactus_core.engine.drafting.drafter import (
     Draft,
-    Drafter,
-    IndependentDrafter,
     ProbsFn,
     draft_loop,
 )
@@ -55,8 +55,6 @@ from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-    from cactus_core.engine.loading.pair import ModelPair
 
 
 def final_norm(model: PreTrainedModel) -> nn.Module:
@@ -108,6 +106,27 @@ class FeatureCache(SequenceCache):
             self._pieces = None
 
     def _forward(self, *args, **kwargs) -> torch.Tensor:
+        with self._capturing():
+            out = super()._forward(*args, **kwargs)
+        if self._pieces is not None and self.features is not None:
+            self._pieces.append(self.features)
+        return out
+
+    def step_tree(self, input_ids: torch.Tensor, parents: list[int]) -> torch.Tensor:
+        """As `SequenceCache.step_tree`; `features` then holds every column of the tree."""
+        with self._capturing():
+            return super().step_tree(input_ids, parents)
+
+    def keep_path(self, columns: list[int]) -> None:
+        """As `SequenceCache.keep_path`; `features` keeps the same columns, so that the draft
+        reads the accepted path's features as it reads a chain's."""
+        super().keep_path(columns)
+        if self.features is not None:
+            self.features = self.features[:, columns]
+
+    @contextlib.contextmanager
+    def _capturing(self) -> Iterator[None]:
+        """Capture `features` during the forwards run inside."""
         self.features = None
         owner = threading.get_ident()
         layer_outputs: list[torch.Tensor] = []
@@ -128,15 +147,12 @@ class FeatureCache(SequenceCache):
         handles = [self.norm.register_forward_pre_hook(capture)]
         handles += [layer.register_forward_hook(capture_layer) for layer in self.layers]
         try:
-            out = super()._forward(*args, **kwargs)
+            yield
         finally:
             for handle in handles:
                 handle.remove()
         if layer_outputs and self.features is not None:
             self.features = torch.cat([*layer_outputs, self.features], dim=-1)
-        if self._pieces is not None and self.features is not None:
-            self._pieces.append(self.features)
-        return out
 
 
 class FeatureDrafter:
@@ -237,25 +253,3 @@ def _features(verifier: SequenceCache) -> torch.Tensor | None:
     if not isinstance(verifier, FeatureCache):
         raise ValueError("a feature draft reads the features of a FeatureCache verifier")
     return verifier.features
-
-
-def open_caches(
-    pair: ModelPair, vocab: int, tokens: list[list[int]], speculative: bool
-) -> tuple[SequenceCache, Drafter | None]:
-    """The verifier's cache and the drafter (None without speculation), both prefilled with
-    every row's tokens but the last. With a feature draft the verifier's cache captures its
-    features and the drafter reads them."""
-    prefixes = [t[:-1] for t in tokens]
-    feature = speculative and pair.feature_draft is not None
-    drafter: Drafter | None = None
-    if feature:
-        verifier = FeatureCache(pair.verifier, vocab, pair.feature_draft.feature_layers)
-        drafter = FeatureDrafters(pair.feature_draft, vocab, len(tokens))
-    else:
-        verifier = SequenceCache(pair.verifier, vocab)
-        if speculative:
-            drafter = IndependentDrafter(pair.draft, vocab)
-    verifier.prefill(prefixes)
-    if drafter is not None:
-        drafter.prefill(tokens, verifier)
-    return verifier, drafter

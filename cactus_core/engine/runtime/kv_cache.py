@@ -51,6 +51,7 @@ class SequenceCache:
         self.valid_host: list[list[bool]] = []
         self.lengths: list[int] = []
         self.holes = False
+        self._tree_start = 0  # the context's width before the latest `step_tree`
 
     @property
     def batch_size(self) -> int:
@@ -197,6 +198,72 @@ class SequenceCache:
         zero = torch.zeros((), dtype=dtype, device=self.device)
         neg = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
         return torch.where(allowed, zero, neg)
+
+    @torch.inference_mode()
+    def step_tree(self, input_ids: torch.Tensor, parents: list[int]) -> torch.Tensor:
+        """One sequence: append the w tokens of a tree, input_ids [1, w] in topological order,
+        and return the logits of every column, [1, w, V] float32.
+
+        parents[j]: the column of this call that token j follows, or -1 for a token that
+        follows the cached context. Each token attends to the context and to its ancestors
+        and itself (a tree attention mask) and takes the position of its depth (position ids
+        length + depth), so every root-to-node path is read exactly as a chain of those tokens
+        would be (`tests/test_tree_decoding.py`). `keep_path` then keeps one path."""
+        if self.batch_size != 1 or self.holes:
+            raise ValueError("step_tree takes one sequence without holes")
+        w = input_ids.shape[1]
+        depth = []
+        for j, parent in enumerate(parents):
+            if not -1 <= parent < j:
+                raise ValueError(f"parents[{j}] = {parent}: a parent comes before its child")
+            depth.append(0 if parent < 0 else depth[parent] + 1)
+        ancestor = torch.eye(w, dtype=torch.bool)  # [w, w]: row j sees column i
+        for j, parent in enumerate(parents):
+            if parent >= 0:
+                ancestor[j] |= ancestor[parent]
+        s = self.width
+        allowed = torch.cat([torch.ones(w, s, dtype=torch.bool), ancestor], 1).to(self.device)
+        dtype = self.model.dtype
+        mask = torch.zeros((1, 1, w, s + w), dtype=dtype, device=self.device)
+        mask.masked_fill_(~allowed[None, None], torch.finfo(dtype).min)
+        positions = torch.tensor([[self.lengths[0] + d for d in depth]], device=self.device)
+        self._tree_start = s
+        if self.base is not None:
+            states = self.base(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+            ).last_hidden_state  # [1, w, H]
+            logits = head_logits(self.head, states)
+        else:
+            logits = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+            ).logits
+        self.valid = torch.cat(
+            [self.valid, torch.ones(1, w, dtype=torch.bool, device=self.device)], 1
+        )
+        self.valid_host[0].extend([True] * w)
+        self.lengths[0] += w
+        return logits[..., : self.vocab_size].float()
+
+    def keep_path(self, columns: list[int]) -> None:
+        """After `step_tree`: keep the context and these columns of the tree call (a root-to-
+        node path, in order), drop the rest; the cache then holds what a chain of the path's
+        tokens would have left."""
+        keep = list(range(self._tree_start)) + [self._tree_start + c for c in columns]
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+        self.valid_host = [[True] * len(keep)]
+        self.valid = torch.ones(1, len(keep), dtype=torch.bool, device=self.device)
+        self.lengths = [len(keep)]
 
     def keep(self, lengths: list[int]) -> None:
         """Roll back: row b keeps its first lengths[b] real tokens (its most recent ones are

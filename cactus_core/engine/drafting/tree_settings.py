@@ -1,0 +1,49 @@
+"""The shape of a draft tree (`tree_drafter`): one value object that the decoder, the CLI's
+`--tree` flags, the sidebar and its links read. Kept free of torch and transformers so that
+the app's settings can import it at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """The shape of a draft tree. Defaults from the verifier's measured cost of checking
+    w tokens in one pass (docs/benchmarks.md, "Draft trees")."""
+
+    nodes: int = 16  # node budget: drafted tokens per round (the verify pass reads nodes + 1)
+    depth: int = 6  # the deepest a node can be (a chain of k is depth k)
+    width: int = 2  # frontier nodes expanded per depth
+    branch: int = 2  # children drawn per expanded node
+    root_branch: int = 4  # children of the root
+
+    # (low, high) of each field, read by the CLI, the sidebar and the checks below.
+    RANGES: ClassVar[dict[str, tuple[int, int]]] = {
+        "nodes": (1, 64),
+        "depth": (1, 16),
+        "width": (1, 16),
+        "branch": (1, 16),
+    }
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            low, high = self.RANGES.get(f.name, self.RANGES["branch"])
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(
+                    f"tree {f.name} must be an integer in [{low}, {high}], got {value!r}"
+                )
+
+    def to_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TreeSettings:
+        """From `to_dict`'s form; ValueError naming an unknown or invalid field."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown tree settings {unknown}; known: {sorted(known)}")
+        return cls(**data)

@@ -1,0 +1,169 @@
+"""A tree round's verdict (`TreeVerdict`) and the tree-shape helpers it shares with the walk
+(`maths.tree`): plain Python, JSON-safe, checked strictly when read back from a trace.
+
+A tree's shape is its parents list in topological order: parents[i] is −1 (a child of the
+root) or an earlier node. Row 0 is the root and row i + 1 is node i, the layout of the draft's
+and the verifier's probability rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+FATES = ("accepted", "rejected", "unreached")
+LAST_KINDS = ("recovered", "bonus")
+
+
+def check_parents(parents: list[int]) -> None:
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(
+                f"tree parents must list an earlier node or -1 (the root): parents[{i}] = {parent}"
+            )
+
+
+def node_depths(parents: list[int]) -> list[int]:
+    """Depth of each node (a child of the root has depth 1), from parents in topological order."""
+    depth: list[int] = []
+    for parent in parents:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    return depth
+
+
+def children_of(parents: list[int]) -> list[list[int]]:
+    """children_of(parents)[r] = the children of row r (row 0 the root, row i + 1 node i), in
+    the order they are tried."""
+    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, parent in enumerate(parents):
+        kids[parent + 1].append(i)
+    return kids
+
+
+def coin_count(parents: list[int]) -> int:
+    """Length of a tree's coin layout: N accept coins, then D + 1 emission coins."""
+    return len(parents) + max(node_depths(parents), default=0) + 1
+
+
+@dataclass
+class TreeVerdict:
+    """What the walk decided on one tree, node by node (lists of length N unless said).
+
+    a(n), h, p_left are NaN for a node that got no decision (fate "unreached"). h is what the
+    node was judged against at its token: the rule's h(n) for a node's first child, the
+    residual r_i(n) for a later one; p_left is the draft side of that ratio, p renormalised
+    over the candidates not yet tried (1 for a candidate outside it: see `maths.tree`).
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    path: list[int]  # accepted nodes, root to tip
+    emitted: list[int]  # the path's tokens, then the recovered or bonus token
+    last: str  # "recovered" | "bonus"
+    accept_probs: list[float]  # a(n)
+    coins: list[float]  # each node's accept coin (from the layout, reached or not)
+    fates: list[str]  # "accepted" | "rejected" | "unreached"
+    p: list[float]  # p at the node's parent, at its token
+    q: list[float]  # q at the node's parent, at its token
+    h: list[float]
+    p_left: list[float]
+    emit_coins: list[float]  # [D + 1] the emission coin after d accepted nodes
+
+    @property
+    def uniforms(self) -> torch.Tensor:
+        """The round's coin layout [N + D + 1] (float64): pass it back to replay."""
+        return torch.tensor(self.coins + self.emit_coins, dtype=torch.float64)
+
+    @property
+    def emit_coin(self) -> float:
+        """The coin of the token drawn at the end of the path."""
+        return self.emit_coins[len(self.path)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: NaN becomes None."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if _is_float_field(f.name):
+                value = [_json_float(x) for x in value]
+            out[f.name] = list(value) if isinstance(value, list) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> TreeVerdict:
+        """From `to_dict`'s form, checked strictly: ValueError naming what is wrong."""
+        if not isinstance(raw, dict):
+            raise ValueError("a tree verdict must be an object")
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in raw]
+        extra = sorted(set(raw) - set(names))
+        if missing or extra:
+            raise ValueError(
+                f"a tree verdict has missing fields {missing} / unknown fields {extra}"
+            )
+        if raw["last"] not in LAST_KINDS:
+            raise ValueError(f"tree verdict last must be one of {', '.join(LAST_KINDS)}")
+        values: dict[str, Any] = {"last": raw["last"]}
+        for name in names:
+            if name == "last":
+                continue
+            seq = raw[name]
+            if not isinstance(seq, list):
+                raise ValueError(f"tree verdict {name} must be a list")
+            if _is_float_field(name):
+                values[name] = [_float_from(name, x) for x in seq]
+            elif name == "fates":
+                if any(f not in FATES for f in seq):
+                    raise ValueError(f"tree verdict fates must be among {', '.join(FATES)}")
+                values[name] = list(seq)
+            else:
+                if any(isinstance(x, bool) or not isinstance(x, int) for x in seq):
+                    raise ValueError(f"tree verdict {name} must hold integers")
+                values[name] = list(seq)
+        verdict = cls(**values)
+        verdict._check()
+        return verdict
+
+    def _check(self) -> None:
+        n = len(self.tokens)
+        if n < 1:
+            raise ValueError("a tree verdict needs at least one node")
+        for name in ("parents", "accept_probs", "coins", "fates", "p", "q", "h", "p_left"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"tree verdict {name} must have one entry per node ({n})")
+        check_parents(self.parents)
+        if len(self.emit_coins) != max(node_depths(self.parents)) + 1:
+            raise ValueError("tree verdict emit_coins must have depth + 1 entries")
+        if any(t < 0 for t in self.tokens) or any(t < 0 for t in self.emitted):
+            raise ValueError("tree verdict token ids must be ≥ 0")
+        up = -1
+        for node in self.path:
+            if not 0 <= node < n or self.parents[node] != up:
+                raise ValueError("tree verdict path must run from the root down parent links")
+            up = node
+        if self.emitted[:-1] != [self.tokens[i] for i in self.path] or not self.emitted:
+            raise ValueError("tree verdict emitted must be the path's tokens and one more")
+        if [i for i, f in enumerate(self.fates) if f == "accepted"] != sorted(self.path):
+            raise ValueError("tree verdict fates must mark exactly the path accepted")
+        coins = self.coins + self.emit_coins
+        if any(not 0 <= c < 1 for c in coins):
+            raise ValueError("tree verdict coins must lie in [0, 1)")
+
+
+def _is_float_field(name: str) -> bool:
+    return name in ("accept_probs", "coins", "p", "q", "h", "p_left", "emit_coins")
+
+
+def _json_float(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _float_from(name: str, x: Any) -> float:
+    if x is None:
+        return math.nan
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        raise ValueError(f"tree verdict {name} must hold finite numbers or null")
+    return float(x)

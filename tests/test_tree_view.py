@@ -1,0 +1,206 @@
+"""Tree rounds shown node by node: the figure builder (layout, fates, the accepted path, hover
+numbers, a step's partial reveal), Step through's tree steps narrated from the verdict's own
+numbers, the Decode inspector on a tree round, and an AppTest that opens Step through on a tree
+run and finds the tree figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+from test_tree_verify import PARENTS, one_tree
+
+from cactus_core.app.decode_view import DecodeRequest, inspect_token, live_stats, round_label
+from cactus_core.app.figures import FATE_COLOURS
+from cactus_core.app.narration import num
+from cactus_core.app.pair_cache import PairCache
+from cactus_core.app.settings import AppSettings
+from cactus_core.app.step_figures import step_figures
+from cactus_core.app.step_through import StepRun
+from cactus_core.app.step_view import round_steps
+from cactus_core.app.transcript import round_tokens
+from cactus_core.app.tree_figure import TreeFrame, node_hover, tree_figure, tree_positions
+from cactus_core.engine.drafting.feature_draft import FeatureDraft
+from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.engine.loading.models import with_feature_draft
+from cactus_core.maths.rules import make_rule
+from cactus_core.maths.sampling import SamplingSettings
+from cactus_core.maths.tree import children_of, verify_tree
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+TREE = TreeSettings(nodes=8, depth=3)
+FEATURE_LABEL = next(d.label for d in EMBEDDED_DRAFTS if d.feature_draft is not None)
+
+
+@pytest.fixture(scope="module")
+def feature_pair(tiny_pair):
+    return with_feature_draft(tiny_pair, FeatureDraft.tiny_for(tiny_pair.verifier))
+
+
+def test_positions_put_a_parent_between_its_children():
+    # root -> 0, 1; 0 -> 2; the extra (emitted) child under node 1 (row 2)
+    pos = tree_positions([-1, -1, 0], extra_under=2)
+    assert [x for x, _ in pos] == [0, 1, 1, 2, 2]
+    assert pos[3][1] == 0.0 and pos[4][1] == -1.0  # leaves in order: node 2, then the extra
+    assert pos[1][1] == 0.0 and pos[2][1] == -1.0
+    assert pos[0][1] == -0.5
+
+
+def _verdict(seed: int = 0):
+    tree, q = one_tree(seed)
+    gen = torch.Generator().manual_seed(seed)
+    return verify_tree(make_rule("cactus", delta=0.5), tree, q, generator=gen)
+
+
+def _frame(v, reveal=None) -> TreeFrame:
+    return TreeFrame(v, [f"t{t}" for t in v.tokens], "root", f"t{v.emitted[-1]}", reveal)
+
+
+def test_the_figure_colours_fates_and_draws_the_path_bold():
+    v = _verdict()
+    fig = tree_figure(_frame(v))
+    by_name = {t.name: t for t in fig.data}
+    for fate, name in (("accepted", "accepted"), ("rejected", "rejected")):
+        want = [i for i, f in enumerate(v.fates) if f == fate]
+        if want:
+            assert list(by_name[name].customdata) == want
+            assert by_name[name].marker.color == FATE_COLOURS[fate]
+    unreached = [i for i, f in enumerate(v.fates) if f == "unreached"]
+    assert list(by_name["not reached"].customdata) == unreached
+    path = by_name["accepted path"]
+    assert path.line.width > by_name["edges"].line.width
+    assert len(path.x) == 3 * len(v.path)  # one segment per accepted node
+    last = by_name[v.last]
+    assert last.marker.color == FATE_COLOURS[v.last] and last.text[0] == f"t{v.emitted[-1]}"
+    # every judged node's hover states its numbers
+    for i, fate in enumerate(v.fates):
+        hover = node_hover(_frame(v), i)
+        if fate != "unreached":
+            assert num(v.accept_probs[i]) in hover and num(v.coins[i]) in hover
+            assert num(v.h[i]) in hover and num(v.p[i]) in hover and num(v.q[i]) in hover
+
+
+def test_a_partial_reveal_hides_later_fates_and_the_last_token():
+    v = _verdict()
+    fig = tree_figure(_frame(v, reveal=0))
+    names = {t.name for t in fig.data}
+    assert "not judged yet" in names and v.last not in names
+    assert {"accepted", "rejected", "not reached"}.isdisjoint(names)
+    fig1 = tree_figure(_frame(v, reveal=1))
+    shown = {t.name: list(t.customdata) for t in fig1.data if t.customdata is not None}
+    roots = children_of(PARENTS)[0]
+    assert sorted(i for k, ids in shown.items() if k != "not judged yet" for i in ids) == roots
+    with pytest.raises(ValueError, match="one label per node"):
+        TreeFrame(v, ["x"], "root", "y")
+
+
+def _tree_request(rule: str = "cactus", seed: int = 0, **params) -> DecodeRequest:
+    s = AppSettings(
+        device="cpu",
+        embedded_draft=FEATURE_LABEL,
+        tree=TREE,
+        sampling=SamplingSettings(seed=seed, temperature=0.7),
+    )
+    return DecodeRequest("Hello", s, rule, params or {"delta": 1.0}, 16, True)
+
+
+@pytest.fixture(scope="module")
+def tree_run(feature_pair) -> StepRun:
+    run = StepRun.start(feature_pair, _tree_request())
+    run.finish()
+    return run
+
+
+def test_step_through_takes_a_tree_round_apart(tree_run):
+    assert tree_run.rounds and all(r.tree is not None for r in tree_run.rounds)
+    endings = set()
+    for r, rnd in enumerate(tree_run.rounds):
+        steps = round_steps(tree_run, r)
+        kinds = [s.kind for s in steps]
+        v = rnd.tree
+        walked = [0] + [i + 1 for i in v["path"]]
+        with_kids = [row for row in walked if children_of(v["parents"])[row]]
+        assert kinds == ["draft", "verify"] + ["decide"] * len(with_kids) + [
+            "residual" if v["last"] == "recovered" else "bonus",
+            "summary",
+        ]
+        endings.add(kinds[-2])
+        for step in steps:
+            for value in step.numbers.values():
+                assert num(value) in step.narration, (step.kind, value)
+            assert "tree" in step_figures(step)
+        # the decide steps reveal one depth more each, the ending all of it
+        reveals = [s.tree.reveal for s in steps]
+        assert reveals[:2] == [0, 0] and reveals[-1] is None
+    assert endings == {"residual", "bonus"}  # both endings occur in this run
+
+
+def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
+    trace = tree_run.output.trace
+    stats = live_stats(trace.rounds, 1.0)
+    judged = sum(f != "unreached" for r in trace.rounds for f in r.tree["fates"])
+    stats_out = tree_run.output.stats
+    assert stats.acceptance_rate == pytest.approx(stats_out.accepted_tokens / judged)
+    assert stats_out.decided_tokens == judged
+    for rnd in trace.rounds[:4]:
+        assert "-node tree" in round_label(rnd, False)
+        for view in round_tokens(rnd, None):
+            ins = inspect_token(trace, rnd.index, view.slot)
+            assert ins.tree is not None and ins.notes
+            assert tree_figure(ins.tree).data
+
+
+def _tree_session(feature_pair, monkeypatch, page: str, **state) -> AppTest:
+    """A fresh session on the embedded pair's name with tree drafting, the tiny feature pair
+    standing in for the embedded one."""
+    from pages import _common
+
+    monkeypatch.setattr(_common, "_PAIRS", PairCache(max_entries=2))
+    monkeypatch.setattr(_common, "_load_pair", lambda *args: feature_pair)
+    at = AppTest.from_file(APP, default_timeout=180)
+    base = {
+        "sb_device": "cpu",
+        "sb_embedded_draft": FEATURE_LABEL,
+        "sb_drafting": "tree",
+        "sb_tree_nodes": TREE.nodes,
+        "sb_tree_depth": TREE.depth,
+    }
+    for key, value in {**base, **state}.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [s["layout"].get("title", {}).get("text", "") for s in specs]
+
+
+def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
+    at = _tree_session(feature_pair, monkeypatch, "pages/decode.py", dec_max_new=16)
+    at.button(key="dec_go").click().run()
+    run = at.session_state["decode_run"]
+    at.session_state[f"dec_round_{run.run_id}_0"] = True
+    at.run()
+    at.pills[0].set_value(0).run()
+    assert not at.exception, at.exception
+    assert any(m.value.startswith("**Round 1, token 1") for m in at.markdown)
+    assert any(t.startswith("The draft tree") for t in _titles(at))
+    assert any("replay needs" in i.value for i in at.info)
+
+
+def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
+    at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
+    run: StepRun = at.session_state["step_run"]
+    assert run.rounds[0].tree is not None
+    assert any(t.startswith("The draft tree") for t in _titles(at))
+    at.button(key="step_next").click().run()
+    at.button(key="step_next").click().run()
+    assert not at.exception
+    assert at.subheader[0].value == round_steps(run, 0)[2].title  # the first decision
