@@ -63,23 +63,7 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the limit (the per-position scoring behind the efficiency)",
     )
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
-        "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
-    )
-    p.add_argument(
-        "--missing-only",
-        action="store_true",
-        help="with --reference: run only the settings the shipped file lacks (a grid grown "
-        "since it was made) and add them to it, keeping everything it holds",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="with --reference and no --output: overwrite the shipped reference file",
-    )
+    add_reference_args(p)
     p.add_argument("--format", choices=("json", "csv"), default="json")
     p.add_argument("--output", "-o", default=None, help="write here instead of stdout")
     p.add_argument(
@@ -109,6 +93,27 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     add_backend_args(p)
     add_model_args(p)
     p.set_defaults(handler=cmd_sweep)
+
+
+def add_reference_args(p: argparse.ArgumentParser) -> None:
+    """--reference and its flags: rebuilding the shipped reference sweep (cli_reference)."""
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="regenerate the shipped reference sweep (every rule at its grid, T 0.7, k 4, "
+        "top-p 1 and 0.95, 64 tokens; --n-prompts and --output apply, the rest is fixed)",
+    )
+    p.add_argument(
+        "--missing-only",
+        action="store_true",
+        help="with --reference: run only the settings the shipped file lacks (a grid grown "
+        "since it was made) and add them to it, keeping everything it holds",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --reference and no --output: overwrite the shipped reference file",
+    )
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,6 @@ from cactus_core.maths.rules import Rule, lossless_rule
 from cactus_core.maths.tree import TreeVerdict, children_of
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
-    from cactus_core.app.race import Race
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
     from cactus_core.engine.decoding.trace import Replay, RoundTrace, Trace
@@ -90,7 +89,9 @@ class DecodeRun:
     output: GenerationOutput
     comparison: SpeedComparison | None = None
     replay: Replay | None = None
-    race: Race | None = None  # the race against verifier-only that measured `comparison`
+    # The race against verifier-only that measured `comparison` (an app.race.Race: typed
+    # loosely because race.py builds on this module).
+    race: Any = None
 
     @property
     def trace(self) -> Trace:

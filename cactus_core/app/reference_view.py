@@ -180,11 +180,7 @@ def compact_frontier(
             y=[y],
             mode="markers",
             name="current setting",
-            marker={
-                "size": 15,
-                "color": "rgba(0,0,0,0)",
-                "line": {"color": "#111111", "width": 2.5},
-            },
+            marker={"size": 15, "color": "rgba(0,0,0,0)", "line": {"color": "#111", "width": 2.5}},
             hovertemplate="current: KL %{x:.3f}, %{y:.2f} tokens/call<extra></extra>",
         )
     return fig

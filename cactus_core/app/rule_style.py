@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cactus_core.experiments.sweep_config import BASELINE
-from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES
+from cactus_core.maths.rules import RULES
 
 
 @dataclass(frozen=True)
@@ -22,55 +22,27 @@ class RuleStyle:
     family: str
 
 
-_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    # family -> (marker, its rules)
-    "lossless": ("diamond", ("sps", "block")),
-    "Cactus": ("circle", ("cactus", "cactus-exact", "cactus-budget", "cactus-adaptive")),
-    "thresholds": ("square", ("tas", "topk", "relaxed-topk")),
-    "fixed target": ("triangle-up", ("interp", "optimal", "optimal-price")),
-    "deferral": ("star", ("cascade", "fuzzy")),
-}
-_COLOURS: dict[str, str] = {
-    "sps": "#848482",  # grey: the lossless baseline every chart compares with
-    "block": "#B3446C",
-    "cactus": "#008856",
-    "cactus-exact": "#0067A5",
-    "cactus-budget": "#875692",
-    "cactus-adaptive": "#A1CAF1",
-    "tas": "#F38400",
-    "topk": "#654522",
-    "relaxed-topk": "#C2B280",
-    "interp": "#E68FAC",
-    "optimal": "#882D17",
-    "optimal-price": "#2B3D26",
-    "cascade": "#BE0032",
-    "fuzzy": "#8DB600",
+# Each family's marker; a rule's family and colour are on the rule (`Rule.family`, `colour`).
+_MARKERS: dict[str, str] = {
+    "lossless": "diamond",
+    "Cactus": "circle",
+    "thresholds": "square",
+    "fixed target": "triangle-up",
+    "deferral": "star",
 }
 UNKNOWN = RuleStyle("#555555", "circle-open", "other")
 # The verifier-only runs a sweep measures speed against: not a rule, always shown.
 BASELINE_STYLE = RuleStyle("#5a5a5a", "x", "baseline")
-# What a chart of every rule shows before a legend click: the baseline, the default rule, its
-# exact and budgeted variants, and the limit-reaching rule. The rest are one click away.
-SHOWN_FIRST: tuple[str, ...] = (
-    LOSSLESS_RULE,
-    DEFAULT_RULE,
-    "cactus-exact",
-    "cactus-budget",
-    "optimal",
-)
+# What a chart of every rule shows before a legend click: the rules marked `shown_first`
+# (the baseline, the default rule, its exact and budgeted variants, the limit-reaching rule).
+# The rest are one click away.
+SHOWN_FIRST: tuple[str, ...] = tuple(n for n, cls in RULES.items() if cls.shown_first)
 
 STYLES: dict[str, RuleStyle] = {
-    rule: RuleStyle(_COLOURS[rule], symbol, family)
-    for family, (symbol, rules) in _FAMILIES.items()
-    for rule in rules
+    name: RuleStyle(cls.colour, _MARKERS[cls.family], cls.family) for name, cls in RULES.items()
 }
-if set(STYLES) != set(RULE_NAMES) or set(_COLOURS) != set(RULE_NAMES):
-    # A new rule must get its own colour and family here, not a recycled one.
-    raise RuntimeError(
-        f"rule_style.py lists {sorted(STYLES)}, the registry has {sorted(RULE_NAMES)}"
-    )
-if len(set(_COLOURS.values())) != len(_COLOURS):
-    raise RuntimeError("two rules share a colour in rule_style.py")
+if len({s.colour for s in STYLES.values()}) != len(STYLES):
+    raise RuntimeError("two rules share a colour (the rules' `colour`)")
 
 
 def style(rule: str) -> RuleStyle:

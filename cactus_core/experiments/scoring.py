@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from cactus_core.experiments.estimate import compact_rows
+from cactus_core.experiments.estimate import compact_rows, estimate_frontier
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.limit import LimitSums, limit_sums_per_row
 from cactus_core.maths.rules import Rule
@@ -84,6 +84,17 @@ class PositionScores:
         """The scores of the row's decided positions whose token was kept (a round cut by EOS
         or max_new_tokens loses its tail). Call after `finish`."""
         return [s for rnd, n in _decided(trace) for s in self.rounds.get((row, rnd), [])[:n]]
+
+    def own_curve(self, outs: list, rule: str, k: int) -> tuple[Any, int]:
+        """The rule's estimated curve (an EstimatedCurve, or None) on the positions the
+        chunk's outputs decoded and this probe kept, with their count."""
+        parts = [self.kept_rows(row, out.trace) for row, out in enumerate(outs)]
+        parts = [x for x in parts if x is not None]
+        if not parts:
+            return None, 0
+        p = torch.cat([p for p, _ in parts])
+        q = torch.cat([q for _, q in parts])
+        return estimate_frontier(p, q, k, rules=[rule]).curves[rule], int(p.shape[0])
 
     def kept_rows(self, row: int, trace: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The compact rows of the same positions as `kept` ([N, W] each), or None if none."""

@@ -27,12 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.estimate import (
     EstimatedCurve,
-    estimate_frontier,
     pool_curves,
 )
 from cactus_core.experiments.frontier import (
@@ -585,25 +582,9 @@ def run_chunk(
                 spec_rounds=st.spec_rounds,
             )
         )
-    curve, positions = _own_curve(probe, outs, setting, config) if own else (None, 0)
+    curve, positions = probe.own_curve(outs, setting.rule, config.sampling.k) if own else (None, 0)
     return ChunkRecord(setting, records, wall, total, curve, positions)
 
 
 # The top ids of p and of q each kept position keeps for the own-run estimate (as a trace does).
 OWN_ESTIMATE_TOP_M = 128
-
-
-def _own_curve(
-    probe: PositionScores | None, outs: list, setting: Setting, config: SweepConfig
-) -> tuple[EstimatedCurve | None, int]:
-    """The setting's rule curve on the positions the chunk decoded (and kept), with their
-    count."""
-    assert probe is not None
-    parts = [probe.kept_rows(row, out.trace) for row, out in enumerate(outs)]
-    parts = [x for x in parts if x is not None]
-    if not parts:
-        return None, 0
-    p = torch.cat([p for p, _ in parts])
-    q = torch.cat([q for _, q in parts])
-    front = estimate_frontier(p, q, config.sampling.k, rules=[setting.rule])
-    return front.curves[setting.rule], int(p.shape[0])

@@ -15,15 +15,13 @@ forward 1 or 2, and every emitted token comes from a decoding forward (the prefi
 logits at all). A pair with a feature draft (one sequence) drafts with it instead, on the
 verifier's own features of the committed positions (`feature_drafting`).
 
-Randomness: row i of a batch (prompt i) draws all its coins from its own generator seeded with
-seed + i, in a fixed order per round (k draft coins, k accept coins, one sample coin), whatever
-happens in the round. A prompt decoded alone with seed s + i therefore meets the same coins as
-row i of a batch decoded with seed s, and gets the same tokens as long as the batched forwards
-agree with the single ones to within float rounding (they do on the CPU in the tests).
+Randomness: row i of a batch draws its coins from its own generator seeded with seed + i, in
+a fixed order per round (k draft, k accept, one sample coin), whatever happens in the round, so
+a prompt decoded alone with seed s + i gets row i's tokens of a batch decoded with seed s (up to
+float rounding of batched forwards; exact on the CPU in the tests).
 
-Temperature 0: p and q are one-hot, and the decoder judges with `lossless_rule()` (which for
-one-hot p and q accepts the draft iff it is the verifier's argmax and otherwise emits that
-argmax), whatever rule it was given. Any other choice would let a rule emit a token greedy
+Temperature 0: p and q are one-hot, and the decoder judges with `lossless_rule()` (for one-hot
+p and q: accept the draft iff it is q's argmax, else emit that argmax), whatever rule it got. Any other choice would let a rule emit a token greedy
 decoding never would (interp accepts a mismatch with probability alpha; cactus with q_n = 0
 never does, but tas and topk judge thresholds, not equality). So at T = 0 every rule returns the
 verifier's own greedy output, and the emitted KL is 0.

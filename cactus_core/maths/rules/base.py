@@ -117,6 +117,10 @@ class Rule:
     round_level: ClassVar[bool] = False
     tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
     params_spec: ClassVar[tuple[Param, ...]] = ()
+    # How charts draw it: its family (one marker each) and its own colour, none shared.
+    family: ClassVar[str]
+    colour: ClassVar[str]
+    shown_first: ClassVar[bool] = False  # a chart of every rule opens with it shown
 
     def __init__(self, **params: Any) -> None:
         given = {p.name: params.get(p.name, p.default) for p in self.params_spec}

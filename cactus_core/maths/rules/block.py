@@ -29,6 +29,9 @@ class Block(SPS):
     """Lossless block verification: decides on the whole draft; pi = q at every position."""
 
     name = "block"
+    family = "lossless"
+    colour = "#B3446C"
+    shown_first = False
     description = "block verification: lossless, decides on the whole draft (sps when k = 1)"
     citation = (
         "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv 2403.10444)"

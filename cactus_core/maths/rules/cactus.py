@@ -105,6 +105,9 @@ class Cactus(Rule):
     """Cactus with the paper's closed-form (second-order) h_n."""
 
     name = "cactus"
+    family = "Cactus"
+    colour = "#008856"
+    shown_first = True
     description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
     citation = CITATION
     guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
@@ -151,6 +154,9 @@ class CactusExact(Cactus):
     """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
 
     name = "cactus-exact"
+    family = "Cactus"
+    colour = "#0067A5"
+    shown_first = True
     description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
     guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
@@ -170,6 +176,9 @@ class CactusBudget(Cactus):
     """
 
     name = "cactus-budget"
+    family = "Cactus"
+    colour = "#875692"
+    shown_first = True
     description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
     guarantee = "KL(pi ‖ q) ≤ budget at every position"
     needs_rows = True
@@ -197,6 +206,9 @@ class CactusAdaptive(Cactus):
     """
 
     name = "cactus-adaptive"
+    family = "Cactus"
+    colour = "#A1CAF1"
+    shown_first = False
     description = "Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)"
     citation = CITATION + "; the adaptive budget is this lab's form of the paper's future work"
     guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"

@@ -65,6 +65,8 @@ class Cascade(Deferral):
     max p ≥ 1 − alpha, else the verifier."""
 
     name = "cascade"
+    family = "deferral"
+    colour = "#BE0032"
     description = "speculative cascade: h = p where max p ≥ 1 − alpha (Chow's rule), else q"
     citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
     guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
@@ -96,6 +98,8 @@ class Fuzzy(Deferral):
     """Fuzzy speculative decoding: trust the draft where JS(p, q) ≤ T, else the verifier."""
 
     name = "fuzzy"
+    family = "deferral"
+    colour = "#8DB600"
     description = "fuzzy speculative decoding: h = p where JS(p, q) ≤ T nats, else q"
     citation = (
         "Holsman et al., Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff, 2025"

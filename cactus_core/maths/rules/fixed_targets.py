@@ -25,6 +25,8 @@ class Interp(Rule):
     """
 
     name = "interp"
+    family = "fixed target"
+    colour = "#E68FAC"
     description = "verify against h = alpha·p + (1 − alpha)·q on q's support"
     citation = "mixture of draft and verifier: a simple lossy baseline"
     guarantee = (
@@ -78,6 +80,9 @@ class Optimal(Rule):
     (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
 
     name = "optimal"
+    family = "fixed target"
+    colour = "#882D17"
+    shown_first = True
     description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
     citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
     guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
@@ -116,6 +121,9 @@ class OptimalPrice(Optimal):
     """
 
     name = "optimal-price"
+    family = "fixed target"
+    colour = "#2B3D26"
+    shown_first = False
     description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
     citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
     guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"

@@ -12,6 +12,9 @@ class SPS(Rule):
     """h = q: a(n) = min(1, q_n / p_n), residual normalise(max(0, q − p)), so pi = q."""
 
     name = "sps"
+    family = "lossless"
+    colour = "#848482"
+    shown_first = True
     description = "lossless speculative sampling: a(n) = min(1, q_n / p_n)"
     citation = "Leviathan et al., ICML 2023; Chen et al., 2023"
     guarantee = "pi = q exactly, whatever the draft"

@@ -77,6 +77,8 @@ class TAS(_QThreshold):
     emit argmax q."""
 
     name = "tas"
+    family = "thresholds"
+    colour = "#F38400"
     description = "typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))"
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
     guarantee = "none on the divergence; a rejection emits argmax q"
@@ -121,6 +123,8 @@ class TopK(_QThreshold):
     rejection sample normalise(max(0, 1[passes] − p))."""
 
     name = "topk"
+    family = "thresholds"
+    colour = "#654522"
     description = "accept a draft in q's top k_top"
     citation = "a common lossy baseline: top-k membership under the verifier"
     guarantee = "emits only tokens in q's top k_top"
@@ -162,6 +166,8 @@ class RelaxedTopK(_QThreshold):
     """
 
     name = "relaxed-topk"
+    family = "thresholds"
+    colour = "#C2B280"
     description = "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
     citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
     guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
