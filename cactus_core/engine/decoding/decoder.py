@@ -21,10 +21,10 @@ a prompt decoded alone with seed s + i gets row i's tokens of a batch decoded wi
 float rounding of batched forwards; exact on the CPU in the tests).
 
 Temperature 0: p and q are one-hot, and the decoder judges with `lossless_rule()` (for one-hot
-p and q: accept the draft iff it is q's argmax, else emit that argmax), whatever rule it got. Any other choice would let a rule emit a token greedy
-decoding never would (interp accepts a mismatch with probability alpha; cactus with q_n = 0
-never does, but tas and topk judge thresholds, not equality). So at T = 0 every rule returns the
-verifier's own greedy output, and the emitted KL is 0.
+p and q: accept the draft iff it is q's argmax, else emit that argmax), whatever rule it got.
+Any other rule could emit a token greedy decoding never would (interp accepts a mismatch with
+probability alpha; tas and topk judge thresholds, not equality). So at T = 0 every rule returns
+the verifier's own greedy output, and the emitted KL is 0.
 """
 
 from __future__ import annotations
