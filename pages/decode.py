@@ -103,9 +103,10 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
         "Circles: the reference sweep's measured settings · line: the rule's curve estimated "
         "from their positions · ring: this setting"
         + (" · ×: your last run · dashed: the curve from its own positions" if run else "")
-        + ". Hover a mark for its numbers.",
-        help=note,
+        + ". Hover a mark for its numbers."
     )
+    if note:
+        st.caption(note)
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)
     return rule_name, rule_params
 

@@ -113,7 +113,7 @@ def test_public_sidebar_offers_only_the_allow_list_and_no_text_box(public):
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception
     assert len(at.sidebar.text_input) == 0 and len(at.text_input) == 0
-    assert len(at.sidebar.radio) == 0  # no "hub id or local folder" source
+    assert not [r for r in at.sidebar.radio if r.key == "sb_source"]  # no "hub id or folder"
     offered = at.sidebar.selectbox(key="sb_offer_verifier")
     assert offered.options == list(deployment_policy().choices())
     assert offered.value == EMBEDDED_LABEL

@@ -121,7 +121,7 @@ def test_default_rows_cover_the_benchmark():
     assert labels[:2] == [VERIFIER_ONLY, "sps"]
     assert {"cactus δ=0.25", "cactus δ=0.5", "cactus δ=1", "cactus δ=2"} <= set(labels)
     assert {"tas ε=0.09, α=0.3", "topk k_top=5", "interp α=0.5", HF_ASSISTED} <= set(labels)
-    assert {"cactus-exact δ=1", "cactus-budget KL≤0.1", "optimal KL≤0.1"} <= set(labels)
+    assert {"cactus-exact δ=0.1", "cactus-budget KL≤0.1", "optimal KL≤0.1"} <= set(labels)
     # verifier-only, sps, cactus at 4 deltas, every other rule, the traced row, assisted
     assert len(labels) == 2 + 4 + (len(RULE_NAMES) - 2) + 2
 

@@ -281,8 +281,10 @@ def _check_row(row: object, where: str) -> None:
         if not _is_number(row.get(key)):
             raise ValueError(f"{where}.{key} is not a number")
     for key, value in row.items():
-        if not (value is None or isinstance(value, str) or _is_number(value)):
-            raise ValueError(f"{where}.{key} is not a number, a string or null")
+        # Per-position columns (acceptance_by_position, position_reached, ...) are lists.
+        items = value if isinstance(value, list) else [value]
+        if not all(v is None or isinstance(v, str) or _is_number(v) for v in items):
+            raise ValueError(f"{where}.{key} is not a number, a string, null or a list of them")
 
 
 def _check_curve(run: object, where: str) -> None:

@@ -364,7 +364,8 @@ def _provenance(prov: Any) -> dict[str, Any]:
     return prov
 
 
-_PROMPT_INTS = ("tokens", "verifier_calls", "decided", "accepted", "scored")
+_PROMPT_INTS = ("tokens", "verifier_calls", "decided", "accepted", "scored", "spec_rounds")
+_PROMPT_COUNTS = ("position_reached", "position_accepted")  # per draft position
 _PROMPT_FLOATS = ("emitted_kl_sum", "nll_sum", "scored_kl_sum", "expected_accept_sum")
 _RECORD_KEYS = {"setting", "prompts", "wall_s", "limit", "estimate", "estimate_positions"}
 
@@ -380,14 +381,24 @@ def _record(rec: Any, setting: Setting, idx: tuple[int, ...], where: str) -> Chu
     prompts = []
     for i, row in zip(idx, rows, strict=True):
         at = f"{where}, prompt {i + 1}"
-        _keys(row, {"index", "text", *_PROMPT_INTS, *_PROMPT_FLOATS}, at)
+        _keys(row, {"index", "text", *_PROMPT_INTS, *_PROMPT_FLOATS, *_PROMPT_COUNTS}, at)
         if _int(row["index"], f"{at}'s index") != i:
             raise SweepFileError(f"{at} is numbered {row['index']}")
         ints = {k: _int(row[k], f"{at}'s {k}") for k in _PROMPT_INTS}
+        counts = {
+            k: [_int(v, f"{at}'s {k}") for v in _list(row[k], f"{at}'s {k}")]
+            for k in _PROMPT_COUNTS
+        }
+        reached, accepted = counts["position_reached"], counts["position_accepted"]
+        if len(reached) != len(accepted) or any(
+            a > r for a, r in zip(accepted, reached, strict=True)
+        ):
+            raise SweepFileError(f"{at}'s per-position counts do not pair up")
         floats = {k: _num(row[k], f"{at}'s {k}", special=True) for k in _PROMPT_FLOATS}
         if ints["accepted"] > ints["decided"]:
             raise SweepFileError(f"{at} accepted more drafts than it decided")
-        prompts.append(PromptRecord(index=i, text=_str(row["text"], at), **ints, **floats))
+        text = _str(row["text"], at)
+        prompts.append(PromptRecord(index=i, text=text, **ints, **floats, **counts))
     wall = _num(rec["wall_s"], f"{where}'s wall_s")
     if wall < 0:
         raise SweepFileError(f"{where}'s wall_s is negative")
