@@ -214,7 +214,7 @@ def _open_frontier(page, url: str) -> float:
     page.goto(f"{url}/frontier")
     page.get_by_text("Reference sweep shipped with the lab").wait_for(timeout=60_000)
     page.locator(".st-key-fr_ref_tpc .js-plotly-plot").wait_for(state="visible", timeout=60_000)
-    page.get_by_text("reference tokens per call").wait_for(timeout=60_000)
+    page.get_by_text("estimated tokens per call").wait_for(timeout=60_000)
     return time.perf_counter() - t0
 
 
