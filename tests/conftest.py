@@ -97,13 +97,15 @@ def make_tiny_pair(context: int = 256, seed: int = 0) -> ModelPair:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `cuda` are skipped on machines without a CUDA device.
 
-    Under pytest-xdist (`make test` runs two workers with `--dist loadgroup`), each module stays
-    on one worker, so its module fixtures (a loaded pair, a Ray cluster) are built once, and every
-    browser test shares one group: the app servers they start take the other core, and their
-    timing ratios were set with one app server running at a time."""
+    Under pytest-xdist (`make test` runs two workers with `--dist loadgroup`), tests spread one
+    by one over the workers, except two groups that each stay on one worker: every browser test
+    (the app servers they start take the other core, and their timing ratios were set with one
+    app server running at a time), and the Ray tests (one local cluster for the module)."""
     for item in items:
-        group = "browser" if "browser" in item.keywords else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
+        if "browser" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.module.__name__.endswith("test_sweep_ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -61,6 +61,15 @@ def copied_link(s: Session) -> str:
     return code.inner_text().strip()
 
 
+def load_linked_pair(session) -> None:
+    """A link naming a pair other than the embedded one, on a server that has not loaded that
+    pair yet, loads it only after a click."""
+    button = session.page.get_by_role("button", name="Load this pair")
+    button.wait_for(timeout=60_000)
+    button.click()
+    session.idle()
+
+
 def test_a_copied_link_reopens_the_same_step(server, browser, tiny_pair_dirs):
     teacher = Session(browser, server)
     student = Session(browser, server)
@@ -111,6 +120,7 @@ def test_a_copied_link_reopens_the_same_step(server, browser, tiny_pair_dirs):
             try:
                 later.page.goto(url.replace(server, fresh.url))
                 later.idle()
+                load_linked_pair(later)
                 later.page.get_by_role("button", name="Next step").wait_for()
                 later.idle()
                 later.check()
