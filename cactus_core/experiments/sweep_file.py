@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from cactus_core.experiments.estimate import EstimatedCurve
+from cactus_core.experiments.estimate import CURVE_ARRAYS, EstimatedCurve
 from cactus_core.experiments.sweep import (
     ChunkRecord,
     PromptRecord,
@@ -423,24 +423,13 @@ def _limit(d: Any, where: str) -> LimitSums:
     return LimitSums.from_dict(d)
 
 
-_CURVE_ARRAYS = (
-    "values",
-    "acceptance",
-    "kl_position",
-    "kl_token",
-    "tokens_per_call",
-    "limit_acceptance",
-    "limit_tokens_per_call",
-)
-
-
 def _curve(d: Any, where: str) -> EstimatedCurve:
-    _keys(d, {"rule", "param", *_CURVE_ARRAYS}, f"{where}'s estimate")
+    _keys(d, {"rule", "param", *CURVE_ARRAYS}, f"{where}'s estimate")
     _str(d["rule"], f"{where}'s estimate rule", empty=False)
     if d["param"] is not None:
         _str(d["param"], f"{where}'s estimate param", empty=False)
     sizes = set()
-    for key in _CURVE_ARRAYS:
+    for key in CURVE_ARRAYS:
         values = _list(d[key], f"{where}'s estimate {key}")
         sizes.add(len(values))
         for v in values:

@@ -128,6 +128,27 @@ class SequenceCache:
         """hidden [B, m, H] from `step_hidden` -> logits [B, m, V] float32."""
         return head_logits(self.head, hidden)[..., : self.vocab_size].float()
 
+    def _model_pass(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        num_logits: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One forward of input_ids [B, w] through the cache: the hidden states [B, w, H] (with
+        `lean`, else None) and the raw logits of the last num_logits columns (None for none
+        with `lean`)."""
+        w = input_ids.shape[1]
+        kw = {"attention_mask": mask, "position_ids": positions, "cache": self.cache}
+        if self.base is not None:
+            states = self.base(input_ids=input_ids, use_cache=True, **kw).last_hidden_state
+            logits = head_logits(self.head, states[:, w - num_logits :]) if num_logits else None
+            return states, logits
+        out = self.model(
+            input_ids=input_ids, use_cache=True, logits_to_keep=max(num_logits, 1), **kw
+        )
+        return None, out.logits[:, w - num_logits :]
+
     def _forward(
         self,
         input_ids: torch.Tensor,
@@ -146,24 +167,7 @@ class SequenceCache:
         else:
             positions = self._positions(new_valid_host)
             mask = self._mask(new_valid)
-        if self.base is not None:
-            states = self.base(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-            ).last_hidden_state  # [B, w, H]
-            logits = head_logits(self.head, states[:, w - num_logits :]) if num_logits else None
-        else:
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=max(num_logits, 1),
-            ).logits[:, w - num_logits :]
+        states, logits = self._model_pass(input_ids, mask, positions, num_logits)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         for row, new in enumerate(new_valid_host):
             self.valid_host[row].extend(new)
@@ -228,23 +232,7 @@ class SequenceCache:
         mask.masked_fill_(~allowed[None, None], torch.finfo(dtype).min)
         positions = torch.tensor([[self.lengths[0] + d for d in depth]], device=self.device)
         self._tree_start = s
-        if self.base is not None:
-            states = self.base(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-            ).last_hidden_state  # [1, w, H]
-            logits = head_logits(self.head, states)
-        else:
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-            ).logits
+        _, logits = self._model_pass(input_ids, mask, positions, w)
         self.valid = torch.cat(
             [self.valid, torch.ones(1, w, dtype=torch.bool, device=self.device)], 1
         )
