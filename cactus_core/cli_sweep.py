@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cactus_core import cli
 from cactus_core.cli import (
     add_sampling_args,
     check_output_path,
     check_seed_range,
-    load_pair_from_args,
     sampling_from_args,
 )
 from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
@@ -243,7 +243,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pair_kwargs_from_args(args), workers=args.workers, address=args.ray_address
         )
     else:
-        pair = load_pair_from_args(args)
+        # Through the module, read at call time: cli.main loads this module lazily, and a
+        # name bound at that import would keep whatever cli held then.
+        pair = cli.load_pair_from_args(args)
     try:
         result = run_sweep(
             pair, config, cache, on_progress=text_progress(sys.stderr), backend=backend
