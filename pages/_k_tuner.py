@@ -75,13 +75,11 @@ def best_k_caption(run: DecodeRun | None, pair: ModelPair | None) -> None:
 
 def speed_parts(run: DecodeRun, c: float) -> None:
     """Inside the speed section: the recording's own cost and the cost's parts."""
-    share = record_share(run.output.stats)
-    if share is not None:
-        st.caption(
-            f"Recording (trace rows and the exact emitted KL) took {share:.0%} of the shown "
-            "run's time; the measured speedup is of runs without it."
-        )
     cmp = run.comparison
+    raced = cmp is not None and cmp.spec_stats is not None
+    share = record_share(cmp.spec_stats if raced else run.output.stats)
+    if share is not None:
+        st.caption(share.caption("the race's speculative run" if raced else "the shown run"))
     parts = None if cmp is None else cost_parts(cmp, c)
     if parts is None:
         return
