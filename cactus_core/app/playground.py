@@ -214,7 +214,7 @@ def position_note(position: Position, rows: Sequence[RuleRow], delta: float) -> 
         return Note(
             f"Lossless acceptance of {token} is q_n / p_n = {qn:.2f} / {pn:.2f} = "
             f"{base.accept_drafted:.2%}. {at}, {main.name} accepts it with "
-            f"{main.accept_drafted:.2%}, and KL(h ‖ q) = {_kl_text(main.kl_h_q)} nats."
+            f"{main.accept_drafted:.1%}, and KL(h ‖ q) = {_kl_text(main.kl_h_q)} nats."
         )
     if position.story == "bet":
         return Note(
@@ -226,7 +226,8 @@ def position_note(position: Position, rows: Sequence[RuleRow], delta: float) -> 
     if position.story == "drift":
         kl_pi = float(_kl_text(main.kl_pi_q))
         if delta == 0:
-            return Note(f"{at}, {main.name} is lossless: π = q, and KL(π ‖ q) = 0.")
+            text = f"{at}, {main.name} is lossless: π = q, and KL(π ‖ q) = {_kl_text(0.0)} nats."
+            return Note(text)
         if kl_pi > delta:
             return Note(
                 f"KL(π ‖ q) = {_kl_text(main.kl_pi_q)} nats is more than δ = {delta:g}: δ "
@@ -249,7 +250,7 @@ def position_note(position: Position, rows: Sequence[RuleRow], delta: float) -> 
             f"{token} is inside the verifier's nucleus (q_n = {qn:.2f}). Top-p cut "
             f"{', '.join(cut)} from q: drafted, they would be rejected whatever δ is."
         )
-    return None
+    return Note(position.note) if position.note else None
 
 
 def rule_words(position: Position, row: RuleRow) -> list[str]:

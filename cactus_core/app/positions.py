@@ -31,6 +31,7 @@ class Position:
     q: torch.Tensor
     drafted: int
     story: str = ""
+    note: str = ""  # fixed words about where it came from (a position of a decode run)
     notices: tuple[str, ...] = field(default_factory=tuple)
     params: Mapping[str, float] = field(default_factory=dict)
     fingerprint: str = field(init=False, repr=False, default="")
