@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cactus_core.app.decode_view import replay_headlines
 from cactus_core.app.replay_view import replay_kl, replay_kl_figure
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import reverify
@@ -39,3 +40,9 @@ def test_lossless_costs_nothing_and_more_delta_costs_more(run):
     fig = replay_kl_figure(more, "cactus δ=0.3", "cactus δ=2")
     assert [t.name for t in fig.data] == ["the run (cactus δ=0.3)", "replay (cactus δ=2)"]
     assert list(fig.data[1].y) == pytest.approx(more.replay)
+
+
+def test_no_arrow_for_no_change(run):
+    same = reverify(run.trace, make_rule("cactus", delta=0.3))
+    assert all(card.delta is None for card in replay_headlines(same))
+    assert replay_kl(run.trace, same).cards()[1][2] is None
