@@ -108,6 +108,12 @@ class Rule:
 
     name: ClassVar[str]
     description: ClassVar[str]  # one line: what it verifies against
+    # One plain sentence for a student: what the rule does, without symbols it does not explain
+    # (the Playground shows it beside a focused rule; docs/rules.md lists it under the rule).
+    in_words: ClassVar[str]
+    # Said where the rule's residual puts mass on the drafted token itself, which no rule of the
+    # form a(n) = min(1, h_n / p_n) does: why it can.
+    residual_in_words: ClassVar[str] = ""
     citation: ClassVar[str]
     guarantee: ClassVar[str]  # what it promises about pi or acceptance, in one line
     lossless: ClassVar[bool] = False  # pi = q for every p
