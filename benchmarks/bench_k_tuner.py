@@ -53,7 +53,8 @@ RULES = {"sps": {}, "cactus δ=1": {"name": "cactus", "delta": 1.0}}
 
 
 def run(pair, rule, k: int, tokens: int, seed: int, prompts: int, plain: bool = False):
-    """(tokens over whole rounds, decoding seconds, per-position counts) over the prompts."""
+    """(tokens over whole rounds, decoding seconds, per-position counts, the decoder's own
+    per-round ms of the verify pass, the draft and the rest) over the prompts."""
     dec = SpeculativeDecoder(pair, rule, k=k, temperature=0.7, record_trace=False, measure_kl=False)
     call = dec.generate_autoregressive if plain else dec.generate
     outs = [call(p, max_new_tokens=tokens, seed=seed + i) for i, p in enumerate(HELD_OUT[:prompts])]
@@ -63,7 +64,11 @@ def run(pair, rule, k: int, tokens: int, seed: int, prompts: int, plain: bool = 
         whole = sum(o.stats.new_tokens for o in outs)
     else:  # every round's m + 1 tokens, the last round's past the limit included
         whole = sum(o.stats.rounds + o.stats.accepted_tokens for o in outs)
-    return whole, decode_s, counts
+    rounds = sum(o.stats.rounds for o in outs)
+    verify = sum(o.stats.verify_s for o in outs)
+    draft = sum(o.stats.draft_s for o in outs)
+    parts = tuple(1000 * x / rounds for x in (verify, draft, decode_s - verify - draft))
+    return whole, decode_s, counts, parts
 
 
 def main() -> None:
@@ -86,6 +91,7 @@ def main() -> None:
     samples = []
     speedups: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
     counts: dict[tuple[str, int], list[PositionCounts]] = {c: [] for c in cells}
+    parts: dict[tuple[str, int], list[tuple[float, ...]]] = {c: [] for c in cells}
     n = args.prompts
     for r in range(args.repeats):
         seed = 100 + 1000 * r
@@ -97,9 +103,10 @@ def main() -> None:
             got[label, k] = run(pair, rules[label], k, args.tokens, seed, n)
         b1 = run(pair, rules["sps"], 1, args.tokens, seed, n, plain=True)
         base = (b0[0] + b1[0]) / (b0[1] + b1[1])  # verifier-only tokens/s over the pass
-        for cell, (whole, secs, c) in got.items():
+        for cell, (whole, secs, c, ms) in got.items():
             speedups[cell].append(whole / secs / base)
             counts[cell].append(c)
+            parts[cell].append(ms)
         print(f"pass {r + 1}/{args.repeats}: verifier-only {base:.1f} tokens/s", flush=True)
     costs = combine_costs(pair, samples)
     store_costs(costs)
@@ -116,6 +123,15 @@ def main() -> None:
             c = PositionCounts.pooled(counts[label, k])
             rates = " ".join("-" if x is None else f"{x:.2f}" for x in c.conditional())
             print(f"  {label} k={k}: {rates}  ({c.rounds} rounds)")
+    print("\nper round, ms: the decoder's own (median of passes) against the model's")
+    print("| rule | k | verify pass | v(k + 1) | draft | f + k·d | rest | o |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, k in cells:
+        v, d, o = (statistics.median(col) for col in zip(*parts[label, k], strict=True))
+        print(
+            f"| {label} | {k} | {v:.0f} | {costs.verify(k + 1):.0f} | {d:.0f} | "
+            f"{costs.draft_round(k):.0f} | {o:.0f} | {costs.round_overhead_ms:.0f} |"
+        )
     print()
     print(
         "| rule | k | predicted tokens/call | measured | error | predicted speedup | measured "
