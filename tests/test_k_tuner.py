@@ -118,3 +118,12 @@ def test_the_draft_s_per_round_part_moves_the_best_k() -> None:
     assert b.at(k)[1] == pytest.approx(
         expected_tokens(TRUE_RATES, k) * per_round.plain_ms / (COSTS.verify(5) + 10 + 2 + 0.7)
     )
+
+
+def test_verifier_costs_are_made_non_decreasing_in_the_width() -> None:
+    from cactus_core.experiments.k_tuner import monotone
+
+    assert monotone([1.0, 2.0, 3.0]) == (1.0, 2.0, 3.0)
+    # a dip is pooled with what it undercuts: least squares under the order
+    assert monotone([1.0, 5.0, 3.0, 4.0]) == pytest.approx((1.0, 4.0, 4.0, 4.0))
+    assert monotone([2.0, 1.0]) == pytest.approx((1.5, 1.5))
