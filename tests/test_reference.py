@@ -110,3 +110,24 @@ def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
     assert {s.rule for s in settings} == set(RULES)
     assert part.estimate is not None and set(part.estimate.curves) == set(RULES)
     assert sum(len(r) for r in part.own_runs.values()) == len(settings)
+
+
+def test_every_grid_value_is_in_the_reference_at_both_top_p() -> None:
+    """A grid grown since the file was made (cactus' 0.001 and 0.01) fails here until
+    `sweep --reference --missing-only` adds it."""
+    missing = ref.missing_settings(ref.read_reference_data())
+    assert {top_p: [s.id for s in todo] for top_p, todo in missing.items() if todo} == {}
+
+
+@pytest.mark.parametrize("top_p", ref.REFERENCE_TOP_P)
+@pytest.mark.parametrize("budget", [0.02, 0.05])
+def test_small_budgets_are_answered_between_measured_runs(shipped, top_p, budget) -> None:
+    """The first guess at a small budget lies between two of the rule's measured positive
+    settings, not in the stretch between delta = 0 and the first one that no run measured."""
+    from cactus_core.experiments.tune import first_guess
+
+    part = shipped.for_top_p(top_p)
+    guess = first_guess(part, "cactus", budget)
+    swept = sorted(r["value"] for r in part.rule_rows("cactus") if r["value"])
+    assert swept[0] < guess.value < swept[-1], (guess.value, swept)
+    assert guess.kl == pytest.approx(budget, rel=1e-6)
