@@ -1,9 +1,10 @@
 """The k tuner's prediction against measured runs on the embedded pair.
 
 Everything is measured interleaved in one process, in `--repeats` passes. Each pass takes one
-sample of the pair's costs (`k_tuner.cost_sample`: the verifier at 1..13 tokens, the
-calibration runs), a verifier-only run, a run of every rule at every k (in an order rotated
-from pass to pass), and a second verifier-only run; each pass has its own seeds. Then:
+sample of the pair's costs (`k_tuner.cost_sample`: the decoder's own verify pass, draft and
+rest from short sps runs at k = 1..12, on a built-in prompt), a verifier-only run, a run of
+every rule at every k (in an order rotated from pass to pass), and a second verifier-only run;
+each pass has its own seeds. Then:
 
 - predicted: per-position acceptance from the k = 4 runs (all passes pooled) and the medians of
   the cost samples (`k_tuner.combine_costs`) give tokens per call and speedup at every k;

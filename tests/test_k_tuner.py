@@ -74,19 +74,20 @@ def test_pooled_rates_and_bad_input() -> None:
 
 def test_costs_are_medians_of_interleaved_samples_with_the_draft_split() -> None:
     """Samples with known costs and a load burst in one of them: the medians ignore the burst,
-    and the draft's time per round at the two calibration k splits into f + k·d."""
+    and the draft's time per round against k = 1..12 splits into f + k·d."""
     from types import SimpleNamespace
 
-    from cactus_core.experiments.k_tuner import CALIBRATION_KS, CostSample, combine_costs
+    from cactus_core.experiments.k_tuner import CostSample, combine_costs
 
     f, d, o, o1 = 4.0, 1.5, 0.7, 0.4
     v = tuple(10.0 + 0.8 * (w - 1) for w in range(1, 14))
+    ks = range(1, 13)
 
     def sample(load: float) -> CostSample:
         return CostSample(
             verify_ms=tuple(load * x for x in v),
-            draft_round_ms=tuple(load * (f + k * d) for k in CALIBRATION_KS),
-            rest_ms=(o * load, o * load),
+            draft_round_ms=tuple(load * (f + k * d) for k in ks),
+            rest_ms=tuple(o * load for _ in ks),
             plain_rest_ms=o1 * load,
         )
 

@@ -20,10 +20,12 @@ phase's speedup, with the prefill (the same whatever k) left out. `PairCosts` me
 f, d, o and o_1 once per pair, device and thread count and caches them on disk with the pair's
 identity.
 
-On a busy machine one forward can take twice as long as the next, so every cost is the median of
-several samples taken interleaved (`cost_sample`: each sample times every width once, in
-alternating order, and two short decoder runs at k = 2 and k = 6 that separate f from d), and a
-load swing lands on all widths alike instead of on a few.
+Every cost is the decoder's own: short sps runs at k = 1..12 time its verify pass over k + 1
+tokens, its draft and the rest of its rounds (a bare forward timed alone grew with the width
+more than the decoder's verify pass did: v(9) 451 ms against the decoder's 207 ms on the
+embedded pair). On a busy machine one run can take twice as long as the next, so every cost is
+the median of several samples taken interleaved (`cost_sample`: each sample runs every k once,
+in alternating order), and a load swing lands on all widths alike instead of on a few.
 
 Positions past those a run measured (a run at k = 4 measures 1..4) are extrapolated: they
 take the last measured position's conditional rate, pooled with the positions before it until
@@ -38,7 +40,6 @@ import json
 import math
 import os
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,8 +54,6 @@ K_RANGE: tuple[int, ...] = tuple(range(1, 13))
 # Drafts behind the rate that extrapolated positions repeat (see `extend_rates`).
 MIN_TAIL_DRAFTS = 50
 COSTS_FORMAT = 2  # 2: the draft's per-round part f apart from its step d
-# The two draft lengths whose runs separate the draft's per-round part from its per-step cost.
-CALIBRATION_KS = (2, 6)
 
 
 # ------------------------------------------------------------------------------ costs
@@ -169,84 +168,69 @@ def store_costs(costs: PairCosts, root: Path | None = None) -> Path:
 class CostSample:
     """One interleaved pass over the costs, in ms: what `combine_costs` takes medians of."""
 
-    verify_ms: tuple[float, ...]  # one forward at each width 1 .. max_width
-    draft_round_ms: tuple[float, ...]  # the draft's time per round at each CALIBRATION_KS
-    rest_ms: tuple[float, ...]  # per round at each CALIBRATION_KS, less v(k + 1) and the draft
-    plain_rest_ms: float  # per verifier-only step, less v(1)
+    verify_ms: tuple[float, ...]  # the decoder's verify pass over w = 1 .. max_width tokens
+    draft_round_ms: tuple[float, ...]  # the draft's time per round at k = 1 .. max_width - 1
+    rest_ms: tuple[float, ...]  # the rest of a round at each k
+    plain_rest_ms: float  # the rest of a verifier-only step
 
 
 class CostProbe:
-    """What `cost_sample` times, set up once: the verifier's cache at a fixed prefix (the
-    prompt plus `new_tokens`), and the decoder that runs the calibration rounds."""
+    """What `cost_sample` times: the decoder itself (sps, no recording) at every k, on one
+    prompt, so that each cost is the decoder's own (its verify pass with the probabilities and
+    the decisions, its draft with the accepted path read back), not a bare forward's."""
 
-    def __init__(self, pair: ModelPair, prompt: str | None = None, new_tokens: int = 32) -> None:
-        import torch
-
+    def __init__(
+        self, pair: ModelPair, prompt: str | None = None, new_tokens: int = 16, max_width: int = 13
+    ) -> None:
         from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-        from cactus_core.engine.loading.pairing import head_vocab
         from cactus_core.engine.loading.prompts import builtin_prompts
-        from cactus_core.engine.runtime.kv_cache import SequenceCache
 
+        if max_width < 3:
+            raise ValueError(f"max_width must be >= 3, got {max_width}")
         self.pair = pair
         self.prompt = prompt or builtin_prompts()[0]
         self.new_tokens = new_tokens
+        self.ks = tuple(range(1, max_width))
         self.decoders = {
             k: SpeculativeDecoder(pair, "sps", k=k, record_trace=False, measure_kl=False)
-            for k in CALIBRATION_KS
+            for k in self.ks
         }
-        vocab = min(head_vocab(pair.verifier), head_vocab(pair.draft))
-        prefix = pair.encode_prompt(self.prompt) + list(range(200, 200 + new_tokens))
-        with torch.inference_mode():
-            self.cache = SequenceCache(pair.verifier, vocab)
-            self.cache.prefill([prefix])
-        self.kept = self.cache.lengths[0]
         self.passes = 0
-        self.decoders[CALIBRATION_KS[0]].generate(self.prompt, max_new_tokens=8, seed=0)  # warm
-
-    def forward_ms(self, width: int) -> float:
-        """One verifier forward over `width` tokens at the fixed prefix, rolled back after."""
-        import torch
-
-        device = self.pair.verifier.device
-        ids = torch.arange(300, 300 + width, device=device)[None]
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            self.cache.step(ids, None, width)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            ms = 1000 * (time.perf_counter() - t0)
-            self.cache.keep([self.kept])
-        return ms
+        self.decoders[1].generate(self.prompt, max_new_tokens=4, seed=0)  # warm-up
 
 
-def cost_sample(probe: CostProbe, max_width: int = 13, seed: int = 0) -> CostSample:
-    """One pass: every width once (forward, then backward on the next pass, so that a drift in
-    the load does not pile onto the wide ones), then a short sps run at each CALIBRATION_KS and
-    a verifier-only run of the decoder itself (no recording). What a round spends beyond
-    v(k + 1) and its draft is the round's rest o; likewise o_1 for a verifier-only step."""
-    if max_width < max(CALIBRATION_KS) + 1:
-        raise ValueError(f"max_width must be >= {max(CALIBRATION_KS) + 1}, got {max_width}")
-    widths = list(range(1, max_width + 1))
-    order = widths if probe.passes % 2 == 0 else widths[::-1]
+def _per_round_ms(stats: Any) -> tuple[float, float, float]:
+    """(verify pass, draft, the rest) per round of one run, in ms, the prefill left out."""
+    rounds = max(stats.rounds, 1)
+    decode = stats.wall_s - stats.prefill_s - stats.record_s
+    rest = decode - stats.verify_s - stats.draft_s
+    return tuple(1000 * x / rounds for x in (stats.verify_s, stats.draft_s, rest))  # type: ignore[return-value]
+
+
+def cost_sample(probe: CostProbe, seed: int = 0) -> CostSample:
+    """One pass: a short verifier-only run and a short sps run at every k (forward on one pass,
+    backward on the next, so that a drift in the load does not pile onto the long drafts); each
+    run's per-round verify pass is v(k + 1) (v(1) from the verifier-only run)."""
+    order = probe.ks if probe.passes % 2 == 0 else probe.ks[::-1]
     probe.passes += 1
-    got = {w: probe.forward_ms(w) for w in order}
-    verify_ms = tuple(got[w] for w in widths)
-    draft, rest = [], []
-    for k, dec in probe.decoders.items():
-        s = dec.generate(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed).stats
-        rounds = max(s.rounds, 1)
-        decode_ms = 1000 * (s.wall_s - s.prefill_s - s.record_s) / rounds
-        draft.append(1000 * s.draft_s / rounds)
-        rest.append(decode_ms - draft[-1] - verify_ms[k])
-    dec = probe.decoders[CALIBRATION_KS[0]]
-    b = dec.generate_autoregressive(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed).stats
-    plain = 1000 * (b.wall_s - b.prefill_s - b.record_s) / max(b.rounds, 1) - verify_ms[0]
-    return CostSample(verify_ms, tuple(draft), tuple(rest), plain)
+    dec = probe.decoders[1]
+    plain = dec.generate_autoregressive(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed)
+    v1, _, plain_rest = _per_round_ms(plain.stats)
+    got = {}
+    for k in order:
+        out = probe.decoders[k].generate(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed)
+        got[k] = _per_round_ms(out.stats)
+    return CostSample(
+        verify_ms=(v1, *(got[k][0] for k in probe.ks)),
+        draft_round_ms=tuple(got[k][1] for k in probe.ks),
+        rest_ms=tuple(got[k][2] for k in probe.ks),
+        plain_rest_ms=plain_rest,
+    )
 
 
 def combine_costs(pair: ModelPair, samples: Sequence[CostSample]) -> PairCosts:
-    """The medians of interleaved samples as the pair's costs. The draft's time per round at
-    the two CALIBRATION_KS gives its step d (the slope) and its per-round part f."""
+    """The medians of interleaved samples as the pair's costs: v(w) made non-decreasing, and
+    the draft's time per round against k fitted by least squares as f + k·d."""
     import torch
 
     if not samples:
@@ -255,22 +239,22 @@ def combine_costs(pair: ModelPair, samples: Sequence[CostSample]) -> PairCosts:
     def med(xs: Sequence[float]) -> float:
         return float(statistics.median(xs))
 
-    verify_ms = monotone([med(col) for col in zip(*(s.verify_ms for s in samples), strict=True)])
-    (ka, kb) = CALIBRATION_KS
-    da = med([s.draft_round_ms[0] for s in samples])
-    db = med([s.draft_round_ms[1] for s in samples])
-    d = max((db - da) / (kb - ka), 0.0)
-    f = max(da - ka * d, 0.0)
-    if d == 0.0:  # the draft did not grow with k: charge it per step rather than not at all
-        d, f = da / ka, 0.0
-    rest = med([r for s in samples for r in s.rest_ms])
+    def column(name: str) -> list[float]:
+        return [med(col) for col in zip(*(getattr(s, name) for s in samples), strict=True)]
+
+    verify_ms = monotone(column("verify_ms"))
+    draft = column("draft_round_ms")
+    ks = np.arange(1, len(draft) + 1, dtype=np.float64)
+    d, f = (float(x) for x in np.polyfit(ks, np.asarray(draft), 1))
+    if d <= 0.0 or f < 0.0:  # no growth with k, or none left over: charge it all per step
+        d, f = max(float(np.dot(ks, draft) / np.dot(ks, ks)), 0.0), 0.0
     return PairCosts(
         identity=pair.identity,
         device=str(pair.device),
         threads=torch.get_num_threads(),
         verify_ms=verify_ms,
         draft_ms=d,
-        round_overhead_ms=max(rest, 0.0),
+        round_overhead_ms=max(med([r for s in samples for r in s.rest_ms]), 0.0),
         plain_overhead_ms=max(med([s.plain_rest_ms for s in samples]), 0.0),
         draft_round_ms=f,
         samples=len(samples),
@@ -296,11 +280,11 @@ def measure_costs(
     max_width: int = 13,
     reps: int = 5,
     prompt: str | None = None,
-    new_tokens: int = 32,
+    new_tokens: int = 16,
 ) -> PairCosts:
-    """The medians of `reps` interleaved `cost_sample`s (v(1..max_width), f, d, o, o_1)."""
-    probe = CostProbe(pair, prompt, new_tokens)
-    return combine_costs(pair, [cost_sample(probe, max_width, seed=i) for i in range(reps)])
+    """The medians of `reps` interleaved `cost_sample`s: v(1..max_width), f, d, o and o_1."""
+    probe = CostProbe(pair, prompt, new_tokens, max_width)
+    return combine_costs(pair, [cost_sample(probe, seed=i) for i in range(reps)])
 
 
 # ------------------------------------------------------------------------------ prediction
