@@ -29,8 +29,8 @@ def measure_button(pair: ModelPair | None, key: str) -> None:
     if pair is None:
         st.caption("The pair's costs are not measured on this machine yet.")
         return
-    if st.button("Measure the pair's costs (v(1..13), draft step; about a minute)", key=key):
-        with st.spinner("Timing the verifier at 1..13 tokens and one short run…"):
+    if st.button("Measure the pair's costs (v(1..13), the draft; about a minute)", key=key):
+        with st.spinner("Timing the verifier at 1..13 tokens and short runs, interleaved…"):
             pair_costs(pair, refresh=True)
         st.rerun()
 
