@@ -192,7 +192,12 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
     assert not at.exception, at.exception
     assert any(m.value.startswith("**Round 1, token 1") for m in at.markdown)
     assert any(t.startswith("The draft tree") for t in _titles(at))
-    assert any("replay needs" in i.value for i in at.info)
+    assert any(c.value.startswith("Tree rounds replay node by node") for c in at.caption)
+    at.button(key="dec_replay").click().run()
+    assert not at.exception, at.exception
+    replay = at.session_state["decode_run"].replay
+    assert replay is not None and replay.rounds[0].tree_after is not None
+    assert any(m.label == "tokens per call" for m in at.metric)
 
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):

@@ -175,7 +175,7 @@ class StepRun:
 
     def _keep(self, rnd: RoundTrace) -> None:
         rows = RoundRows(positions=[])
-        if self._decided is not None and rnd.k:
+        if self._decided is not None and rnd.k and rnd.tree is None:
             p, q = self._decided
             for j in range(p.shape[0]):
                 rows.positions.append(position_rows(self.judge, p[j], q[j], rnd.draft_ids[j]))

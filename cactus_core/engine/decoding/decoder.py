@@ -33,6 +33,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -67,9 +68,8 @@ from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.tree_round import (
     count_tree,
     draw_tree_coins,
+    record_tree_round,
     run_tree_round,
-    tree_emitted_kl,
-    tree_round_trace,
 )
 from cactus_core.engine.drafting.caches import open_caches
 from cactus_core.engine.drafting.drafter import Draft, Drafter
@@ -366,13 +366,10 @@ class SpeculativeDecoder:
         while active:
             room = min(ctx - len(r.tokens) for r in active)
             k = min(self.k, room - 1) if speculative else 0
-            if k > 0 and self.tree is not None:
-                # Near the context's end a tree may not fit: verifier-only steps finish.
-                if room - 1 >= self.tree.depth:
-                    events = self._tree_round(active[0], verifier, draft, clock)
-                else:
-                    events = self._plain_round(active, verifier, clock)
-            elif k > 0:
+            # Near the context's end a tree may not fit: verifier-only steps finish.
+            if k > 0 and self.tree is not None and room - 1 >= self.tree.depth:
+                events = self._tree_round(active[0], verifier, draft, clock)
+            elif k > 0 and self.tree is None:
                 events = self._spec_round(active, verifier, draft, k, clock)
             else:
                 events = self._plain_round(active, verifier, clock)
@@ -480,8 +477,11 @@ class SpeculativeDecoder:
         coins = draw_tree_coins(row.generator, self.tree, self.device)
         out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
         t0 = time.perf_counter()
-        kl_pi = tree_emitted_kl(self.judge, out, self.measure_kl)
-        rnd = tree_round_trace(row.stats.rounds, out, self._text)
+        probe = None if self.probe is None else partial(self.probe, row.index, row.stats.rounds)
+        top = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
+        rnd, kl_pi = record_tree_round(
+            self.judge, out, row.stats.rounds, self._text, self.measure_kl, top, probe
+        )
         clock.record += time.perf_counter() - t0
         clock.draft += out.draft_s
         clock.verify += out.verify_s
