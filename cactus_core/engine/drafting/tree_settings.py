@@ -27,14 +27,30 @@ class TreeSettings:
         "branch": (1, 16),
     }
 
+    # What each field is, for the CLI's help.
+    HELP: ClassVar[dict[str, str]] = {
+        "nodes": "node budget (drafted tokens per round)",
+        "depth": "depth (the longest path a round can accept)",
+        "width": "width (frontier nodes expanded per depth)",
+        "branch": "branch (children drawn per expanded node)",
+        "root_branch": "root branch (children of the root)",
+    }
+
+    def range_of(self, name: str) -> tuple[int, int]:
+        return self.RANGES.get(name, self.RANGES["branch"])
+
     def __post_init__(self) -> None:
         for f in fields(self):
-            low, high = self.RANGES.get(f.name, self.RANGES["branch"])
+            low, high = self.range_of(f.name)
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(
                     f"tree {f.name} must be an integer in [{low}, {high}], got {value!r}"
                 )
+
+    def cli_flags(self) -> list[str]:
+        """The CLI's flags for these settings (`cli.add_tree_args` defines them)."""
+        return ["--tree"] + [f"--tree-{n.replace('_', '-')} {v}" for n, v in self.to_dict().items()]
 
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
