@@ -133,6 +133,9 @@ def test_step_through_takes_a_tree_round_apart(tree_run):
             for value in step.numbers.values():
                 assert num(value) in step.narration, (step.kind, value)
             assert "tree" in step_figures(step)
+            if step.kind == "decide":  # the row's p, q, h and residual from the trace's rows
+                assert set(step.bars.series) == {"p", "q", "h", "residual"}
+                assert "bars" in step_figures(step)
         # the decide steps reveal one depth more each, the ending all of it
         reveals = [s.tree.reveal for s in steps]
         assert reveals[:2] == [0, 0] and reveals[-1] is None
