@@ -212,3 +212,28 @@ def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
     at.button(key="step_next").click().run()
     assert not at.exception
     assert at.subheader[0].value == round_steps(run, 0)[2].title  # the first decision
+
+
+def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypatch, tmp_path):
+    import cactus_core.experiments.sweep as sweep_module
+
+    monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path))
+    configs = []
+    real = sweep_module.run_chunk
+    monkeypatch.setattr(
+        sweep_module, "run_chunk", lambda pair, cfg, *a: configs.append(cfg) or real(pair, cfg, *a)
+    )
+    at = _tree_session(feature_pair, monkeypatch, "pages/frontier.py")
+    at.slider(key="fr_n_24").set_value(2)
+    at.slider(key="fr_max_new").set_value(8)
+    at.slider(key="fr_chunk").set_value(2)
+    at.multiselect(key="fr_rules").set_value(["cactus"])
+    at.run()
+    at.text_input(key="fr_grid_cactus").set_value("0.5")
+    at.run()
+    at.button(key="fr_run").click().run()
+    assert not at.exception, at.exception
+    assert configs and all(c.tree == TREE for c in configs)
+    table = at.dataframe[-1].value
+    assert list(table["setting"]) == ["verifier-only", "cactus δ=0.5"]
+    assert table["tokens/call"].iloc[1] >= 1.0
