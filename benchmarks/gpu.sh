@@ -345,8 +345,9 @@ decoder_rows() { # draft | feature
         # Trees need the feature draft: the same prompts and coins as a chain of k = 4 and as
         # a tree (a GPU checks 17 tokens for about the cost of 1, so the 16-node default).
         rows+=("sps tree" "cactus δ=1 tree")
-        extra+=(--tree --tree-nodes "$TREE_NODES" --tree-depth "$TREE_DEPTH")
-        echo "Tree rows: $TREE_NODES nodes, depth $TREE_DEPTH (TreeSettings' other defaults)."
+        extra+=(--tree --tree-nodes "$TREE_NODES" --tree-depth "$TREE_DEPTH" --tree-width 2
+            --tree-branch 2 --tree-root-branch 4)
+        echo "Tree rows: $TREE_NODES nodes, depth $TREE_DEPTH, width 2, branch 2, root branch 4."
     fi
     lim "$PY" -m cactus_core bench --device "$DEV" --dtype "$dtype" --prompts "$PROMPTS" \
         --max-new-tokens "$TOKENS" --top-p "${TOP_P[@]}" --k 4 --temperature 0.7 \
