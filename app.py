@@ -49,6 +49,7 @@ from pages._common import (
     write_link,
 )
 from pages._drafting import tree_widgets
+from pages._tour import bring_into_view, take_focus
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 # Streamlit's default 6rem above every page pushed the controls toward the fold at 1440×900.
@@ -289,7 +290,7 @@ def guided_tour() -> None:
                 by_path[stop.page],
                 label=f"**{i + 1}. {stop.title}**",
                 icon=by_path[stop.page].icon,
-                query_params=stop.query,
+                query_params=stop.link_query,
             )
             st.caption(stop.text)
 
@@ -335,12 +336,14 @@ if policy is not None:
     offered = list(policy.choices()) if policy.public else []
     keep_widget_state(policy.public, offered)
     restore_link(page.url_path, policy.public, offered)
+    take_focus()
     # "Copy link" at the top of the sidebar, where its popover has room to open (at the
     # bottom it was cut off); it is filled once the page has run and the address is final.
     link_slot = st.sidebar.container()
     sidebar(policy)
     try:
         page.run()
+        bring_into_view()
     finally:
         # Also when the page stops early or reruns: the URL always names what is on screen.
         url = write_link(page.url_path, policy.public, offered)

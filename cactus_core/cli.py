@@ -349,9 +349,9 @@ def _add_rules(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from cactus_core.maths.rules.table import rules_markdown
+    from cactus_core.maths.rules.table import rules_in_words, rules_markdown
 
-    sys.stdout.write(rules_markdown(RULES))
+    sys.stdout.write(rules_markdown(RULES) + "\n" + rules_in_words(RULES))
     return 0
 
 

@@ -46,7 +46,7 @@ from cactus_core.app.tree_figure import tree_figure
 from cactus_core.app.tree_view import tree_replay_note
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
-from pages import _k_tuner
+from pages import _k_tuner, _replay
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
 from pages._race import race_section, run_race
 from pages._rescue import why_rejected
@@ -351,6 +351,7 @@ def replay(run: DecodeRun) -> None:
         st.markdown(replay_caption(run.replay))
         for col, card in zip(st.columns(2), replay_headlines(run.replay), strict=True):
             col.metric(card.label, card.value, card.delta)
+        _replay.kl_section(run)
         if not run.replay.decisions_exact:
             st.caption(
                 "Some decisions are approximate: this rule needs whole rows and the trace "

@@ -15,7 +15,9 @@ from cactus_core.app.playground import (
     playground_figures,
     playground_params,
     playground_rules,
+    position_note,
     rule_table,
+    rule_words,
     taylor_gap,
 )
 from cactus_core.app.positions import (
@@ -23,7 +25,6 @@ from cactus_core.app.positions import (
     WORKED_EXAMPLE,
     Position,
     parse_table,
-    truncation_warning,
     with_drafted,
 )
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, CactusBudget, CactusExact
@@ -109,7 +110,6 @@ def pick_position() -> Position | None:
     if base is None:
         return None
     with right:
-        note = st.empty()
         drafted = st.selectbox(
             "Drafted token n",
             range(len(base.labels)),
@@ -122,11 +122,6 @@ def pick_position() -> Position | None:
             key=f"pg_drafted_{base_key}",
         )
         position = with_drafted(base, drafted)
-        warning = truncation_warning(position)
-        if warning:  # it says what the preset's note would, with this position's numbers
-            note.warning(warning)
-        elif base.note:
-            note.info(base.note)
     return position
 
 
@@ -169,6 +164,8 @@ def rule_figures(position: Position, rows: list[RuleRow]) -> None:
         "Rule in focus", list(by_name), default=DEFAULT_RULE, key="pg_focus"
     )
     focus = by_name[focus_name or DEFAULT_RULE]
+    for line in rule_words(position, focus):
+        st.caption(line)
     data = playground_figures(position, rows, focus)
     t1, t2, t3, t4 = st.tabs(
         ["h, residual and pi", "a(n) for every n", "pi for every rule", "Every rule"]
@@ -222,10 +219,14 @@ def analysis(position: Position) -> None:
     """Everything a parameter moves; a slider redraws this part alone."""
     values = parameters(position)
     rows = compare_rules(position, playground_rules(values))
+    note = position_note(position, rows, values[headline_group().key])
+    if note is not None:  # worded from the numbers below, so it follows the slider
+        (st.warning if note.warning else st.info)(note.text)
     for col, card in zip(st.columns(4), headlines(position, rows), strict=True):
         col.metric(card.label, card.value, card.delta, help=card.help)
     rules_table(rows)
-    rule_figures(position, rows)
+    with st.container(key="pg_figures"):  # the tour's stops on the Playground point here
+        rule_figures(position, rows)
     taylor_section(position, values[headline_group().key])
 
 

@@ -25,7 +25,7 @@ from cactus_core.app.links import (
 from cactus_core.app.playground import headline_group
 from cactus_core.app.positions import PRESETS
 from cactus_core.app.step_view import JUMP_TESTS
-from cactus_core.app.tour import tour
+from cactus_core.app.tour import FOCUS_PARAM, focus_script, tour, tour_target
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -70,6 +70,20 @@ def test_step_page_round_trip_for_every_rule(name):
     assert query["rule"] == name and query["round"] == "3" and query["step"] == "7"
     # what a fresh session gets back from the link: every value, exactly
     assert restore("step", query, {}, public=False) == state
+
+
+@pytest.mark.parametrize("page", ["decode", "playground"])
+def test_every_log_slider_value_round_trips_exactly(page):
+    """Each value a log parameter's select_slider can hold (Param.log_steps) comes back from
+    its link as the same float."""
+    for name in RULES:
+        state = {"dec_rule": name}
+        for field in page_fields(page, state):
+            if field.param is None or not field.param.log_steps:
+                continue
+            for value in field.param.log_steps:
+                query = to_query([field], {field.key: value})
+                assert from_query([field], query) == {field.key: value}, (name, query)
 
 
 def test_bad_values_are_dropped_and_the_rest_kept():
@@ -186,3 +200,15 @@ def test_an_address_the_session_wrote_itself_never_turns_widgets_back():
     at.query_params.update({**first, "seed": "9"})
     at.run()
     assert at.session_state["sb_seed"] == 9
+
+
+def test_a_tour_link_names_its_target_and_only_a_tour_target_reaches_the_script():
+    for stop in tour():
+        assert stop.link_query[FOCUS_PARAM] == stop.target
+        assert tour_target(stop.target) == stop.target
+        assert f'".st-key-{stop.target}"' in focus_script(stop.target)
+        # no page keeps the focus in its URL: a copied link opens at the top
+        got = restore(stop.page, stop.link_query, {}, public=False)
+        assert FOCUS_PARAM not in {f.name for f in query_fields(stop.page, got, public=False)}
+    for raw in ('x"];alert(1);//', "</script><script>alert(1)", "", None):
+        assert tour_target(raw) is None

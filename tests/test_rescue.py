@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from cactus_core.app.rescue_view import (
-    MAX_CURVE_DELTA,
     Q_ZERO,
+    RejectedDraft,
     rank_histogram,
     rejected_drafts,
     rescue_curve,
     rescue_summary,
+    rescue_table,
+    slider_top,
 )
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
@@ -97,10 +99,29 @@ def test_curve_histogram_and_summary(lossless_runs):
     grid, shares = rescue_curve(drafts)
     assert grid == sorted(grid) and shares == sorted(shares)
     finite = [d.delta for d in drafts if d.delta != NEVER]
-    assert grid[-1] >= min(max(finite), MAX_CURVE_DELTA)  # the curve reaches every rescue
-    assert shares[-1] == pytest.approx(len(finite) / len(drafts))
+    assert grid[-1] == pytest.approx(slider_top())  # the curve spans the slider, no further
+    within = [x for x in finite if x <= slider_top()]
+    assert shares[-1] == pytest.approx(len(within) / len(drafts))
     labels, counts = rank_histogram(drafts)
     assert labels[-1] == Q_ZERO and sum(counts) == len(drafts)
     assert counts[-1] == sum(d.q_n == 0 for d in drafts)
     assert f"{len(drafts)} draft(s) rejected" in rescue_summary(drafts)
     assert rescue_summary([]) == "No draft was rejected."
+
+
+def test_no_delta_past_the_slider_is_quoted():
+    top = slider_top()
+    drafts = [
+        RejectedDraft(0, 0, "a", 0.5, 0.2, 2, 0.5 * top),
+        RejectedDraft(1, 2, "b", 0.9, 0.001, 30, 300.0),
+        RejectedDraft(2, 1, "c", 0.9, 0.0001, 40, 7000.0),
+    ]
+    rows = rescue_table(drafts)
+    assert [r["slot"] for r in rows] == [1, 3, 2] and rows[1]["drafted token"] == "b"
+    assert rows[0]["smallest rescuing delta"] == f"{0.5 * top:.3g}"
+    assert rows[1]["smallest rescuing delta"] == f"> {top:g} (past the slider)"
+    summary = rescue_summary(drafts)
+    assert "300" not in summary and "7e+03" not in summary and "7000" not in summary
+    assert f"1 pass for sure at some delta ≤ {top:g}" in summary
+    assert "more than the slider offers" in summary
+    assert "half of them by delta = " in rescue_summary(drafts[:1])

@@ -134,7 +134,10 @@ def replay_headlines(replay: Replay) -> list[Headline]:
     return [
         Headline("flipped drafts", str(replay.flips)),
         Headline(
-            "tokens per call", f"{replay.tokens_per_call_after:.2f}", f"{change:+.2f} vs the run"
+            "tokens per call",
+            f"{replay.tokens_per_call_after:.2f}",
+            # no green arrow for a change that rounds to nothing
+            None if abs(change) < 0.005 else f"{change:+.2f} vs the run",
         ),
     ]
 

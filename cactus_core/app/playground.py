@@ -12,7 +12,7 @@ import torch
 
 from cactus_core.app.figures import display_token
 from cactus_core.app.metrics import Headline
-from cactus_core.app.positions import Position, display_indices
+from cactus_core.app.positions import Position, display_indices, truncation_warning
 from cactus_core.app.settings import param_value
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.rules import (
@@ -25,6 +25,7 @@ from cactus_core.maths.rules import (
     Rule,
     make_rule,
 )
+from cactus_core.maths.rules.table import rule_anchor
 
 # ---------------------------------------------------------------------------------------------
 # Parameters: one widget per distinct Param, shared by the rules that declare the same one
@@ -181,6 +182,85 @@ def headlines(position: Position, rows: Sequence[RuleRow]) -> list[Headline]:
             help="nats. h is what this draft is verified against; pi is what is actually emitted.",
         ),
     ]
+
+
+@dataclass(frozen=True)
+class Note:
+    """What the Playground says about the position on screen, from the numbers it shows."""
+
+    text: str
+    warning: bool = False
+
+
+def _kl_text(x: float) -> str:
+    return f"{x:.3f}"  # as the headline card writes KL
+
+
+def position_note(position: Position, rows: Sequence[RuleRow], delta: float) -> Note | None:
+    """The preset's note, worded from this position's numbers at the default rule's `delta`
+    (every comparison is made on the values as the cards round them, so the words never
+    contradict the screen). A draft outside q's support gets the truncation warning, and
+    nothing else: one alert, not two."""
+    warning = truncation_warning(position)
+    if warning:
+        return Note(warning, warning=True)
+    by_name = {r.name: r for r in rows}
+    base, main = by_name[LOSSLESS_RULE], by_name[DEFAULT_RULE]
+    n = position.drafted
+    token = repr(display_token(position.labels[n]))
+    pn, qn = float(position.p[n]), float(position.q[n])
+    at = f"At δ = {delta:g}"
+    if position.story == "worked":
+        return Note(
+            f"Lossless acceptance of {token} is q_n / p_n = {qn:.2f} / {pn:.2f} = "
+            f"{base.accept_drafted:.2%}. {at}, {main.name} accepts it with "
+            f"{main.accept_drafted:.1%}, and KL(h ‖ q) = {_kl_text(main.kl_h_q)} nats."
+        )
+    if position.story == "bet":
+        return Note(
+            f"The draft bets {pn:.0%} on {token}, which the verifier gives {qn:.0%}. {at}, "
+            f"{main.name} accepts it with {main.accept_drafted:.1%} (lossless: "
+            f"{base.accept_drafted:.1%}), and the emitted text drifts by KL(π ‖ q) = "
+            f"{_kl_text(main.kl_pi_q)} nats."
+        )
+    if position.story == "drift":
+        kl_pi = float(_kl_text(main.kl_pi_q))
+        if delta == 0:
+            text = f"{at}, {main.name} is lossless: π = q, and KL(π ‖ q) = {_kl_text(0.0)} nats."
+            return Note(text)
+        if kl_pi > delta:
+            return Note(
+                f"KL(π ‖ q) = {_kl_text(main.kl_pi_q)} nats is more than δ = {delta:g}: δ "
+                "bounds h at the drafted token, but a rejection draws from a residual that "
+                "mixes over every possible draft, so the emitted π drifts from q by more "
+                "than δ."
+            )
+        return Note(
+            f"KL(π ‖ q) = {_kl_text(main.kl_pi_q)} nats is within δ = {delta:g} here. δ "
+            "bounds h at the drafted token only; π mixes the residual over every possible "
+            "draft, so at a smaller δ it can drift from q by more than δ."
+        )
+    if position.story == "nucleus":
+        cut = [
+            display_token(t)
+            for t, x in zip(position.labels, position.q.tolist(), strict=True)
+            if x == 0
+        ]
+        return Note(
+            f"{token} is inside the verifier's nucleus (q_n = {qn:.2f}). Top-p cut "
+            f"{', '.join(cut)} from q: drafted, they would be rejected whatever δ is."
+        )
+    return Note(position.note) if position.note else None
+
+
+def rule_words(position: Position, row: RuleRow) -> list[str]:
+    """What the focused rule does, in words (its own sentence and where docs/rules.md says
+    more), and why its residual sits on the drafted token, when it does at this position."""
+    cls = RULES[row.name]
+    lines = [f"**{row.name}**: {cls.in_words} More in `{rule_anchor(row.name)}`."]
+    if cls.residual_in_words and float(row.residual[position.drafted]) > 0:
+        lines.append(cls.residual_in_words)
+    return lines
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ class Position:
     """One position: token labels, draft p, verifier q (each [V], sums to 1) and the draft n.
 
     `params` holds parameter values that belong to the example (the worked example is stated
-    at delta = 0.21); widgets start there instead of at the rules' defaults.
+    at delta = 0.21); widgets start there instead of at the rules' defaults. `story` names
+    what a preset shows (one of STORIES); the Playground writes its note from the numbers on
+    screen (playground.position_note), so the note follows the slider.
 
     Equal content means equal positions (hash and == use a fingerprint of the numbers), so a
     Position can key the per-rule cache of the Playground.
@@ -32,7 +34,8 @@ class Position:
     p: torch.Tensor
     q: torch.Tensor
     drafted: int
-    note: str = ""
+    story: str = ""
+    note: str = ""  # fixed words about where it came from (a position of a decode run)
     notices: tuple[str, ...] = field(default_factory=tuple)
     params: Mapping[str, float] = field(default_factory=dict)
     fingerprint: str = field(init=False, repr=False, default="")
@@ -60,7 +63,7 @@ def _position(
     p: Sequence[float],
     q: Sequence[float],
     drafted: str,
-    note: str,
+    story: str,
     params: Mapping[str, float] | None = None,
 ) -> Position:
     return Position(
@@ -68,7 +71,7 @@ def _position(
         p=torch.tensor(p, dtype=torch.float32),
         q=torch.tensor(q, dtype=torch.float32),
         drafted=list(labels).index(drafted),
-        note=note,
+        story=story,
         params=dict(params or {}),
     )
 
@@ -102,6 +105,8 @@ def trace_row_position(
 
 _DELTA = Cactus.swept().name  # the worked example is stated for one value of it
 WORKED_EXAMPLE = "Worked example (reference README)"
+# What each preset shows; playground.position_note words it from the numbers.
+STORIES = ("worked", "bet", "drift", "nucleus")
 
 PRESETS: dict[str, Position] = {
     WORKED_EXAMPLE: _position(
@@ -109,8 +114,7 @@ PRESETS: dict[str, Position] = {
         [0.05, 0.80, 0.15],
         [0.30, 0.35, 0.35],
         "generate",
-        "Lossless acceptance is .35/.80 = 43.75%. At delta = 0.21 Cactus accepts 82.4% with "
-        "KL(h ‖ q) ≈ 0.197 nats.",
+        "worked",
         {_DELTA: 0.21},
     ),
     "Confident verifier, draft disagrees": _position(
@@ -118,23 +122,23 @@ PRESETS: dict[str, Position] = {
         [0.10, 0.15, 0.05, 0.70],
         [0.70, 0.20, 0.06, 0.04],
         "that",
-        "The draft bets on a token the verifier gives 4%. A small delta buys a lot of "
-        "acceptance here, and a lot of divergence too.",
+        "bet",
     ),
+    # A draft sure of two colours the verifier rates like any other: KL(pi ‖ q) exceeds delta
+    # up to delta ≈ 0.89, where it reaches KL(p ‖ q) and stops growing.
     "Flat verifier, peaky draft": _position(
         ["red", "blue", "green", "black", "white", "grey"],
-        [0.85, 0.05, 0.04, 0.03, 0.02, 0.01],
+        [0.60, 0.38, 0.01, 0.01, 0.0, 0.0],
         [0.20, 0.18, 0.17, 0.16, 0.15, 0.14],
         "red",
-        "Compare KL(pi ‖ q) with delta as delta moves: the residual mixes over every possible "
-        "draft, so the emitted pi can sit further from q than delta.",
+        "drift",
     ),
     "Outside the verifier's nucleus (top-p)": _position(
         ["Paris", "the", "a", "London", "Rome"],
         [0.30, 0.10, 0.05, 0.40, 0.15],
         [0.62, 0.25, 0.13, 0.0, 0.0],
         "London",
-        "Top-p cut London from q, so q_n = 0: h_n = 0 and it is rejected whatever delta is.",
+        "nucleus",
     ),
 }
 

@@ -22,7 +22,12 @@ if TYPE_CHECKING:
 RANK_BINS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20))
 Q_ZERO = "q_n = 0"
 CURVE_POINTS = 60
-MAX_CURVE_DELTA = 1e6
+
+
+def slider_top() -> float:
+    """The top of the default rule's delta slider: the deltas a visitor can set. A rescue that
+    needs more is said to, never quoted in nats no widget offers."""
+    return float(RULES[DEFAULT_RULE].swept().ui[1])
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,10 @@ class RejectedDraft:
 
     @property
     def delta_text(self) -> str:
-        return "never" if self.delta == NEVER else f"{self.delta:.4g}"
+        if self.delta == NEVER:
+            return "never"
+        top = slider_top()
+        return f"> {top:g} (past the slider)" if self.delta > top else f"{self.delta:.3g}"
 
 
 def q_rank(pos: PositionTrace) -> int | None:
@@ -72,21 +80,18 @@ def rejected_drafts(
     return out
 
 
-def rescue_grid(drafts: Sequence[RejectedDraft]) -> list[float]:
-    """The deltas of the rescue curve, log-spaced: from a thousandth of the top of the default
-    rule's delta slider to that top, or further, to the largest finite rescuing delta (a draft
-    the verifier all but rules out needs thousands of nats), capped at MAX_CURVE_DELTA."""
-    high = RULES[DEFAULT_RULE].swept().ui[1]
-    finite = [d.delta for d in drafts if d.delta != NEVER]
-    top = min(max([high, *finite]) * 1.05, MAX_CURVE_DELTA)
+def rescue_grid() -> list[float]:
+    """The deltas of the rescue curve, log-spaced over the default rule's delta slider: from a
+    thousandth of its top to its top, so the curve ends at what the slider can buy."""
+    high = slider_top()
     low = high / 1000
-    step = (math.log(top) - math.log(low)) / (CURVE_POINTS - 1)
+    step = (math.log(high) - math.log(low)) / (CURVE_POINTS - 1)
     return [math.exp(math.log(low) + i * step) for i in range(CURVE_POINTS)]
 
 
 def rescue_curve(drafts: Sequence[RejectedDraft]) -> tuple[list[float], list[float]]:
     """(deltas, share of the rejected drafts rescued at each)."""
-    grid = rescue_grid(drafts)
+    grid = rescue_grid()
     return grid, rescued_share([d.delta for d in drafts], grid)
 
 
@@ -113,8 +118,8 @@ def rescue_table(drafts: Sequence[RejectedDraft]) -> list[dict[str, object]]:
     return [
         {
             "round": d.round_index + 1,
-            "token": d.slot + 1,
-            "draft": show_text(d.token),
+            "slot": d.slot + 1,  # the draft's place in its round
+            "drafted token": show_text(d.token),
             "p_n": d.p_n,
             "q_n": d.q_n,
             "rank in q": "–"
@@ -127,13 +132,20 @@ def rescue_table(drafts: Sequence[RejectedDraft]) -> list[dict[str, object]]:
 
 
 def rescue_summary(drafts: Sequence[RejectedDraft]) -> str:
-    """One sentence: how many were rejected, how many no delta rescues, the median delta."""
+    """One sentence: how many were rejected, how many no delta rescues, and how many of the
+    others the delta slider rescues (with the median delta when it is on the slider)."""
     if not drafts:
         return "No draft was rejected."
     never = sum(d.delta == NEVER for d in drafts)
     finite = sorted(d.delta for d in drafts if d.delta != NEVER)
     out = f"{len(drafts)} draft(s) rejected; {never} had q_n = 0, which no delta rescues."
     if finite:
+        top = slider_top()
+        within = sum(x <= top for x in finite)
+        out += f" Of the other {len(finite)}, {within} pass for sure at some delta ≤ {top:g}"
         median = statistics.median(finite)
-        out += f" Half of the others pass for sure by delta = {median:.3g}."
+        if median <= top:
+            out += f", half of them by delta = {median:.3g}."
+        else:
+            out += "; the rest need more than the slider offers."
     return out

@@ -464,6 +464,14 @@ def _rebuild(ids: list[int], probs: list[float], vocab: int) -> tuple[torch.Tens
     return row / row.sum(), True
 
 
+def position_rows(pos: PositionTrace, vocab: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """p and q [V] (float64) of a drafted position, rebuilt from its replay rows as `reverify`
+    rebuilds them, and whether both are exact (no tail was smeared)."""
+    p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+    q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+    return p, q, ok_p and ok_q
+
+
 def reverify(trace: Trace, rule: Rule | str) -> Replay:
     """Judge every round's drafts again under `rule`, with the same coins.
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from cactus_core.engine.decoding.generation import GenerationStats
+from cactus_core.engine.decoding.recording import RoundRecord, position_traces
 from cactus_core.engine.decoding.recording import _ensure as ensure_entry
-from cactus_core.engine.decoding.recording import position_traces
 from cactus_core.engine.decoding.round import logprobs
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 from cactus_core.engine.drafting.tree_drafter import TreeDrafter
@@ -90,15 +90,10 @@ def run_tree_round(
     return TreeOutcome(tree, verdict, q, logits, t1 - t0 + t3 - t2, t2 - t1, calls)
 
 
-def tree_round_trace(
-    index: int,
-    out: TreeOutcome,
-    text: Callable[[int], str],
-    positions: list[PositionTrace] | None = None,
-) -> RoundTrace:
+def tree_round_trace(index: int, out: TreeOutcome, text: Callable[[int], str]) -> RoundTrace:
     """The round as a chain along its accepted path (the m accepted nodes, then the recovered
-    or bonus token), with the whole tree and its verdict in `tree` and, when recorded, one
-    position per row of the tree in `positions` (`tree_positions`)."""
+    or bonus token), with the whole tree and its verdict in `tree`; its `positions` (one per
+    row of the tree, `tree_positions`) come with the recording."""
     v = out.verdict
     path_tokens = [int(out.tree.tokens[n]) for n in v.path]
     m = len(path_tokens)
@@ -121,7 +116,6 @@ def tree_round_trace(
         emitted_fates=["accepted"] * m + [v.last],
         draft_s=out.draft_s,
         verify_s=out.verify_s,
-        positions=positions or [],
         emitted_logprobs=lp[0].tolist(),
         tree=v.to_dict(),
     )
@@ -191,26 +185,26 @@ def tree_positions(
     return rows
 
 
-def record_tree_round(
-    judge: Rule,
-    out: TreeOutcome,
-    index: int,
-    text: Callable[[int], str],
-    measure: bool,
-    top: tuple[int, int] | None,
-    probe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-) -> tuple[RoundTrace, list[float]]:
-    """The round's trace and KL(pi ‖ q) at each emitted token. probe(p, q) sees the full rows
-    [d, V] of the d judged rows on the path (the chain's decided positions); top = (top-N,
-    top-M) records every row's `tree_positions` (and KL at every judged row), None skips them."""
-    judged = judged_rows(out.tree)
+def tree_path_rows(out: TreeOutcome) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q [d, V] at the d judged rows on the path (the chain's decided positions): what
+    the decoder's probe sees of a tree round."""
+    judged = set(judged_rows(out.tree))
     on_path = [r for r in out.verdict.path_rows if r in judged]
-    if probe is not None:
-        probe(out.tree.draft_probs[on_path], out.q[on_path])
+    return out.tree.draft_probs[on_path], out.q[on_path]
+
+
+def record_tree_round(
+    judge: Rule, out: TreeOutcome, measure: bool, top: tuple[int, int] | None
+) -> RoundRecord:
+    """The round's recording (on the decoder's recording worker): KL(pi ‖ q) at each emitted
+    token and, with top = (top-N, top-M), every row's `tree_positions` (and KL at every judged
+    row; without, only at the path's)."""
+    judged = judged_rows(out.tree)
+    on_path = [r for r in out.verdict.path_rows if r in set(judged)]
     kl_rows = row_kl(judge, out, judged if top is not None else on_path, measure)
-    kl_pi = tree_emitted_kl(judge, out, measure, kl_rows)
-    positions = None if top is None else tree_positions(judge, out, kl_rows, *top)
-    return tree_round_trace(index, out, text, positions), kl_pi
+    kl_pi: list[float | None] = list(tree_emitted_kl(judge, out, measure, kl_rows))
+    positions = [] if top is None else tree_positions(judge, out, kl_rows, *top)
+    return RoundRecord(kl_pi, positions)
 
 
 def count_tree(st: GenerationStats, out: TreeOutcome) -> None:

@@ -33,6 +33,10 @@ class Block(SPS):
     colour = "#B3446C"
     shown_first = False
     description = "block verification: lossless, decides on the whole draft (sps when k = 1)"
+    in_words = (
+        "Lossless like sps, but it judges the whole draft at once instead of token by token, so"
+        " on average it keeps at least as many drafted tokens."
+    )
     citation = (
         "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv 2403.10444)"
     )

@@ -68,6 +68,10 @@ class Cascade(Deferral):
     family = "deferral"
     colour = "#BE0032"
     description = "speculative cascade: h = p where max p ≥ 1 − alpha (Chow's rule), else q"
+    in_words = (
+        "Trusts the draft outright where the draft is confident (its top token has probability "
+        "at least 1 − α) and checks it against the verifier everywhere else."
+    )
     citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
     guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
     tunable = True
@@ -101,6 +105,10 @@ class Fuzzy(Deferral):
     family = "deferral"
     colour = "#8DB600"
     description = "fuzzy speculative decoding: h = p where JS(p, q) ≤ T nats, else q"
+    in_words = (
+        "Trusts the draft where the draft and the verifier roughly agree (Jensen–Shannon "
+        "divergence at most T nats) and checks it against the verifier everywhere else."
+    )
     citation = (
         "Holsman et al., Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff, 2025"
     )

@@ -28,6 +28,10 @@ class Interp(Rule):
     family = "fixed target"
     colour = "#E68FAC"
     description = "verify against h = alpha·p + (1 − alpha)·q on q's support"
+    in_words = (
+        "Checks the draft against a blend of the two models (a share α of the draft, the rest "
+        "verifier), so the text moves part of the way toward the draft's."
+    )
     citation = "mixture of draft and verifier: a simple lossy baseline"
     guarantee = (
         "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
@@ -84,6 +88,11 @@ class Optimal(Rule):
     colour = "#882D17"
     shown_first = True
     description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
+    in_words = (
+        "The most any rule can accept at one position: it checks the draft against the "
+        "distribution that lets the most drafts through while staying within the KL budget of "
+        "the verifier's."
+    )
     citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
     guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
     needs_rows = True
@@ -125,6 +134,10 @@ class OptimalPrice(Optimal):
     colour = "#2B3D26"
     shown_first = False
     description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
+    in_words = (
+        "Like optimal, but with one exchange rate t between acceptance and divergence at every "
+        "position, which makes the best trade over a whole text rather than per position."
+    )
     citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
     guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"
     params_spec = (

@@ -16,6 +16,11 @@ class SPS(Rule):
     colour = "#848482"
     shown_first = True
     description = "lossless speculative sampling: a(n) = min(1, q_n / p_n)"
+    in_words = (
+        "Keeps the drafted token with probability q_n / p_n (always when the verifier likes it "
+        "at least as much as the draft does) and otherwise draws a replacement from where the "
+        "verifier wants more than the draft gave, so the text is exactly the verifier's."
+    )
     citation = "Leviathan et al., ICML 2023; Chen et al., 2023"
     guarantee = "pi = q exactly, whatever the draft"
     lossless = True

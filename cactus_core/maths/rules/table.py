@@ -1,6 +1,7 @@
-"""The rules table of the docs, written from the rules' own metadata (so it cannot drift).
+"""The rules table of the docs and each rule in words, written from the rules' own metadata
+(so they cannot drift).
 
-`python -m cactus_core rules` prints it; docs/rules.md holds a copy that a test compares.
+`python -m cactus_core rules` prints both; docs/rules.md holds a copy that a test compares.
 """
 
 from __future__ import annotations
@@ -36,3 +37,24 @@ def rules_markdown(rules: dict[str, type[Rule]]) -> str:
             f"| {cls.citation} |"
         )
     return "\n".join(lines) + "\n"
+
+
+DOCS_PAGE = "docs/rules.md"
+
+
+def rule_anchor(name: str) -> str:
+    """Where docs/rules.md describes a rule: its heading under "Each rule in words" (a heading
+    "### `name`" gets the anchor "name", as rule names are lower case with hyphens)."""
+    return f"{DOCS_PAGE}#{name}"
+
+
+def rules_in_words(rules: dict[str, type[Rule]]) -> str:
+    """One heading per rule with its plain sentence (and what its residual does on the drafted
+    token, where it differs from every min(1, h_n / p_n) rule)."""
+    parts = []
+    for name, cls in rules.items():
+        text = cls.in_words
+        if cls.residual_in_words:
+            text += f" {cls.residual_in_words}"
+        parts.append(f"### `{name}`\n\n{text}\n")
+    return "\n".join(parts)

@@ -80,6 +80,15 @@ class TAS(_QThreshold):
     family = "thresholds"
     colour = "#F38400"
     description = "typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))"
+    in_words = (
+        "Keeps the drafted token whenever the verifier gives it more than a small threshold "
+        "probability, and otherwise writes the verifier's single most likely token."
+    )
+    residual_in_words = (
+        "tas's residual ignores the draft: a rejection writes q's most likely token, so when "
+        "the drafted token is that token the residual sits on the drafted token itself. With "
+        "alpha below 1 that token always passes, so this residual is never drawn."
+    )
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
     guarantee = "none on the divergence; a rejection emits argmax q"
     params_spec = (
@@ -126,6 +135,10 @@ class TopK(_QThreshold):
     family = "thresholds"
     colour = "#654522"
     description = "accept a draft in q's top k_top"
+    in_words = (
+        "Keeps the drafted token when it is among the verifier's k_top most likely tokens, and "
+        "otherwise draws a replacement from among those top tokens."
+    )
     citation = "a common lossy baseline: top-k membership under the verifier"
     guarantee = "emits only tokens in q's top k_top"
     params_spec = (
@@ -169,6 +182,15 @@ class RelaxedTopK(_QThreshold):
     family = "thresholds"
     colour = "#C2B280"
     description = "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
+    in_words = (
+        "Keeps the drafted token when it is among the verifier's K favourites and nearly as "
+        "likely as the verifier's top choice (within δ_r), and otherwise draws a fresh token "
+        "from the verifier."
+    )
+    residual_in_words = (
+        "relaxed-topk's residual is q itself, drafted token included: a rejected draft can be "
+        "written again."
+    )
     citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
     guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
     tunable = True
