@@ -547,7 +547,7 @@ class SpeculativeDecoder:
         top = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
         args = (self.judge, out, self.measure_kl, top)
         if top is None and (self.judge.lossless or not self.measure_kl):
-            record = Recorded([record_tree_round(*args)])  # zeros only: nothing worth a thread
+            record = Recorded(record_tree_round(*args))  # zeros only: nothing worth a thread
         else:
             record = recorder.submit(f"tree round {row.stats.rounds}", record_tree_round, *args)
         elapsed = time.perf_counter() - t0

@@ -195,16 +195,16 @@ def tree_path_rows(out: TreeOutcome) -> tuple[torch.Tensor, torch.Tensor]:
 
 def record_tree_round(
     judge: Rule, out: TreeOutcome, measure: bool, top: tuple[int, int] | None
-) -> RoundRecord:
-    """The round's recording (on the decoder's recording worker): KL(pi ‖ q) at each emitted
-    token and, with top = (top-N, top-M), every row's `tree_positions` (and KL at every judged
-    row; without, only at the path's)."""
+) -> list[RoundRecord]:
+    """The round's recording, one sequence's (on the decoder's recording worker): KL(pi ‖ q)
+    at each emitted token and, with top = (top-N, top-M), every row's `tree_positions` (and
+    KL at every judged row; without, only at the path's)."""
     judged = judged_rows(out.tree)
     on_path = [r for r in out.verdict.path_rows if r in set(judged)]
     kl_rows = row_kl(judge, out, judged if top is not None else on_path, measure)
     kl_pi: list[float | None] = list(tree_emitted_kl(judge, out, measure, kl_rows))
     positions = [] if top is None else tree_positions(judge, out, kl_rows, *top)
-    return RoundRecord(kl_pi, positions)
+    return [RoundRecord(kl_pi, positions)]
 
 
 def count_tree(st: GenerationStats, out: TreeOutcome) -> None:
