@@ -143,6 +143,7 @@ def test_the_inspector_and_the_playground_read_a_tree_rows(recorded):
             assert {"p", "h", "residual"} <= set(view.series)
             assert view.kl_pi_q == rnd.positions[row].kl_pi_q
             assert any("coin u" in n for n in view.notes)
+            assert any("KL(pi ‖ q) =" in n for n in view.notes)
     if rnd.num_accepted:
         pos = trace_position(out.trace, rnd.index, 0)
         assert pos.labels[pos.drafted] == out.trace.text(rnd.positions[0].draft_id)

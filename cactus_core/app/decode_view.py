@@ -426,6 +426,11 @@ def _inspect_tree(trace: Trace, rnd: RoundTrace, slot: int, top: int) -> Inspect
     if bars is None:
         notes.append("This trace kept no rows at the tree's nodes, so no bars.")
         return Inspection(title, [], {}, None, notes=notes, tree=frame)
+    if bars.kl_pi_q is not None and bars.kl_h_q is not None:
+        notes.append(
+            f"At this node KL(h ‖ q) = {bars.kl_h_q:.4f} and KL(pi ‖ q) = {bars.kl_pi_q:.4f} "
+            "nats (pi: the exact law of the token emitted here, whatever the candidates)."
+        )
     if "h" in bars.series:
         notes.append(
             "Bars: p, q, and the rule's h and residual for the first candidate (the later "
