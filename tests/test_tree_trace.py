@@ -12,6 +12,7 @@ import torch
 
 import cactus_core.engine.decoding.decoder as decoder_module
 from cactus_core.app.decode_view import inspect_token, live_stats, trace_position
+from cactus_core.app.replay_view import replay_kl
 from cactus_core.app.tree_view import tree_replay_note
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import Trace, decided_positions, reverify
@@ -168,3 +169,13 @@ def test_the_sweep_probe_sees_the_judged_rows_on_the_path(feature_pair):
         judged = len(tree["path"]) + (tree["last"] == "recovered")
         assert n_p == n_q == judged
     assert torch.isfinite(torch.tensor(out.stats.kl_sum))
+
+
+def test_a_tree_replay_costs_its_rules_kl_node_by_node(recorded):
+    out, _, rule = recorded
+    same = replay_kl(out.trace, reverify(out.trace, rule))
+    assert same.exact and same.rounds
+    assert same.replay_mean == pytest.approx(same.run_mean, rel=1e-4)
+    looser = replay_kl(out.trace, reverify(out.trace, make_rule("cactus", delta=3.0)))
+    assert looser.rounds == same.rounds and looser.run_mean == same.run_mean
+    assert looser.replay_mean > same.run_mean
