@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 @dataclass(frozen=True)
 class TreeSettings:
     """The shape of a draft tree. Defaults: the fastest shape measured side by side on a CPU
-    without native bfloat16, where checking 9 tokens costs 1.1–1.3 times what the chain's 5
+    without native bfloat16, where checking 9 tokens costs 1.1–1.35 times what the chain's 5
     do and 13–17 up to 1.7 times (docs/benchmarks.md, "Draft trees"): two candidates at each
     of 4 depths, along the most probable path. Where checking more tokens is nearly free (a GPU, an
     AMX CPU in bfloat16) larger trees pay, e.g. 16 nodes, depth 6, width 2, root branch 4."""
