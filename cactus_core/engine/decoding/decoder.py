@@ -78,8 +78,9 @@ from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.tree_round import (
     count_tree,
     draw_tree_coins,
+    record_tree_round,
     run_tree_round,
-    tree_emitted_kl,
+    tree_path_rows,
     tree_round_trace,
 )
 from cactus_core.engine.drafting.caches import open_caches
@@ -540,13 +541,15 @@ class SpeculativeDecoder:
         coins = draw_tree_coins(row.generator, self.tree, self.device)
         out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
         t0 = time.perf_counter()
+        if self.probe is not None:  # the judged rows on the path: the chain's decided ones
+            self.probe(row.index, row.stats.rounds, *tree_path_rows(out))
         rnd = tree_round_trace(row.stats.rounds, out, self._text)
-        if self.measure_kl and not self.judge.lossless:
-            record = recorder.submit(
-                f"tree round {row.stats.rounds}", _tree_record, self.judge, out
-            )
+        top = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
+        args = (self.judge, out, self.measure_kl, top)
+        if top is None and (self.judge.lossless or not self.measure_kl):
+            record = Recorded(record_tree_round(*args))  # zeros only: nothing worth a thread
         else:
-            record = Recorded([RoundRecord(tree_emitted_kl(self.judge, out, measure=False))])
+            record = recorder.submit(f"tree round {row.stats.rounds}", record_tree_round, *args)
         elapsed = time.perf_counter() - t0
         clock.record += elapsed
         clock.record_inline += elapsed
@@ -659,8 +662,3 @@ class SpeculativeDecoder:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
-
-
-def _tree_record(judge: Rule, out: Any) -> list[RoundRecord]:
-    """A tree round's recording (on the worker): KL(pi ‖ q) at its emitted positions."""
-    return [RoundRecord(tree_emitted_kl(judge, out))]
