@@ -45,6 +45,7 @@ from pages._common import (
     preload_pair,
     restore_link,
     set_pair_error_slot,
+    set_pair_status_slot,
     warm_label,
     write_link,
 )
@@ -163,12 +164,15 @@ def _sampling_widgets() -> dict[str, float | int]:
 def _pair_status(s: AppSettings) -> None:
     loading = preload_pair(s)
     warm = warm_label(s)
+    # A page that loads the pair later in this run rewrites this line (`get_pair`).
+    slot = st.empty()
+    set_pair_status_slot(slot)
     if warm:
-        st.caption(f"Loaded: {warm}")
+        slot.caption(f"Loaded: {warm}")
     elif loading:
-        st.caption("Loading the embedded pair in the background for the Decode page.")
+        slot.caption("Loading the embedded pair in the background for the Decode page.")
     else:
-        st.caption("Models load on the Decode page.")
+        slot.caption("Models load on the Decode page.")
 
 
 def _policy() -> DeploymentPolicy | None:

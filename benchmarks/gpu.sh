@@ -25,6 +25,8 @@
 #   GPU_SH_PROMPTS, GPU_SH_TOKENS, GPU_SH_TOP_P
 #                        the decoder rows: built-in prompts, new tokens, top-p values
 #                        (default 10, 128, "1.0")
+#   GPU_SH_TREE_NODES, GPU_SH_TREE_DEPTH
+#                        the feature draft's tree rows: node budget and depth (default 16, 6)
 #   GPU_SH_BUDGET_S      wall-clock seconds for everything (default 460: 8 minutes less a
 #                        margin for the summary); a section gets what is left, capped
 
@@ -71,6 +73,8 @@ fi
 PROMPTS=${GPU_SH_PROMPTS:-$([[ $DRY == 1 ]] && echo 1 || echo 10)}
 TOKENS=${GPU_SH_TOKENS:-$([[ $DRY == 1 ]] && echo 8 || echo 128)}
 read -r -a TOP_P <<<"${GPU_SH_TOP_P:-1.0}"
+TREE_NODES=${GPU_SH_TREE_NODES:-16}
+TREE_DEPTH=${GPU_SH_TREE_DEPTH:-6}
 
 # Everything printed from here on also lands in gpu.log, as it happens, so a run cut off by
 # the caller's time limit still brings back what it did.
@@ -336,9 +340,18 @@ decoder_rows() { # draft | feature
     echo "Embedded verifier ($dtype) with the $label on $DEV: the first $PROMPTS built-in"
     echo "prompts, $TOKENS new tokens, T = 0.7, k = 4, batch 1; modelled column with c = $c"
     echo "(this run's step costs)."
+    local rows=(verifier-only sps "cactus δ=1")
+    if [[ $1 == feature ]]; then
+        # Trees need the feature draft: the same prompts and coins as a chain of k = 4 and as
+        # a tree (a GPU checks 17 tokens for about the cost of 1, so the 16-node default).
+        rows+=("sps tree" "cactus δ=1 tree")
+        extra+=(--tree --tree-nodes "$TREE_NODES" --tree-depth "$TREE_DEPTH" --tree-width 2
+            --tree-branch 2 --tree-root-branch 4)
+        echo "Tree rows: $TREE_NODES nodes, depth $TREE_DEPTH, width 2, branch 2, root branch 4."
+    fi
     lim "$PY" -m cactus_core bench --device "$DEV" --dtype "$dtype" --prompts "$PROMPTS" \
         --max-new-tokens "$TOKENS" --top-p "${TOP_P[@]}" --k 4 --temperature 0.7 \
-        --rows verifier-only sps "cactus δ=1" --no-hf --c "$c" \
+        --rows "${rows[@]}" --no-hf --c "$c" \
         --out "$OUT/decoder-$1.json" "${extra[@]}"
 }
 
@@ -362,7 +375,7 @@ run_section "Verify step (benchmarks/bench_verify.py)" 90 md verify_bench
 run_section "Step costs and modelled speedup (benchmarks/bench_steps.py --costs)" 200 md step_costs
 if [[ $VERIFIER == embedded ]]; then
     run_section "Decoder rows, embedded 3-layer draft" 170 md decoder_draft
-    run_section "Decoder rows, feature-conditioned draft" 170 md decoder_feature
+    run_section "Decoder rows, feature-conditioned draft: chain and tree" 230 md decoder_feature
     if "$PY" -c "import ray" 2>/dev/null; then
         run_section "Sweep on Ray, one GPU worker (benchmarks/bench_sweep_ray.py)" 150 md ray_sweep
     else

@@ -141,20 +141,22 @@ def add_tree_args(p: argparse.ArgumentParser, what: str) -> None:
     g = p.add_argument_group("draft tree (needs a feature draft)")
     g.add_argument("--tree", action="store_true", help=what)
     d = TreeSettings()
-    for name in ("nodes", "depth"):
-        low, high = TreeSettings.RANGES[name]
+    for name, value in d.to_dict().items():
+        low, high = d.range_of(name)
         g.add_argument(
-            f"--tree-{name}",
+            f"--tree-{name.replace('_', '-')}",
             type=int,
-            default=getattr(d, name),
-            help=f"the tree's {name}, {low}..{high} (default {getattr(d, name)})",
+            default=value,
+            help=f"the tree's {TreeSettings.HELP[name]}, {low}..{high} (default {value})",
         )
 
 
 def tree_from_args(args: argparse.Namespace) -> TreeSettings | None:
     """The --tree settings, or None without --tree (ValueError for a value out of range)."""
-    settings = TreeSettings(nodes=args.tree_nodes, depth=args.tree_depth)
-    return settings if args.tree else None
+    if not args.tree:
+        return None
+    names = TreeSettings().to_dict()
+    return TreeSettings(**{name: getattr(args, f"tree_{name}") for name in names})
 
 
 def load_pair_from_args(args: argparse.Namespace):  # -> ModelPair

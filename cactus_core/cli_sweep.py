@@ -57,6 +57,7 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="use the first N (default 20; with --reference all the built-in prompts)",
     )
     add_sampling_args(p, max_new_tokens=64)
+    cli.add_tree_args(p, "draft a tree each round instead of a chain (prompts one by one)")
     p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
     p.add_argument(
         "--no-limit",
@@ -179,6 +180,7 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         chunk_size=args.chunk_size,
         limit=not args.no_limit,
         tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
+        tree=cli.tree_from_args(args),
     )
 
 

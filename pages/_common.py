@@ -69,6 +69,12 @@ _PAIR_SLOT = threading.local()
 def set_pair_error_slot(slot: DeltaGenerator) -> None:
     _PAIR_SLOT.value = slot
     _PAIR_SLOT.asked = False  # a new run: the linked pair's question is not on screen yet
+    _PAIR_SLOT.status = None
+
+
+def set_pair_status_slot(slot: DeltaGenerator) -> None:
+    """The sidebar's "Loaded: …" line, which a load later in the same run rewrites."""
+    _PAIR_SLOT.status = slot
 
 
 # The sidebar keys that name a model pair other than the embedded one. A link that sets them
@@ -259,6 +265,9 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
             f"{time.perf_counter() - start:.1f} s",
             state="complete",
         )
+    status, warm = getattr(_PAIR_SLOT, "status", None), warm_label(s)
+    if status is not None and warm:
+        status.caption(f"Loaded: {warm}")
     return pair
 
 

@@ -43,6 +43,7 @@ from cactus_core.app.transcript import (
     transcript_tokens,
 )
 from cactus_core.app.tree_figure import tree_figure
+from cactus_core.app.tree_view import tree_replay_note
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
 from pages import _k_tuner, _replay
@@ -334,12 +335,8 @@ def replay(run: DecodeRun) -> None:
         "flips are outlined in the transcript. Each round is judged on its own: later rounds keep "
         "the drafts that were actually made."
     )
-    if any(r.tree is not None for r in run.trace.rounds):
-        st.info(
-            "A tree run's trace keeps each round's verdict and coins but not the draft's and "
-            "the verifier's rows at its nodes, which a replay needs."
-        )
-        return
+    if (note := tree_replay_note(run.trace)) is not None:
+        st.caption(note)
     left, right = st.columns([2, 3])
     with left:
         name, params = rule_picker("replay", label="Replay under", default=run.rule_name)

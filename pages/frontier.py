@@ -156,6 +156,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
             chunk_size=chunk,
             limit=with_limit,
             tasks=tuple(tasks) if any(tasks) else (),
+            tree=s.tree,  # the sidebar's Drafting: a tree sweep decodes prompt by prompt
         )
     except ValueError as err:  # over the app's cap, or a setting SweepConfig refuses
         st.error(str(err))

@@ -141,6 +141,9 @@ def test_every_page_in_a_real_browser(server, browser):
         s.shot("playground")
 
         s.open("decode")
+        # the run that loaded the pair already says so in the sidebar, not only the next one
+        sidebar = s.page.locator('[data-testid="stSidebar"]')
+        assert sidebar.get_by_text("Loaded: ").count() == 1
         s.shorten()
         s.generate(run_id=1)
         assert s.page.locator(".cactus-transcript span").count() > 0

@@ -99,8 +99,11 @@ def test_position_and_k_charts_draw_the_counts() -> None:
 # -- the recording thread ----------------------------------------------------------------------
 
 
-def _recorder_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(RECORDER_THREAD)]
+def _recorder_threads(before: frozenset[threading.Thread] = frozenset()) -> list[threading.Thread]:
+    """Live recording threads, less those in `before` (a module-scoped fixture elsewhere in
+    this process may hold a stream it has not finished)."""
+    live = [t for t in threading.enumerate() if t.name.startswith(RECORDER_THREAD)]
+    return [t for t in live if t not in before]
 
 
 def _complete(rnd: Any) -> bool:
@@ -120,6 +123,7 @@ def _kl_of(rounds: list[Any]) -> float:
 def test_recording_runs_on_the_worker_and_is_complete_when_generate_returns(
     tiny_pair, monkeypatch
 ) -> None:
+    before = frozenset(_recorder_threads())
     where: list[str] = []
     real = decoder_module.record_round
 
@@ -138,10 +142,11 @@ def test_recording_runs_on_the_worker_and_is_complete_when_generate_returns(
     assert all(_complete(r) for r in out.trace.rounds)
     assert out.stats.kl_sum == _kl_of(out.trace.rounds) > 0
     assert 0 <= out.stats.record_s < out.stats.wall_s and out.stats.record_work_s > 0
-    assert not _recorder_threads()
+    assert not _recorder_threads(before)
 
 
 def test_a_streamed_round_is_complete_when_the_page_reads_it(tiny_pair) -> None:
+    before = frozenset(_recorder_threads())
     dec = SpeculativeDecoder(tiny_pair, "cactus-budget", k=3, temperature=1.0, trace_top_n=3)
     stream = dec.rounds(snap.PROMPTS[1], max_new_tokens=24, seed=4)
     kl = []
@@ -151,27 +156,29 @@ def test_a_streamed_round_is_complete_when_the_page_reads_it(tiny_pair) -> None:
     out = stream.output
     assert out is not None and len(out.trace.rounds) == len(kl) > 1
     assert math.isclose(out.stats.kl_sum, sum(kl), rel_tol=1e-9, abs_tol=1e-12)
-    assert not _recorder_threads()
+    assert not _recorder_threads(before)
 
 
 def test_closing_a_stream_midway_ends_its_recording_thread(tiny_pair) -> None:
+    before = frozenset(_recorder_threads())
     dec = SpeculativeDecoder(tiny_pair, "cactus-exact", k=4, temperature=1.0, trace_top_n=3)
     stream = dec.rounds(snap.PROMPTS[0], max_new_tokens=60, seed=1)
     events = iter(stream)
     first = next(events)
-    assert _complete(first) and _recorder_threads()  # the next round's recording is running
+    assert _complete(first) and _recorder_threads(before)  # the next round's recording is running
     stream.close()
-    assert not _recorder_threads() and stream.output is None
+    assert not _recorder_threads(before) and stream.output is None
     # an abandoned stream ends its thread when it is collected
     events = iter(dec.rounds(snap.PROMPTS[0], max_new_tokens=60, seed=1))
     next(events)
-    assert _recorder_threads()
+    assert _recorder_threads(before)
     del events
     gc.collect()
-    assert not _recorder_threads()
+    assert not _recorder_threads(before)
 
 
 def test_a_consumer_that_raises_midway_leaves_no_thread(tiny_pair) -> None:
+    before = frozenset(_recorder_threads())
     dec = SpeculativeDecoder(tiny_pair, "cactus", k=4, temperature=1.0, trace_top_n=3)
 
     def stop(rnd: Any, row: int) -> None:
@@ -180,10 +187,12 @@ def test_a_consumer_that_raises_midway_leaves_no_thread(tiny_pair) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         dec.generate(snap.PROMPTS[2], max_new_tokens=40, seed=0, on_round=stop)
-    assert not _recorder_threads()
+    assert not _recorder_threads(before)
 
 
 def test_an_error_on_the_recording_thread_surfaces_in_the_caller(tiny_pair, monkeypatch) -> None:
+    before = frozenset(_recorder_threads())
+
     def broken(*args: Any) -> Any:
         raise ArithmeticError("the emitted distribution went wrong")
 
@@ -192,7 +201,7 @@ def test_an_error_on_the_recording_thread_surfaces_in_the_caller(tiny_pair, monk
     with pytest.raises(ArithmeticError, match="the emitted distribution went wrong") as info:
         dec.generate(snap.PROMPTS[0], max_new_tokens=20, seed=0)
     assert any("recording thread while recording round 0" in n for n in info.value.__notes__)
-    assert not _recorder_threads()
+    assert not _recorder_threads(before)
 
 
 def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> None:
@@ -208,3 +217,25 @@ def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> No
     out = dec.generate(snap.PROMPTS[0], max_new_tokens=16, seed=0)
     assert not started and out.stats.mean_emitted_kl is None
     assert out.stats.record_work_s <= out.stats.record_s  # all inline: no worker
+
+
+def test_the_race_measures_the_decoder_with_recording_on(tiny_pair) -> None:
+    before = frozenset(_recorder_threads())
+    from cactus_core.app.decode_view import DecodeRequest
+    from cactus_core.app.race import Race
+    from cactus_core.app.settings import AppSettings
+    from cactus_core.app.speed_view import record_share
+    from cactus_core.maths.sampling import SamplingSettings
+
+    sampling = SamplingSettings(k=3, temperature=0.7, top_k=0, top_p=1.0, seed=5)
+    request = DecodeRequest(
+        "Hello there", AppSettings(sampling=sampling), "cactus", {"delta": 0.3}, 16, True
+    )
+    race = Race.start(tiny_pair, request, "cactus δ=0.3").run()
+    spec = race.speculative.output
+    assert spec is not None and all(_complete(r) for r in spec.trace.rounds)
+    assert spec.stats.mean_emitted_kl is not None and spec.stats.record_work_s > 0
+    share = record_share(race.comparison().spec_stats)
+    assert share is not None and 0 <= share.critical < 1 and share.work > 0
+    assert "recording thread" in share.caption("the race's speculative run")
+    assert not _recorder_threads(before)

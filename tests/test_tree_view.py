@@ -133,6 +133,9 @@ def test_step_through_takes_a_tree_round_apart(tree_run):
             for value in step.numbers.values():
                 assert num(value) in step.narration, (step.kind, value)
             assert "tree" in step_figures(step)
+            if step.kind == "decide":  # the row's p, q, h and residual from the trace's rows
+                assert set(step.bars.series) == {"p", "q", "h", "residual"}
+                assert "bars" in step_figures(step)
         # the decide steps reveal one depth more each, the ending all of it
         reveals = [s.tree.reveal for s in steps]
         assert reveals[:2] == [0, 0] and reveals[-1] is None
@@ -192,7 +195,12 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
     assert not at.exception, at.exception
     assert any(m.value.startswith("**Round 1, token 1") for m in at.markdown)
     assert any(t.startswith("The draft tree") for t in _titles(at))
-    assert any("replay needs" in i.value for i in at.info)
+    assert any(c.value.startswith("Tree rounds replay node by node") for c in at.caption)
+    at.button(key="dec_replay").click().run()
+    assert not at.exception, at.exception
+    replay = at.session_state["decode_run"].replay
+    assert replay is not None and replay.rounds[0].tree_after is not None
+    assert any(m.label == "tokens per call" for m in at.metric)
 
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
@@ -204,3 +212,28 @@ def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
     at.button(key="step_next").click().run()
     assert not at.exception
     assert at.subheader[0].value == round_steps(run, 0)[2].title  # the first decision
+
+
+def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypatch, tmp_path):
+    import cactus_core.experiments.sweep as sweep_module
+
+    monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path))
+    configs = []
+    real = sweep_module.run_chunk
+    monkeypatch.setattr(
+        sweep_module, "run_chunk", lambda pair, cfg, *a: configs.append(cfg) or real(pair, cfg, *a)
+    )
+    at = _tree_session(feature_pair, monkeypatch, "pages/frontier.py")
+    at.slider(key="fr_n_24").set_value(2)
+    at.slider(key="fr_max_new").set_value(8)
+    at.slider(key="fr_chunk").set_value(2)
+    at.multiselect(key="fr_rules").set_value(["cactus"])
+    at.run()
+    at.text_input(key="fr_grid_cactus").set_value("0.5")
+    at.run()
+    at.button(key="fr_run").click().run()
+    assert not at.exception, at.exception
+    assert configs and all(c.tree == TREE for c in configs)
+    table = at.dataframe[-1].value
+    assert list(table["setting"]) == ["verifier-only", "cactus δ=0.5"]
+    assert table["tokens/call"].iloc[1] >= 1.0

@@ -7,18 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
 from cactus_core.app.metrics import Headline, SpeedComparison
 from cactus_core.app.narration import num
 from cactus_core.app.playground import compare_rules
-from cactus_core.app.positions import Position, display_indices
+from cactus_core.app.positions import Position, display_indices, trace_row_position
 from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.transcript import FATE_LABELS, show_text
 from cactus_core.app.tree_figure import TreeFrame
+from cactus_core.app.tree_view import candidate_lines, tree_bars, tree_row_position
+from cactus_core.engine.decoding.trace import decided_positions
 from cactus_core.maths.rules import Rule, lossless_rule
-from cactus_core.maths.tree import TreeVerdict, children_of
+from cactus_core.maths.tree import TreeVerdict
 
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
@@ -165,7 +165,7 @@ def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
     accepted = sum(r.num_accepted for r in rounds if r.k or r.tree is not None)
     kl_sum = 0.0
     for r in rounds:
-        for pos in r.positions[: min(len(r.emitted_ids), r.k)]:
+        for pos in decided_positions(r):
             if pos.kl_pi_q is not None:
                 kl_sum += pos.kl_pi_q
     return LiveStats(
@@ -238,35 +238,19 @@ def round_table(rnd: RoundTrace) -> list[dict[str, object]]:
 
 
 def trace_position(trace: Trace, round_index: int, slot: int) -> Position:
-    """A drafted position of a trace as a Position over a reduced vocabulary.
-
-    The trace keeps the top-M entries of p and q (plus the drafted token's exact p_n, q_n).
-    The reduced vocabulary is their union plus one "(rest)" token holding each row's remaining
-    mass, so rule maths on it is exact for the kept tokens' own a(n) and approximate elsewhere.
-    """
+    """A drafted position of a trace as a Position over a reduced vocabulary
+    (`positions.trace_row_position`)."""
     rnd = trace.rounds[round_index]
     if not 0 <= slot < rnd.k:
         raise ValueError(f"slot {slot} is not a drafted slot of round {round_index} (k = {rnd.k})")
+    if rnd.tree is not None:
+        return tree_row_position(trace, rnd, slot)
     pos = rnd.positions[slot]
-    ids = list(dict.fromkeys([*pos.replay_q_ids, *pos.replay_p_ids]))
-    p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
-    q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
-    pv = torch.tensor([p.get(i, 0.0) for i in ids], dtype=torch.float64)
-    qv = torch.tensor([q.get(i, 0.0) for i in ids], dtype=torch.float64)
-    labels = [trace.text(i) for i in ids]
-    rest_p, rest_q = max(0.0, 1.0 - float(pv.sum())), max(0.0, 1.0 - float(qv.sum()))
-    if rest_p > 1e-6 or rest_q > 1e-6:
-        pv = torch.cat([pv, torch.tensor([rest_p], dtype=torch.float64)])
-        qv = torch.cat([qv, torch.tensor([rest_q], dtype=torch.float64)])
-        labels.append("(rest)")
-    return Position(
-        labels=tuple(labels),
-        p=(pv / pv.sum()).float(),
-        q=(qv / qv.sum()).float(),
-        drafted=ids.index(pos.draft_id),
-        note=f"Round {round_index + 1}, slot {slot + 1} of the last decode run "
-        f"(drafted {show_text(rnd.draft_text[slot])!r}, {rnd.draft_fates[slot]}).",
+    note = (
+        f"Round {round_index + 1}, slot {slot + 1} of the last decode run "
+        f"(drafted {show_text(rnd.draft_text[slot])!r}, {rnd.draft_fates[slot]})."
     )
+    return trace_row_position(pos, trace.text, pos.draft_id, note)
 
 
 @dataclass(frozen=True)
@@ -334,7 +318,7 @@ def inspect_token(trace: Trace, round_index: int, slot: int, top: int = 12) -> I
     """
     rnd = trace.rounds[round_index]
     if rnd.tree is not None:
-        return _inspect_tree(trace, rnd, slot)
+        return _inspect_tree(trace, rnd, slot, top)
     if rnd.k == 0 or slot >= rnd.k:
         return _inspect_emitted(trace, rnd, top)
     return _inspect_draft(trace, rnd, slot, top)
@@ -411,37 +395,55 @@ def _inspect_draft(trace: Trace, rnd: RoundTrace, slot: int, top: int) -> Inspec
     )
 
 
-def _inspect_tree(trace: Trace, rnd: RoundTrace, slot: int) -> Inspection:
-    """A token of a tree round: where it sits in the tree and the walk's numbers there; the
-    trace keeps the verdict, not the rows, so no bars."""
+def _inspect_tree(trace: Trace, rnd: RoundTrace, slot: int, top: int) -> Inspection:
+    """A token of a tree round: where it sits in the tree, every candidate the walk tried at
+    the row it was drawn at, and that row's bars (`tree_view`) when the trace kept them."""
     v = TreeVerdict.from_dict(rnd.tree)
     m = len(v.path)
     slot = min(slot, m)
     token = trace.text(v.emitted[slot])
     fate = "accepted" if slot < m else v.last
     title = f"Round {rnd.index + 1}, token {slot + 1}: {show_text(token)!r}, {FATE_LABELS[fate]}"
+    row = v.path_rows[slot]
     if slot < m:
-        i = v.path[slot]
-        rank = children_of(v.parents)[v.parents[i] + 1].index(i)
-        against = "the rule's h" if rank == 0 else f"the residual after {rank} rejection(s)"
-        notes = [
-            f"Candidate {rank + 1} at depth {slot + 1}: p = {num(v.p[i])}, q = {num(v.q[i])}; "
-            f"judged against {against} = {num(v.h[i])}, a(n) = {num(v.accept_probs[i])}, "
-            f"coin u = {num(v.coins[i])}: accepted."
-        ]
+        notes = [f"Accepted at depth {slot + 1}; the candidates there, in the order tried:"]
     elif v.last == "recovered":
         notes = [
-            f"Every candidate after the path's tip was rejected; the last residual gave "
-            f"{show_text(token)!r} (coin {num(v.emit_coin)})."
+            f"Every candidate here was rejected; the last residual gave {show_text(token)!r} "
+            f"(coin {num(v.emit_coin)}). The candidates, in the order tried:"
         ]
     else:
         notes = [
             f"The walk reached a leaf, so the verifier's q there gave the bonus "
             f"{show_text(token)!r} (coin {num(v.emit_coin)}); no rule applies to it."
         ]
+    notes += candidate_lines(trace, v, row)
     prev = trace.rounds[rnd.index - 1].emitted_ids[-1] if rnd.index > 0 else None
     root = trace.text(prev) if prev is not None else "(prompt)"
     labels = [trace.text(t) for t in v.tokens]
     frame = TreeFrame(v, labels, root, token if slot == m else trace.text(v.emitted[-1]))
-    notes.append("Hover over the tree's nodes for every candidate's p, q, h, a(n) and coin.")
-    return Inspection(title, [], {}, None, notes=notes, tree=frame)
+    bars = tree_bars(trace, rnd, slot, judging_rule(trace), top)
+    if bars is None:
+        notes.append("This trace kept no rows at the tree's nodes, so no bars.")
+        return Inspection(title, [], {}, None, notes=notes, tree=frame)
+    if bars.kl_pi_q is not None and bars.kl_h_q is not None:
+        notes.append(
+            f"At this node KL(h ‖ q) = {bars.kl_h_q:.4f} and KL(pi ‖ q) = {bars.kl_pi_q:.4f} "
+            "nats (pi: the exact law of the token emitted here, whatever the candidates)."
+        )
+    if "h" in bars.series:
+        notes.append(
+            "Bars: p, q, and the rule's h and residual for the first candidate (the later "
+            "ones are judged against residuals), from the trace's top rows of p and q."
+        )
+    return Inspection(
+        title,
+        bars.labels,
+        bars.series,
+        bars.highlight,
+        kl_h_q=bars.kl_h_q,
+        kl_pi_q=bars.kl_pi_q,
+        notes=notes,
+        mark="emitted",
+        tree=frame,
+    )

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from cactus_core.maths.rules import Cactus
+
+if TYPE_CHECKING:
+    from cactus_core.engine.decoding.trace import PositionTrace
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +73,33 @@ def _position(
         drafted=list(labels).index(drafted),
         story=story,
         params=dict(params or {}),
+    )
+
+
+def trace_row_position(
+    pos: PositionTrace, text: Callable[[int], str], drafted: int, note: str
+) -> Position:
+    """A trace's position (its replay rows: top-M of p and q, the drafted tokens' exact p and
+    q) as a Position over a reduced vocabulary: their union plus one "(rest)" token holding
+    each row's remaining mass, so rule maths on it is exact for the kept tokens' own a(n) and
+    approximate elsewhere. `drafted`: the token to mark."""
+    ids = list(dict.fromkeys([*pos.replay_q_ids, *pos.replay_p_ids]))
+    p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
+    q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
+    pv = torch.tensor([p.get(i, 0.0) for i in ids], dtype=torch.float64)
+    qv = torch.tensor([q.get(i, 0.0) for i in ids], dtype=torch.float64)
+    labels = [text(i) for i in ids]
+    rest_p, rest_q = max(0.0, 1.0 - float(pv.sum())), max(0.0, 1.0 - float(qv.sum()))
+    if rest_p > 1e-6 or rest_q > 1e-6:
+        pv = torch.cat([pv, torch.tensor([rest_p], dtype=torch.float64)])
+        qv = torch.cat([qv, torch.tensor([rest_q], dtype=torch.float64)])
+        labels.append("(rest)")
+    return Position(
+        labels=tuple(labels),
+        p=(pv / pv.sum()).float(),
+        q=(qv / qv.sum()).float(),
+        drafted=ids.index(drafted),
+        note=note,
     )
 
 

@@ -10,13 +10,21 @@ are the decoder's (exact, from the full rows); the replay's come from the rows t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.engine.decoding.trace import Replay, Trace, position_rows
+from cactus_core.engine.decoding.trace import (
+    PositionTrace,
+    Replay,
+    RoundTrace,
+    Trace,
+    position_rows,
+)
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule
+from cactus_core.maths.tree_verdict import TreeVerdict
 
 RUN_COLOUR, REPLAY_COLOUR = "#848482", "#008856"
 
@@ -51,6 +59,18 @@ def _emitted_positions(accepted: int, k: int) -> int:
     return min(accepted + 1, k)
 
 
+def _emitted_from(
+    rnd: RoundTrace, accepted: int, tree: dict[str, Any] | None = None
+) -> list[PositionTrace]:
+    """The recorded positions a round emits from under a rule that accepted `accepted` drafts:
+    a chain's (`_emitted_positions`); a tree's judged rows along the walk's path (`tree`, the
+    replay's verdict, or the run's), each emitting the chain's pi of its row."""
+    if rnd.tree is None:
+        return rnd.positions[: _emitted_positions(accepted, rnd.k)]
+    rows = TreeVerdict.from_dict(tree if tree is not None else rnd.tree).path_rows
+    return [rnd.positions[r] for r in rows if rnd.positions[r].draft_id is not None]
+
+
 def replay_kl(trace: Trace, replay: Replay) -> ReplayKL:
     """The run's and the replay's emitted KL on the replayed rounds."""
     rule = make_rule(replay.rule, **replay.rule_params)
@@ -63,14 +83,10 @@ def replay_kl(trace: Trace, replay: Replay) -> ReplayKL:
     exact = True
     for rr in replay.rounds:
         rnd = by_index[rr.index]
-        if rnd.tree is not None:  # a tree round's emitted pi is not this per-position sum
-            continue
-        k = rnd.k
-        kept = _emitted_positions(rr.num_accepted_before, k)
-        before = sum(pos.kl_pi_q or 0.0 for pos in rnd.positions[:kept])
+        before = sum(pos.kl_pi_q or 0.0 for pos in _emitted_from(rnd, rr.num_accepted_before))
         after = 0.0
         if not greedy:  # at T = 0 every rule is exact match: pi = q
-            for pos in rnd.positions[: _emitted_positions(rr.num_accepted_after, k)]:
+            for pos in _emitted_from(rnd, rr.num_accepted_after, rr.tree_after):
                 p, q, ok = position_rows(pos, vocab)
                 exact &= ok
                 after += float(kl(emitted_distribution(rule, p, q), q))

@@ -178,7 +178,7 @@ class StepRun:
     def _keep(self, rnd: RoundTrace) -> None:
         rows = RoundRows(positions=[])
         decided = self._decided.pop(rnd.index, None)
-        if decided is not None and rnd.k:
+        if decided is not None and rnd.k and rnd.tree is None:
             p, q = decided
             for j in range(p.shape[0]):
                 rows.positions.append(position_rows(self.judge, p[j], q[j], rnd.draft_ids[j]))

@@ -131,7 +131,7 @@ def flipped_slots(replay: Replay | None) -> dict[int, set[int]]:
     """Round index -> drafted slots whose fate changes under the replay."""
     if replay is None:
         return {}
-    return {r.index: set(r.flipped) for r in replay.rounds if r.flipped}
+    return {r.index: set(r.flipped_slots) for r in replay.rounds if r.flipped_slots}
 
 
 def round_tokens(

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 
 from cactus_core.app import narration as say
 from cactus_core.app.tree_figure import TreeFrame
+from cactus_core.app.tree_view import row_bars
 from cactus_core.maths.tree import TreeVerdict, children_of, node_depths
 
 if TYPE_CHECKING:
     from cactus_core.app.step_through import StepRun
     from cactus_core.app.step_view import Step
+    from cactus_core.engine.decoding.trace import PositionTrace
 
 
 def candidates(v: TreeVerdict, row: int, text: Callable[[int], str]) -> list[say.Candidate]:
@@ -47,6 +49,19 @@ def _numbers(cands: list[say.Candidate]) -> dict[str, float]:
         if j:
             out[f"p_left[{j}]"] = c.p_left
     return out
+
+
+def _bars(run: StepRun, pos: PositionTrace | None, after: str | None, v: TreeVerdict, d: int):
+    """The decide step's bars: p, q, the first candidate's h and residual at the row, from the
+    round's recorded rows (None without them); the token emitted there marked."""
+    from cactus_core.app.step_view import Bars  # step_view builds these steps: imports us
+
+    if pos is None:
+        return None
+    b = row_bars(pos, run.text, run.judge, 12, v.emitted[d])
+    where = "the root" if after is None else repr(after)
+    title = f"p, q, h (first candidate) and the residual after {where}"
+    return Bars(b.labels, b.series, b.highlight, title=title, mark="emitted")
 
 
 def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
@@ -81,7 +96,8 @@ def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
         cands = candidates(v, row, text)
         after = None if row == 0 else text(v.tokens[row - 1])
         line = say.tree_decide_sentence(after, cands, judge)
-        steps.append(make("decide", index, d, line, _numbers(cands), tree=frame(d + 1)))
+        bars = _bars(run, rnd.positions[row] if row < len(rnd.positions) else None, after, v, d)
+        steps.append(make("decide", index, d, line, _numbers(cands), bars=bars, tree=frame(d + 1)))
     last = text(v.emitted[-1])
     m = len(v.path)
     if v.last == "recovered":

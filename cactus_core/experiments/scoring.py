@@ -59,6 +59,10 @@ class PositionScores:
             self._pending.popleft().result()
         self._pending.append(self._pool.submit(self._score, row, rnd, p, q))
 
+    def at_row(self, row: int) -> Any:
+        """This probe for a decoder of one sequence that is row `row` of the chunk."""
+        return lambda _row, rnd, p, q: self(row, rnd, p, q)
+
     def _score(self, row: int, rnd: int, p: torch.Tensor, q: torch.Tensor) -> None:
         # The worker's torch ops run on this thread (intra-op parallelism is the caller's
         # setting); the result is written under a key only this call owns.
@@ -109,5 +113,10 @@ class PositionScores:
 
 
 def _decided(trace: Any) -> list[tuple[int, int]]:
-    """(round index, positions whose token was kept) of the trace's drafting rounds."""
-    return [(rnd.index, len(rnd.emitted_ids)) for rnd in trace.rounds if rnd.k > 0]
+    """(round index, positions whose token was kept) of the trace's drafting rounds; a tree
+    round (even one that accepted nothing) hands the probe its judged rows on the path."""
+    return [
+        (rnd.index, len(rnd.emitted_ids))
+        for rnd in trace.rounds
+        if rnd.k > 0 or rnd.tree is not None
+    ]

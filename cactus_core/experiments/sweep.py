@@ -530,30 +530,37 @@ def run_chunk(
     # The sweep reads counts and emitted tokens only; the top-N rows a trace can keep are
     # for the Decode page's inspector. The exact KL is scored by the probe, off the decoding
     # thread (`scoring`), so the decoder skips its own.
-    dec = SpeculativeDecoder(
-        pair,
-        rule,
-        sampling=config.sampling,
-        record_trace=False,
-        measure_kl=False,
-        probe=probe,
-    )
+    tree = None if setting.is_baseline else config.tree
+
+    def decoder(probe: Any) -> SpeculativeDecoder:
+        s = config.sampling
+        return SpeculativeDecoder(
+            pair, rule, sampling=s, record_trace=False, measure_kl=False, probe=probe, tree=tree
+        )
+
+    dec = decoder(probe)
     run = dec.generate_autoregressive if setting.is_baseline else dec.generate
     # The decoder seeds row j with seed + j; chunks are contiguous, so prompt i always gets
-    # prompt_seed(seed, i), whatever the chunk size.
+    # prompt_seed(seed, i), whatever the chunk size. A tree decodes one sequence at a time:
+    # prompt by prompt, with the same seeds and the probe's rows keyed by the chunk's row.
+    seed0 = prompt_seed(config.sampling.seed, idx[0])
+    kwargs = {"max_new_tokens": config.max_new_tokens, "chat_template": config.chat_template}
     try:
-        outs = run(
-            prompts,
-            max_new_tokens=config.max_new_tokens,
-            seed=prompt_seed(config.sampling.seed, idx[0]),
-            chat_template=config.chat_template,
-        )
+        if tree is None:
+            outs = run(prompts, seed=seed0, **kwargs)
+        else:
+            row_probe = (lambda j: None) if probe is None else probe.at_row
+            outs = [
+                decoder(row_probe(j)).generate(p, seed=seed0 + j, **kwargs)
+                for j, p in enumerate(prompts)
+            ]
     finally:
         if probe is not None:
             probe.finish()
-    stats = outs[0].stats
-    # The probe's hand-off (record_s) is the lab's instrumentation, not decoding work.
-    wall = stats.wall_s - stats.record_s
+    # The probe's hand-off (record_s) is the lab's instrumentation, not decoding work; a
+    # batch's stats carry the batch's clock, a tree chunk's rows each their own.
+    batch = outs[: 1 if tree is None else len(outs)]
+    wall = sum(o.stats.wall_s - o.stats.record_s for o in batch)
     total = LimitSums.empty() if probe is not None and config.limit else None
     records = []
     for row, (i, out) in enumerate(zip(idx, outs, strict=True)):

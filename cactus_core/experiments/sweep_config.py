@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.maths.rules import Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -256,6 +257,9 @@ class SweepConfig:
     # each prompt's task tag ("" untagged), or () for none; not part of a chunk's cache key,
     # since a tag changes no number, only how the records are grouped
     tasks: tuple[str, ...] = ()
+    # draft a tree each round instead of a chain (a feature-draft pair; prompts one by one);
+    # None: a chain of k. Part of the cache key only when set, so chain sweeps keep theirs.
+    tree: TreeSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -270,6 +274,8 @@ class SweepConfig:
             raise ValueError(f"{BASELINE} is always run; do not list it as a setting")
         if not isinstance(self.sampling, SamplingSettings):
             raise ValueError("sampling must be a SamplingSettings")
+        if self.tree is not None and not isinstance(self.tree, TreeSettings):
+            raise ValueError(f"tree must be a TreeSettings or None, got {self.tree!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.chunk_size < 1:
@@ -304,6 +310,7 @@ class SweepConfig:
             **self.sampling.to_dict(),
             "max_new_tokens": self.max_new_tokens,
             "chat_template": self.chat_template,
+            **({"tree": self.tree.to_dict()} if self.tree is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.experiments.estimate import CURVE_ARRAYS, EstimatedCurve
 from cactus_core.experiments.sweep import (
     ChunkRecord,
@@ -309,7 +310,16 @@ _CONFIG_KEYS = {
 
 
 def _config(cfg: Any, prompts: Any) -> SweepConfig:
-    _keys(cfg, _CONFIG_KEYS, "the configuration")
+    has_tree = isinstance(cfg, dict) and "tree" in cfg
+    _keys(cfg, _CONFIG_KEYS | ({"tree"} if has_tree else set()), "the configuration")
+    tree = None
+    if has_tree:
+        try:
+            tree = TreeSettings.from_dict(cfg["tree"]) if isinstance(cfg["tree"], dict) else None
+        except (TypeError, ValueError) as err:
+            raise SweepFileError(f"the tree settings: {err}") from None
+        if tree is None:
+            raise SweepFileError("the tree settings must be a JSON object")
     for name, kind, *_ in SamplingSettings.field_specs():
         if kind is int:
             _int(cfg[name], f"the sampling's {name}")
@@ -341,6 +351,7 @@ def _config(cfg: Any, prompts: Any) -> SweepConfig:
         limit=_bool(cfg["limit"], "limit"),
         own_estimate=_bool(cfg["own_estimate"], "own_estimate"),
         tasks=tuple(tags) if any(tags) else (),
+        tree=tree,
     )
 
 

@@ -82,7 +82,8 @@ def guess_from_curve(curve: EstimatedCurve, kl_budget: float) -> float:
 
 def _sampling_of(config: SweepConfig) -> dict[str, Any]:
     s = config.decoding()
-    return {k: s[k] for k in ("k", "temperature", "top_k", "top_p", "max_new_tokens", "seed")}
+    keys = ("k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "tree")
+    return {k: s[k] for k in keys if k in s}
 
 
 def _runner(

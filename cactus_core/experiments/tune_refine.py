@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.experiments.frontier import Estimate
 from cactus_core.experiments.sweep_config import Setting
 from cactus_core.maths.rules import RULES, Param, rule_class
@@ -184,6 +185,8 @@ class TuneResult:
                 f"--top-k {s['top_k']}",
                 f"--top-p {s['top_p']:g}",
             ]
+        if s.get("tree"):
+            flags += TreeSettings.from_dict(s["tree"]).cli_flags()
         return " ".join(flags)
 
 

@@ -78,6 +78,12 @@ class TreeVerdict:
         return torch.tensor(self.coins + self.emit_coins, dtype=torch.float64)
 
     @property
+    def path_rows(self) -> list[int]:
+        """The rows the walk stood on, root first: emitted token j was drawn at row
+        path_rows[j] (0: the root, i + 1: after node i)."""
+        return [0] + [n + 1 for n in self.path]
+
+    @property
     def emit_coin(self) -> float:
         """The coin of the token drawn at the end of the path."""
         return self.emit_coins[len(self.path)]

@@ -39,10 +39,9 @@ the verifier's own greedy output, and the emitted KL is 0.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -74,12 +73,14 @@ from cactus_core.engine.decoding.round import (
     to_host,
     verify_draft,
 )
+from cactus_core.engine.decoding.rows import DecodeRow, LoopClock, check_int, decode_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.tree_round import (
     count_tree,
     draw_tree_coins,
+    record_tree_round,
     run_tree_round,
-    tree_emitted_kl,
+    tree_path_rows,
     tree_round_trace,
 )
 from cactus_core.engine.drafting.caches import open_caches
@@ -117,44 +118,9 @@ RoundEvent = tuple[RoundTrace, Recorded[list[RoundRecord]], int]
 Events = Generator[tuple[int, RoundTrace], None, list[GenerationOutput]]
 
 
-@dataclass(eq=False)
-class _Row:
-    """Decoding state of one sequence."""
-
-    index: int
-    prompt: str
-    prompt_ids: list[int]
-    generator: torch.Generator
-    trace: Trace
-    tokens: list[int] = field(default_factory=list)  # prompt + generated
-    stats: GenerationStats = field(default_factory=GenerationStats)
-
-    @property
-    def generated(self) -> list[int]:
-        return self.tokens[len(self.prompt_ids) :]
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-@dataclass
-class _Clock:
-    """Seconds spent per phase of the decoding loop, summed over its rounds."""
-
-    draft: float = 0.0
-    verify: float = 0.0
-    record: float = 0.0  # recording on the decoding thread: waits for the worker, inline parts
-    record_inline: float = 0.0  # the inline parts alone
 
 
 class SpeculativeDecoder:
@@ -200,8 +166,8 @@ class SpeculativeDecoder:
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
         self.sampling = SamplingSettings.resolve(sampling, k, temperature, top_k, top_p)
-        self.trace_top_n = _check_int("trace_top_n", trace_top_n, 1)
-        self.replay_top_m = _check_int("replay_top_m", replay_top_m, 1)
+        self.trace_top_n = check_int("trace_top_n", trace_top_n, 1)
+        self.replay_top_m = check_int("replay_top_m", replay_top_m, 1)
         self.record_trace = bool(record_trace)
         self.measure_kl = bool(measure_kl) or self.record_trace
         self.lazy_head = lazy_head
@@ -301,43 +267,13 @@ class SpeculativeDecoder:
         return outputs[0] if single else outputs
 
     def _rows(
-        self,
-        prompts: list[str],
-        max_new_tokens: int,
-        seed: int,
-        chat_template: bool,
-        speculative: bool,
-    ) -> list[_Row]:
-        _check_int("max_new_tokens", max_new_tokens, 1)
-        # SamplingSettings owns the seed's bounds (those of torch's manual_seed).
-        seed = dataclasses.replace(self.sampling, seed=seed).seed
-        if not prompts:
-            raise ValueError("no prompts given")
-        ctx = self.pair.context_length
-        rows: list[_Row] = []
-        # A statistical test repeats one prompt thousands of times: encode it once.
-        encoded: dict[str, list[int]] = {}
-        for i, prompt in enumerate(prompts):
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise ValueError(f"prompt {i} is empty")
-            if prompt not in encoded:
-                encoded[prompt] = list(self.pair.encode_prompt(prompt, chat_template=chat_template))
-            ids = list(encoded[prompt])
-            if not ids:
-                raise ValueError(f"prompt {i} encodes to no tokens")
-            if len(ids) >= ctx:
-                raise ValueError(
-                    f"prompt {i} is {len(ids)} tokens long; the context holds {ctx}, and at "
-                    "least one new token must fit"
-                )
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed + i)
-            meta = self._meta(prompt, ids, seed + i, chat_template, speculative)
-            rows.append(_Row(i, prompt, ids, gen, Trace(meta=meta), tokens=list(ids)))
-        return rows
+        self, prompts: list[str], max_new: int, seed: int, chat_template: bool, speculative: bool
+    ) -> list[DecodeRow]:
+        meta = partial(self._meta, chat_template, speculative)
+        return decode_rows(self.pair, self.sampling, prompts, max_new, seed, chat_template, meta)
 
     def _meta(
-        self, prompt: str, ids: list[int], seed: int, chat_template: bool, speculative: bool
+        self, chat_template: bool, speculative: bool, prompt: str, ids: list[int], seed: int
     ) -> dict[str, Any]:
         feature = speculative and self.pair.feature_draft is not None
         return {
@@ -364,7 +300,7 @@ class SpeculativeDecoder:
 
     # -- the loop ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, rows: list[_Row], max_new_tokens: int, speculative: bool) -> Events:
+    def _decode(self, rows: list[DecodeRow], max_new_tokens: int, speculative: bool) -> Events:
         """Yields (row index, round) as rounds finish; returns the outputs in prompt order."""
         start = time.perf_counter()
         batch_id = time.time_ns()
@@ -375,12 +311,12 @@ class SpeculativeDecoder:
         _sync(self.device)
         prefill_s = time.perf_counter() - start
         active = list(rows)
-        clock = _Clock()
+        clock = LoopClock()
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
         recorder = Recorder()
         # Rounds committed whose recording may still be running: handed out after the next
         # round (which runs beside it) or at the end.
-        waiting: list[tuple[_Row, RoundTrace, Recorded[list[RoundRecord]], int]] = []
+        waiting: list[tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int]] = []
         try:
             while active:
                 room = min(ctx - len(r.tokens) for r in active)
@@ -429,8 +365,8 @@ class SpeculativeDecoder:
 
     def _settle(
         self,
-        ready: list[tuple[_Row, RoundTrace, Recorded[list[RoundRecord]], int]],
-        clock: _Clock,
+        ready: list[tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int]],
+        clock: LoopClock,
     ) -> None:
         """Wait for these rounds' recordings and put them in: the trace rows into the round,
         KL(pi ‖ q) of the emitted drafted positions into the row's stats (in round order, as
@@ -445,12 +381,12 @@ class SpeculativeDecoder:
 
     def _finish(
         self,
-        rows: list[_Row],
+        rows: list[DecodeRow],
         batch_id: int,
         speculative: bool,
         wall: float,
         prefill_s: float,
-        clock: _Clock,
+        clock: LoopClock,
         record_work_s: float,
     ) -> None:
         """Stamp the batch's clock and counts on every row's stats and trace."""
@@ -470,11 +406,11 @@ class SpeculativeDecoder:
 
     def _spec_round(
         self,
-        rows: list[_Row],
+        rows: list[DecodeRow],
         verifier: SequenceCache,
         draft: Drafter,
         k: int,
-        clock: _Clock,
+        clock: LoopClock,
         recorder: Recorder,
     ) -> list[RoundEvent]:
         """One speculative round for every row: draft, verify, fetch, hand the recording to
@@ -508,7 +444,7 @@ class SpeculativeDecoder:
 
     def _record(
         self,
-        rows: list[_Row],
+        rows: list[DecodeRow],
         drafted: Draft,
         verdict: Verdict,
         host: list[HostRound],
@@ -529,10 +465,10 @@ class SpeculativeDecoder:
 
     def _tree_round(
         self,
-        row: _Row,
+        row: DecodeRow,
         verifier: SequenceCache,
         draft: Drafter,
-        clock: _Clock,
+        clock: LoopClock,
         recorder: Recorder,
     ) -> list[RoundEvent]:
         """One round with a draft tree (`tree_round`): one sequence. Its emitted KL is
@@ -540,13 +476,15 @@ class SpeculativeDecoder:
         coins = draw_tree_coins(row.generator, self.tree, self.device)
         out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
         t0 = time.perf_counter()
+        if self.probe is not None:  # the judged rows on the path: the chain's decided ones
+            self.probe(row.index, row.stats.rounds, *tree_path_rows(out))
         rnd = tree_round_trace(row.stats.rounds, out, self._text)
-        if self.measure_kl and not self.judge.lossless:
-            record = recorder.submit(
-                f"tree round {row.stats.rounds}", _tree_record, self.judge, out
-            )
+        top = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
+        args = (self.judge, out, self.measure_kl, top)
+        if top is None and (self.judge.lossless or not self.measure_kl):
+            record = Recorded(record_tree_round(*args))  # zeros only: nothing worth a thread
         else:
-            record = Recorded([RoundRecord(tree_emitted_kl(self.judge, out, measure=False))])
+            record = recorder.submit(f"tree round {row.stats.rounds}", record_tree_round, *args)
         elapsed = time.perf_counter() - t0
         clock.record += elapsed
         clock.record_inline += elapsed
@@ -556,7 +494,7 @@ class SpeculativeDecoder:
         return [(rnd, record, 0)]
 
     def _plain_round(
-        self, rows: list[_Row], verifier: SequenceCache, clock: _Clock
+        self, rows: list[DecodeRow], verifier: SequenceCache, clock: LoopClock
     ) -> list[RoundEvent]:
         """One verifier-only step (generate_autoregressive, or when the context leaves no
         room for drafting)."""
@@ -593,7 +531,7 @@ class SpeculativeDecoder:
             out.append((rnd, record, b))
         return out
 
-    def _commit(self, row: _Row, rnd: RoundTrace, max_new_tokens: int, ctx: int) -> str | None:
+    def _commit(self, row: DecodeRow, rnd: RoundTrace, max_new_tokens: int, ctx: int) -> str | None:
         """Append the round's tokens to the row (cut at EOS / the budget / the context) and
         return why the row stops, if it does. The round's recording is put in by `_settle`."""
         emitted = rnd.emitted_ids
@@ -655,12 +593,7 @@ class SpeculativeDecoder:
                 ids.update(pos.h_ids)
         trace.token_text.update({t: self._text(t) for t in sorted(ids)})
 
-    def _output(self, row: _Row) -> GenerationOutput:
+    def _output(self, row: DecodeRow) -> GenerationOutput:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
-
-
-def _tree_record(judge: Rule, out: Any) -> list[RoundRecord]:
-    """A tree round's recording (on the worker): KL(pi ‖ q) at its emitted positions."""
-    return [RoundRecord(tree_emitted_kl(judge, out))]

@@ -20,6 +20,13 @@ left over (the tail) is spread evenly over the other tokens when the rows are re
   so in `Rule.decisions_replay_exactly`); the others are approximate, and so is every
   recovered token (the residual's tail is smeared). `python -m cactus_core rules` lists which.
 Replay judges each round on its own: the later rounds keep the drafts that were actually made.
+
+A tree round (`RoundTrace.tree`) keeps one position per row of its tree (row 0 the root, row
+i + 1 after node i). Its replay walks the same tree with the same coins under the other rule
+(`maths.tree.verify_tree`): the tree and q at every node do not depend on the rule, only the
+walk does. It is exact when the kept rows hold all the mass; otherwise the first child's
+decision at a node is exact for the rules above, and every later candidate's decision and the
+last token are approximate (they read residuals, which need the whole rows).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any
 import torch
 
 from cactus_core.maths.rules import Rule, lossless_rule, make_rule
-from cactus_core.maths.tree import TreeVerdict
+from cactus_core.maths.tree import DraftTree, TreeVerdict, children_of, verify_tree
 from cactus_core.maths.verify import verify
 
 DRAFT_FATES = ("accepted", "rejected", "dropped")
@@ -73,7 +80,11 @@ class PositionTrace:
 @dataclass
 class RoundTrace:
     """One round. The per-draft lists have k entries; `positions` has k + 1 (k drafted
-    positions, then the bonus position) when the decoder records traces, else it is empty."""
+    positions, then the bonus position) when the decoder records traces, else it is empty. A
+    tree round's per-draft lists describe its accepted path and its `positions` has one entry
+    per row of the tree (N + 1: the root, then after each node; a row with children has the
+    p, h and drafted-token fields of its first child, and every child's p and q in its replay
+    rows)."""
 
     index: int
     k: int  # tokens drafted this round (0 for a verifier-only step)
@@ -98,6 +109,18 @@ class RoundTrace:
     # A tree round: the whole tree and the verdict on it (`maths.tree.TreeVerdict.to_dict`);
     # the fields above then describe the accepted path. None for a chain round.
     tree: dict[str, Any] | None = None
+
+
+def decided_positions(rnd: RoundTrace) -> list[PositionTrace]:
+    """The round's recorded positions that got a rule's decision and whose token was kept (not
+    cut by EOS or the budget): a chain's drafted positions up to the first rejection; a tree's
+    rows with candidates along the walk. Empty when the round kept no positions."""
+    if not rnd.positions:
+        return []
+    if rnd.tree is None:
+        return rnd.positions[: min(rnd.k, len(rnd.emitted_ids), rnd.num_accepted + 1)]
+    rows = TreeVerdict.from_dict(rnd.tree).path_rows[: len(rnd.emitted_ids)]
+    return [rnd.positions[r] for r in rows if rnd.positions[r].draft_id is not None]
 
 
 @dataclass
@@ -352,12 +375,25 @@ class RoundReplay:
     next_after: int
     decisions_exact: bool  # the accept/reject fates are exactly what the full rows give
     exact: bool  # ... and so is next_after (the kept rows held all the mass)
+    # A tree round: the fates above are per node, and these are the verdicts before and after
+    # (`TreeVerdict.to_dict`). None for a chain round.
+    tree_before: dict[str, Any] | None = None
+    tree_after: dict[str, Any] | None = None
 
     @property
     def flipped(self) -> list[int]:
-        """Drafted positions whose fate changed."""
+        """Drafted positions (a tree's nodes) whose fate changed."""
         pairs = zip(self.fates_before, self.fates_after, strict=True)
         return [j for j, (a, b) in enumerate(pairs) if a != b]
+
+    @property
+    def flipped_slots(self) -> list[int]:
+        """Emitted slots of the run whose drafted token's fate changed (a tree: the nodes on
+        the run's path)."""
+        if self.tree_before is None:
+            return self.flipped
+        flipped = set(self.flipped)
+        return [j for j, node in enumerate(self.tree_before["path"]) if node in flipped]
 
     @property
     def tokens_before(self) -> int:
@@ -454,10 +490,13 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
     judge = lossless_rule() if greedy else rule
     out = []
     for rnd in trace.rounds:
-        if rnd.k == 0:
+        if rnd.k == 0 and rnd.tree is None:
             continue
         if not rnd.positions:
             raise ValueError("this trace was recorded without positions (record_trace=False)")
+        if rnd.tree is not None:
+            out.append(_replay_tree(judge, rnd, vocab))
+            continue
         k = rnd.k
         _check_round_lengths(rnd)
         p_rows, q_rows, exact_rows = [], [], True
@@ -497,3 +536,54 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
             )
         )
     return Replay(rule=rule.name, rule_params=dict(rule.params), rounds=out)
+
+
+def _replay_tree(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
+    """A tree round walked again under `judge` with its own coins (module docstring)."""
+    v = TreeVerdict.from_dict(rnd.tree)
+    kids = children_of(v.parents)
+    if len(rnd.positions) != len(kids) or any(not pos.replay_q_ids for pos in rnd.positions):
+        raise ValueError(
+            f"not a trace: tree round {rnd.index} needs the replay rows of its "
+            f"{len(kids)} rows, got {len(rnd.positions)}"
+        )
+    if any(not 0 <= t < vocab for t in v.tokens):
+        raise ValueError(
+            f"not a trace: tree round {rnd.index} holds a token id outside [0, {vocab})"
+        )
+    p_rows, q_rows, exact = [], [], True
+    for r, pos in enumerate(rnd.positions):
+        q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+        p, ok_p = (q, True)  # a leaf's p is never read by the walk
+        if kids[r]:
+            if not pos.replay_p_ids:
+                raise ValueError(f"not a trace: tree round {rnd.index} lacks p at row {r}")
+            p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+        p_rows.append(p)
+        q_rows.append(q)
+        exact &= ok_q and ok_p
+    tree = DraftTree(
+        torch.tensor(v.tokens, dtype=torch.long),
+        torch.tensor(v.parents, dtype=torch.long),
+        torch.stack(p_rows).float(),
+    )
+    after = verify_tree(judge, tree, torch.stack(q_rows).float(), v.uniforms.float())
+    # With a tail, only a node's first child is judged from values the cut keeps (p_n, q_n).
+    firsts = {k[0] for k in kids if k}
+    judged = {i for w in (v, after) for i, f in enumerate(w.fates) if f != "unreached"}
+    kept = len(rnd.positions[0].replay_q_ids)
+    pointwise = judge.decisions_replay_exactly(judge.params, kept) and judged <= firsts
+    return RoundReplay(
+        index=rnd.index,
+        fates_before=list(v.fates),
+        fates_after=list(after.fates),
+        accept_probs_after=list(after.accept_probs),
+        num_accepted_before=len(v.path),
+        num_accepted_after=len(after.path),
+        next_before=v.emitted[-1],
+        next_after=after.emitted[-1],
+        decisions_exact=exact or pointwise,
+        exact=exact,
+        tree_before=rnd.tree,
+        tree_after=after.to_dict(),
+    )

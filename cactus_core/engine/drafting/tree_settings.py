@@ -10,14 +10,17 @@ from typing import Any, ClassVar
 
 @dataclass(frozen=True)
 class TreeSettings:
-    """The shape of a draft tree. Defaults from the verifier's measured cost of checking
-    w tokens in one pass (docs/benchmarks.md, "Draft trees")."""
+    """The shape of a draft tree. Defaults: the fastest shape measured side by side on a CPU
+    without native bfloat16, where checking 9 tokens costs 1.1–1.35 times what the chain's 5
+    do and 13–17 up to 1.7 times (docs/benchmarks.md, "Draft trees"): two candidates at each
+    of 4 depths, along the most probable path. Where checking more tokens is nearly free (a GPU, an
+    AMX CPU in bfloat16) larger trees pay, e.g. 16 nodes, depth 6, width 2, root branch 4."""
 
-    nodes: int = 16  # node budget: drafted tokens per round (the verify pass reads nodes + 1)
-    depth: int = 6  # the deepest a node can be (a chain of k is depth k)
-    width: int = 2  # frontier nodes expanded per depth
+    nodes: int = 8  # node budget: drafted tokens per round (the verify pass reads nodes + 1)
+    depth: int = 4  # the deepest a node can be (a chain of k is depth k)
+    width: int = 1  # frontier nodes expanded per depth
     branch: int = 2  # children drawn per expanded node
-    root_branch: int = 4  # children of the root
+    root_branch: int = 2  # children of the root
 
     # (low, high) of each field, read by the CLI, the sidebar and the checks below.
     RANGES: ClassVar[dict[str, tuple[int, int]]] = {
@@ -27,14 +30,30 @@ class TreeSettings:
         "branch": (1, 16),
     }
 
+    # What each field is, for the CLI's help.
+    HELP: ClassVar[dict[str, str]] = {
+        "nodes": "node budget (drafted tokens per round)",
+        "depth": "depth (the longest path a round can accept)",
+        "width": "width (frontier nodes expanded per depth)",
+        "branch": "branch (children drawn per expanded node)",
+        "root_branch": "root branch (children of the root)",
+    }
+
+    def range_of(self, name: str) -> tuple[int, int]:
+        return self.RANGES.get(name, self.RANGES["branch"])
+
     def __post_init__(self) -> None:
         for f in fields(self):
-            low, high = self.RANGES.get(f.name, self.RANGES["branch"])
+            low, high = self.range_of(f.name)
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(
                     f"tree {f.name} must be an integer in [{low}, {high}], got {value!r}"
                 )
+
+    def cli_flags(self) -> list[str]:
+        """The CLI's flags for these settings (`cli.add_tree_args` defines them)."""
+        return ["--tree"] + [f"--tree-{n.replace('_', '-')} {v}" for n, v in self.to_dict().items()]
 
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
