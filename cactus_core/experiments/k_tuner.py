@@ -263,8 +263,8 @@ def combine_costs(pair: ModelPair, samples: Sequence[CostSample]) -> PairCosts:
 
 def monotone(xs: Sequence[float]) -> tuple[float, ...]:
     """The non-decreasing sequence nearest xs in least squares (pool adjacent violators). A
-    forward over more tokens does at least the work of one over fewer; the medians of v(w) on
-    a busy CPU still dipped (v(9) a quarter below v(7)) where the decoder's rounds did not."""
+    forward over more tokens does at least the work of one over fewer, but on a busy CPU even
+    medians of five samples can dip (v(9) a quarter below v(7), seen once)."""
     blocks: list[list[float]] = []  # [sum, count] of pooled runs
     for x in xs:
         blocks.append([float(x), 1.0])
