@@ -33,7 +33,7 @@ from cactus_core.app.reference_view import (
     reference_part,
     run_curve,
 )
-from cactus_core.app.settings import AppSettings, build_rule
+from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings, build_rule
 from cactus_core.app.transcript import (
     chip_label,
     flipped_slots,
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
 RUN_COUNTER_KEY = "dec_run_counter"
 OWN_CURVE_KEY = "dec_own_curve"  # ((run_id, rule, k), the rule's curve from the run's positions)
-DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 
 
 @dataclass
@@ -67,6 +66,7 @@ class Form:
     request: DecodeRequest | None  # None: see `problem`
     generate: bool
     compare: bool
+    counters: DeltaGenerator  # under the buttons, in view while the run streams
     problem: str = "Enter a prompt first."
 
 
@@ -167,18 +167,20 @@ def form(s: AppSettings) -> Form:
             width="stretch",
             help=METRIC_HELP["speedup"] + " Runs the prompt again both ways and shows the race.",
         )
+        counters = st.empty()
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
     try:
         request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap
-        return Form(None, generate, compare, str(err))
-    return Form(request, generate, compare)
+        return Form(None, generate, compare, counters, str(err))
+    return Form(request, generate, compare, counters)
 
 
 def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
+    # Three and two, in the form's column under the buttons: in view without scrolling.
     with slot.container():
-        c = st.columns(5)
+        c = [*st.columns(3), *st.columns(3)[:2]]
         c[0].metric(
             "tokens per call", f"{live.tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"]
         )
@@ -404,9 +406,8 @@ def main() -> None:
     _k_tuner.best_k_caption(st.session_state.get(LAST_RUN_KEY), pair)
     if pair is None:
         return
-    counters = st.empty()
     st.html(legend_html())
-    slots = Slots(counters, st.empty(), st.empty())
+    slots = Slots(f.counters, st.empty(), st.empty())
     error = act(pair, f, slots)
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if error:

@@ -11,9 +11,9 @@ from cactus_core.app.decode_view import DecodeRequest
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
 from cactus_core.app.narration import round_level_sentence
-from cactus_core.app.settings import AppSettings
+from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings
 from cactus_core.app.step_figures import step_figures
-from cactus_core.app.step_through import DEFAULT_PROMPT, StepRun
+from cactus_core.app.step_through import StepRun
 from cactus_core.app.step_view import (
     Step,
     find_step,

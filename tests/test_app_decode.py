@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from cactus_core.app.decode_view import LiveStats, live_stats
 from cactus_core.app.links import TOP_P
+from cactus_core.app.transcript import round_tokens
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import reverify
 from cactus_core.maths.rules import make_rule
@@ -106,17 +107,27 @@ def test_live_counters_use_the_final_definitions(pair_dirs):
     assert live.acceptance_rate == pytest.approx(run.output.stats.acceptance_rate)
 
 
+def _first_unique_chip(pills) -> int:
+    """AppTest finds a chip by its label: take one that no other chip of the round shares (the
+    tiny random pair's byte tokens all read as U+FFFD)."""
+    labels = list(pills.options)  # AppTest lists a pills widget's options by their labels
+    return next(i for i, label in enumerate(labels) if labels.count(label) == 1)
+
+
 def test_clicking_a_token_opens_the_inspector(pair_dirs):
     at = generate(decode_page(pair_dirs))
-    at.pills[0].set_value(0).run()
+    chip = _first_unique_chip(at.pills[0])
+    at.pills[0].set_value(chip).run()
     assert not at.exception
-    assert at.session_state["dec_inspect"][1:] == (0, 0)
-    assert any(m.value.startswith("**Round 1, slot 1") for m in at.markdown)
+    run = at.session_state["decode_run"]
+    slot = round_tokens(run.trace.rounds[0], None)[chip].slot
+    assert at.session_state["dec_inspect"][1:] == (0, slot)
+    assert any(m.value.startswith(f"**Round 1, slot {slot + 1}") for m in at.markdown)
     charts = at.get("plotly_chart")
     assert len(charts) >= 3  # timeline, the coin and the bars
     # picking in another round clears the first round's selection
     if len(at.pills) > 1:
-        at.pills[1].set_value(0).run()
+        at.pills[1].set_value(_first_unique_chip(at.pills[1])).run()
         assert at.pills[0].value is None
         assert at.session_state["dec_inspect"][1] == 1
 

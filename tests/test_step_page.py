@@ -153,7 +153,14 @@ def test_the_other_tour_stops_open_their_pages_set_up(pair_dirs, page):
     for stop in [s for s in tour() if s.page == page]:
         state = restore(page, stop.query, {}, public=False)
         at = open_page(pair_dirs, page=f"pages/{page}.py", **state)
-        kinds = (at.slider, at.number_input, at.selectbox, at.text_area, at.checkbox)
+        kinds = (
+            at.slider,
+            at.select_slider,
+            at.number_input,
+            at.selectbox,
+            at.text_area,
+            at.checkbox,
+        )
         widgets = {w.key: w.value for kind in kinds for w in kind}
         # every setting the stop names is what its widget on the page shows
         own = [key for key in state if key.startswith(("pg_", "dec_", "fr_"))]

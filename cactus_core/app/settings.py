@@ -15,6 +15,11 @@ from cactus_core.engine.loading.load_args import resolve_device
 from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
+# The prompt Decode and Step through open with: one of typical acceptance for the embedded pair
+# (about 2 tokens per verifier call at the defaults, like the built-in prompts' median) whose
+# answer ends well inside the default length.
+DEFAULT_PROMPT = "How do cacti survive in the desert? Answer in three sentences."
+
 DEVICES = ("auto", "cpu", "cuda")
 EMBEDDED_DRAFT_LABEL = "the embedded draft"
 

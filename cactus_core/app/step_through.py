@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import RoundTrace
     from cactus_core.engine.loading.pair import ModelPair
 
-DEFAULT_PROMPT = "Why do cacti have spines instead of leaves? Answer in three sentences."
 SHOWN = 6  # tokens taken from the top of each of p, q and h for a position's bars
 
 
