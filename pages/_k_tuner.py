@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from cactus_core.app.k_view import POSITION_HELP, counts_from_rounds, k_chart, position_chart
+from cactus_core.app.k_view import (
+    POSITION_HELP,
+    counts_from_rounds,
+    default_k_settings,
+    k_chart,
+    k_summary,
+    position_chart,
+)
 from cactus_core.app.speed_view import cost_parts, explanation, parts_chart, record_share
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.k_tuner import (
@@ -19,6 +26,7 @@ from cactus_core.experiments.k_tuner import (
     pair_costs,
     predict_k,
 )
+from cactus_core.maths.rules import DEFAULT_RULE, make_rule
 
 if TYPE_CHECKING:
     from cactus_core.app.decode_view import DecodeRun
@@ -108,11 +116,9 @@ def frontier_k(rows: Sequence[dict[str, Any]], identity: str, pair: ModelPair | 
     rows = [r for r in rows if r.get("acceptance_rate") is not None]
     if not rows:
         return
-    labels = [r["label"] for r in rows]
-    default = list(
-        dict.fromkeys(labels[i] for i in range(0, len(labels), max(1, len(labels) // 3)))
-    )
-    picked = st.multiselect("Settings", labels, default=default[:3], key="fr_k_settings")
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    default = default_k_settings(rows, make_rule(DEFAULT_RULE).label)
+    picked = st.multiselect("Settings", labels, default=default, key="fr_k_settings")
     if costs is None:
         measure_button(pair, "fr_measure_costs")
         return
@@ -124,7 +130,7 @@ def frontier_k(rows: Sequence[dict[str, Any]], identity: str, pair: ModelPair | 
                 preds[r["label"]] = pred
     if preds:
         st.plotly_chart(k_chart(preds), key="fr_k_chart")
-        st.caption(" ".join(f"{label}: best k {p.best_k}; {p.how()}" for label, p in preds.items()))
+        st.caption(k_summary(preds))
     with_pos = [r for r in rows if r.get("position_reached")]
     if with_pos:
         pick = st.selectbox("Per-position acceptance of", [r["label"] for r in with_pos],

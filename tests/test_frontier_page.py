@@ -129,7 +129,7 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
     at.button(key="fr_ref_confirm").click().run()
     assert not at.exception, at.exception
     said = [m.value for m in [*at.success, *at.warning, *at.info, *at.error]]
-    assert any(("fits" in m or "No" in m or "no δ" in m) for m in said), said
+    assert any(("fit" in m or "No" in m or "no δ" in m) for m in said), said
     assert at.dataframe[-1].value["source"].iloc[-1] == "run now"
 
 

@@ -128,3 +128,42 @@ def test_verifier_costs_are_made_non_decreasing_in_the_width() -> None:
     # a dip is pooled with what it undercuts: least squares under the order
     assert monotone([1.0, 5.0, 3.0, 4.0]) == pytest.approx((1.0, 4.0, 4.0, 4.0))
     assert monotone([2.0, 1.0]) == pytest.approx((1.5, 1.5))
+
+
+def test_k_chart_gives_each_setting_one_colour_its_star_included() -> None:
+    from cactus_core.app.k_view import k_chart
+    from cactus_core.app.rule_style import rule_colour
+
+    preds = {
+        label: predict_k([rate], COSTS, pooled=True)
+        for label, rate in (("cactus δ=0.1", 0.5), ("cactus δ=1", 0.7))
+    }
+    fig = k_chart(preds)
+    colours = {}
+    for trace in fig.data:
+        label = next(x for x in preds if trace.name.startswith(x))
+        colour = trace.marker.color if "best k" in trace.name else trace.line.color
+        colours.setdefault(label, set()).add(colour)
+    assert all(len(c) == 1 for c in colours.values())  # a series and its star agree
+    assert colours["cactus δ=0.1"] != colours["cactus δ=1"]  # two settings of one rule differ
+    # settings of different rules take their rules' colours, as on every other chart
+    fig = k_chart({"sps": preds["cactus δ=0.1"], "cactus δ=1": preds["cactus δ=1"]})
+    assert fig.data[0].line.color == rule_colour("sps")
+
+
+def test_k_summary_and_the_settings_a_chart_opens_with() -> None:
+    from cactus_core.app.k_view import default_k_settings, k_summary
+
+    pooled = predict_k([0.48], COSTS, pooled=True)
+    measured = predict_k([0.8, 0.7, 0.6, 0.5], COSTS)
+    text = k_summary({"sps": pooled, "cactus δ=0.1": measured})
+    assert text.startswith(f"Best k: sps {pooled.best_k}; cactus δ=0.1 {measured.best_k}.")
+    assert text.count("No per-position counts") == 1 and "0.480" in text
+    rows = [
+        {"label": "verifier-only", "rule": "verifier-only", "value": None},
+        {"label": "sps", "rule": "sps", "value": None},
+        {"label": "cactus δ=0.1", "rule": "cactus", "value": 0.1},
+        {"label": "cactus δ=3", "rule": "cactus", "value": 3.0},
+        {"label": "cactus δ=0.01", "rule": "cactus", "value": 0.01},  # appended later
+    ]
+    assert default_k_settings(rows, "cactus δ=0.1") == ["sps", "cactus δ=0.1", "cactus δ=3"]

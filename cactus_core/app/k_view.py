@@ -5,10 +5,12 @@ predicted speedup against k with the best k marked and the extrapolated k drawn 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import plotly.colors
 import plotly.graph_objects as go
 
-from cactus_core.app.frontier_figures import rule_colour
+from cactus_core.app.rule_style import rule_colour, rule_of_label
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.engine.decoding.trace import RoundTrace
 from cactus_core.experiments.k_tuner import KPrediction
@@ -62,6 +64,9 @@ def position_chart(
     return fig
 
 
+_PALETTE = plotly.colors.qualitative.Dark2
+
+
 def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Figure:
     """Predicted speedup against k per label; the measured positions solid, the extrapolated
     ones dotted; the best k of each marked with a star."""
@@ -75,13 +80,17 @@ def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Fig
             "legend": {"orientation": "h", "y": -0.3},
         }
     )
+    # One colour per series, its star included: the rule's own colour when every series is
+    # another rule, else a palette (two settings of one rule must not share a colour).
+    rules = [rule or rule_of_label(label) for label in preds]
+    distinct = len(set(rules)) == len(rules)
     for i, (label, pred) in enumerate(preds.items()):
-        colour = rule_colour(rule or label.split()[0]) if len(preds) == 1 else None
+        colour = rule_colour(rules[i]) if distinct else _PALETTE[i % len(_PALETTE)]
         measured = [k for k in pred.ks if not pred.extrapolated(k)]
         cut = max(measured) if measured else min(pred.ks)
         solid = [k for k in pred.ks if k <= cut]
         dotted = [k for k in pred.ks if k >= cut]
-        style = {"color": colour} if colour else {}
+        style = {"color": colour}
         group = f"g{i}"
         if solid and not pred.pooled:
             fig.add_scatter(
@@ -107,9 +116,10 @@ def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Fig
             x=[best],
             y=[pred.at(best)[1]],
             mode="markers",
-            name=f"best k = {best}",
+            name=f"{label}: best k = {best}",
             legendgroup=group,
-            marker={"symbol": "star", "size": 14, **({"color": colour} if colour else {})},
+            showlegend=False,  # the hover names it; the legend keeps one entry per series
+            marker={"symbol": "star", "size": 14, "color": colour},
             hovertemplate=f"best k {best}: %{{y:.2f}}×<extra>{label}</extra>",
         )
     return fig
@@ -128,3 +138,43 @@ def counts_from_rounds(rounds: Sequence[RoundTrace]) -> PositionCounts:
             reached[j] += fate in ("accepted", "rejected")
             accepted[j] += fate == "accepted"
     return PositionCounts(tuple(reached), tuple(accepted), n)
+
+
+def k_summary(preds: Mapping[str, KPrediction]) -> str:
+    """One caption for a k chart: each setting's best k, and how the curves were made, said
+    once for the settings that share it."""
+    best = "; ".join(f"{label} {p.best_k}" for label, p in preds.items())
+    pooled = [label for label, p in preds.items() if p.pooled]
+    parts = [f"Best k: {best}."]
+    if pooled:
+        rates = ", ".join(f"{label} {preds[label].rates[0]:.3f}" for label in pooled)
+        parts.append(
+            "No per-position counts for "
+            + ("these settings" if len(pooled) == len(preds) else ", ".join(pooled))
+            + f" in this sweep: every position takes the pooled acceptance rate ({rates}), "
+            "so every k is modelled (the geometric model)."
+        )
+    parts += [f"{label}: {p.how()}" for label, p in preds.items() if not p.pooled]
+    return " ".join(parts)
+
+
+def default_k_settings(
+    rows: Sequence[Mapping[str, Any]], default_label: str, limit: int = 3
+) -> list[str]:
+    """The settings (sweep rows: label, rule, value) a k chart opens with: sps, the app's
+    default setting, and the default rule's largest setting; others, evenly spaced, fill any
+    gap."""
+    labels = list(dict.fromkeys(str(r["label"]) for r in rows))
+    rule = rule_of_label(default_label)
+    same_rule = [r for r in rows if r.get("rule") == rule and r.get("value") is not None]
+    picks = [x for x in ("sps", default_label) if x in labels]
+    if same_rule:
+        top = str(max(same_rule, key=lambda r: float(r["value"]))["label"])
+        if top not in picks:
+            picks.append(top)
+    for x in labels[:: max(1, len(labels) // limit)]:
+        if len(picks) >= limit:
+            break
+        if x not in picks:
+            picks.append(x)
+    return picks[:limit]
