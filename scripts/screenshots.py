@@ -88,7 +88,8 @@ def page_shots(page, url: str, out: Path) -> None:
         screen(page, out / f"{name}.png")
     page.goto(f"{url}/frontier")
     idle(page)
-    page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+    # the reference frontier and its tuner open the page: the first look, unscrolled
+    page.get_by_text("reference sweep: tokens per call vs emitted KL").wait_for(timeout=TIMEOUT_MS)
     screen(page, out / "6-frontier.png")
     page.goto(f"{url}/decode")
     idle(page)

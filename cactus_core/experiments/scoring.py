@@ -2,7 +2,7 @@
 
 For every decided position a sweep needs the exact KL(pi ‖ q), the rule's exact expected
 acceptance sum_n p(n)·a(n) and the one-price limit sums. That work is an O(V log V) pass or
-more per position, and done inside the decoder's round it was 25–40% of a sweep's wall time
+more per position, and done inside the decoder's round it was 27–40% of a sweep's wall time
 (docs/benchmarks.md, "A sweep's time"). It needs nothing the next round needs, so the decoder
 hands the rows to a `PositionScores` probe, which scores them on one worker thread while the
 models run the next rounds: torch releases the GIL in both, so on two cores the two overlap.
