@@ -6,7 +6,8 @@ Runs `streamlit run app.py` on a free port with the embedded pair (CPU) and driv
 Chromium (/usr/bin/chromium, Playwright). Steps open through links (the same query strings a
 user would copy: the step, or a `jump` to the first step of a kind) and the step's card is
 photographed. The app's defaults (prompt, rule and parameters, sampling) and seed 0 are used
-throughout, so the pictures are reproducible up to the timings on screen.
+throughout (the bonus step at k = 3, the first k with a bonus round in that run), so the
+pictures are reproducible up to the timings on screen.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ SHOTS: dict[str, tuple[dict[str, str], int]] = {
     "4-residual": ({"jump": "rejection"}, 1),
     "5-summary": ({"jump": "rejection"}, 2),
     "6-decide-rescued": ({"jump": "rescue"}, 0),
-    "7-bonus": ({"jump": "bonus"}, 0),
+    # At k = 4 the default run (seed 0) has no round whose drafts all pass; at k = 3 it does.
+    "7-bonus": ({"jump": "bonus", "k": "3"}, 0),
 }
 
 
