@@ -29,8 +29,8 @@ def measure_button(pair: ModelPair | None, key: str) -> None:
     if pair is None:
         st.caption("The pair's costs are not measured on this machine yet.")
         return
-    if st.button("Measure the pair's costs (v(1..13), draft step; about a minute)", key=key):
-        with st.spinner("Timing the verifier at 1..13 tokens and one short run…"):
+    if st.button("Measure the pair's costs (v(1..13), the draft; about a minute)", key=key):
+        with st.spinner("Timing the verifier at 1..13 tokens and short runs, interleaved…"):
             pair_costs(pair, refresh=True)
         st.rerun()
 
@@ -75,13 +75,11 @@ def best_k_caption(run: DecodeRun | None, pair: ModelPair | None) -> None:
 
 def speed_parts(run: DecodeRun, c: float) -> None:
     """Inside the speed section: the recording's own cost and the cost's parts."""
-    share = record_share(run.output.stats)
-    if share is not None:
-        st.caption(
-            f"Recording (trace rows and the exact emitted KL) took {share:.0%} of the shown "
-            "run's time; the measured speedup is of runs without it."
-        )
     cmp = run.comparison
+    raced = cmp is not None and cmp.spec_stats is not None
+    share = record_share(cmp.spec_stats if raced else run.output.stats)
+    if share is not None:
+        st.caption(share.caption("the race's speculative run" if raced else "the shown run"))
     parts = None if cmp is None else cost_parts(cmp, c)
     if parts is None:
         return

@@ -52,7 +52,7 @@ def test_playground_renders_the_worked_example(playground):
 @pytest.mark.parametrize("delta", [0.0, 0.5, 1.3])
 def test_delta_slider_moves_acceptance_as_the_library_says(playground, delta):
     at = playground
-    at.slider(key="pg_delta").set_value(delta).run()
+    at.select_slider(key="pg_delta").set_value(delta).run()
     assert not at.exception
     table = _table(at)
     for name in ("cactus", "cactus-exact"):
@@ -70,7 +70,7 @@ def test_delta_slider_moves_acceptance_as_the_library_says(playground, delta):
 def test_truncated_preset_warns_that_no_delta_helps(playground):
     at = playground
     at.selectbox(key="pg_preset").set_value("Outside the verifier's nucleus (top-p)").run()
-    at.slider(key="pg_delta").set_value(2.0).run()
+    at.select_slider(key="pg_delta").set_value(2.0).run()
     assert not at.exception
     assert any("no mass" in w.value for w in at.warning)
     assert _table(at).loc["cactus δ=2", "a(n), drafted"] == 0.0
@@ -123,6 +123,10 @@ def test_from_a_decode_run_without_one_says_so(playground):
     assert any("No decode run" in i.value for i in at.info)
 
 
+def widget_type(p) -> str:
+    return "number_input" if p.integer else "slider"
+
+
 def test_decode_rule_picker_is_built_from_the_rules_metadata():
     # No pair is named, so the page draws its form and an error instead of loading models.
     at = AppTest.from_file(APP, default_timeout=120)
@@ -137,10 +141,14 @@ def test_decode_rule_picker_is_built_from_the_rules_metadata():
         at.selectbox(key="dec_rule").set_value(name).run()
         assert not at.exception
         for p in cls.params_spec:
-            widget = at.get("slider") + at.get("number_input")
+            widget = at.get("slider") + at.get("number_input") + at.get("select_slider")
             mine = [w for w in widget if w.key == f"dec_{name}_{p.name}"]
             assert len(mine) == 1
             assert mine[0].value == p.default
+            # a log parameter slides over its log steps, labelled as written
+            assert mine[0].type == ("select_slider" if p.log_steps else widget_type(p))
+            if p.log_steps:
+                assert mine[0].options == [p.show_step(v) for v in p.log_steps]
             assert mine[0].label == p.label
             assert mine[0].help == p.help
 

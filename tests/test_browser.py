@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from streamlit_server import streamlit_app
 
+from cactus_core.app.playground import headline_group
+
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -128,8 +130,9 @@ def test_every_page_in_a_real_browser(server, browser):
         # the worked example starts at its own delta, 0.21, not the rules' default
         thumb = s.page.get_by_role("slider", name="δ (nats): cactus, cactus-exact")
         thumb.focus()
-        for _ in range(29):
-            thumb.press("ArrowRight")  # delta 0.21 -> 0.50 (step 0.01)
+        steps = headline_group().param.log_steps  # the log slider's values
+        for _ in range(steps.index(0.5) - steps.index(0.21)):
+            thumb.press("ArrowRight")  # delta 0.21 -> 0.50, one log step at a time
         s.page.locator('[data-testid="stMetric"]', has_text="cactus δ=0.5:").wait_for()
         s.idle()
         after = s.metric("cactus δ=0.5:")

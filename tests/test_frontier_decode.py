@@ -4,14 +4,16 @@ marker follows the parameter with no decoding, and a run adds its point and its 
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 from test_app_decode import decode_page, generate
 
 from cactus_core.app.reference_view import compact_frontier, marker
 from cactus_core.experiments.reference import load_reference
 from cactus_core.experiments.tune import first_guess
-from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, rule_class
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def test_marker_moves_with_delta_and_a_run_adds_its_point(pair_dirs, monkeypatch
     before = traces["current setting"]["x"][0], traces["current setting"]["y"][0]
     assert "this run" not in traces  # nothing generated yet
 
-    at.slider(key=f"dec_{DEFAULT_RULE}_delta").set_value(2.5).run()
+    at.select_slider(key=f"dec_{DEFAULT_RULE}_delta").set_value(2.5).run()
     assert not at.exception
     after = _traces(at)["current setting"]
     assert (after["x"][0], after["y"][0]) != before
@@ -60,3 +62,26 @@ def test_marker_and_budget_answer_on_the_shipped_reference():
     assert first_guess(part, DEFAULT_RULE, 50.0).at_top  # the whole range fits: at the edge
     with pytest.raises(ValueError, match="no parameter"):
         first_guess(part, LOSSLESS_RULE, 0.05)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.95])
+def test_the_log_slider_moves_the_marker_over_the_whole_axis(top_p):
+    """Every value of the δ slider (Param.log_steps, what the Decode page's select_slider
+    offers) placed on the reference: from its first value to its last the marker crosses the
+    whole estimated curve, and no step jumps. A linear slider in steps of 0.01 jumped 8% of
+    the axis on its first step and put half the axis into its first tenth."""
+    part = load_reference().for_top_p(top_p)
+    param = rule_class(DEFAULT_RULE).swept()
+    steps = param.log_steps
+    assert steps[0] == 0.0 and steps[-1] == param.ui[1] and len(steps) > 100
+    ratios = np.diff(np.log(steps[1:]))
+    assert ratios.max() < 0.06 * math.log(10)  # each step at most 6% of a decade
+    xs = np.array([marker(part, DEFAULT_RULE, {param.name: v})[0] for v in steps])
+    kl = part.estimate.curves[DEFAULT_RULE].kl_token
+    span = np.nanmax(kl) - np.nanmin(kl)
+    assert xs[0] == pytest.approx(np.nanmin(kl), abs=1e-9)
+    assert xs[-1] == pytest.approx(np.nanmax(kl), abs=1e-9)
+    assert np.all(np.diff(xs) >= -1e-12)  # more delta, more KL
+    assert np.diff(xs).max() <= 0.03 * span
+    # every fifth of the slider moves the marker, the first fifth included
+    assert min(np.ptp(part) for part in np.array_split(xs, 5)) >= 0.015 * span

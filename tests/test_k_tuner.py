@@ -18,6 +18,7 @@ COSTS = PairCosts(
     draft_ms=1.5,
     round_overhead_ms=0.7,
     plain_overhead_ms=0.4,
+    draft_round_ms=2.0,
 )
 
 
@@ -69,3 +70,51 @@ def test_pooled_rates_and_bad_input() -> None:
         predict_k([None, 0.5], COSTS)
     assert COSTS.verify(20) == pytest.approx(10.0 + 0.8 * 19)
     assert PairCosts.from_dict(COSTS.to_dict()) == COSTS
+
+
+def test_costs_are_medians_of_interleaved_samples_with_the_draft_split() -> None:
+    """Samples with known costs and a load burst in one of them: the medians ignore the burst,
+    and the draft's time per round at the two calibration k splits into f + k·d."""
+    from types import SimpleNamespace
+
+    from cactus_core.experiments.k_tuner import CALIBRATION_KS, CostSample, combine_costs
+
+    f, d, o, o1 = 4.0, 1.5, 0.7, 0.4
+    v = tuple(10.0 + 0.8 * (w - 1) for w in range(1, 14))
+
+    def sample(load: float) -> CostSample:
+        return CostSample(
+            verify_ms=tuple(load * x for x in v),
+            draft_round_ms=tuple(load * (f + k * d) for k in CALIBRATION_KS),
+            rest_ms=(o * load, o * load),
+            plain_rest_ms=o1 * load,
+        )
+
+    pair = SimpleNamespace(identity="synthetic", device="cpu")
+    costs = combine_costs(pair, [sample(1.0), sample(2.5), sample(1.0)])
+    assert costs.verify_ms == pytest.approx(v) and costs.samples == 3
+    assert costs.draft_ms == pytest.approx(d) and costs.draft_round_ms == pytest.approx(f)
+    assert (costs.round_overhead_ms, costs.plain_overhead_ms) == pytest.approx((o, o1))
+    # T(k) = v(k + 1) + f + k·d + o, and the speedup's ratio uses v(1) + o_1
+    assert costs.round_ms(6) == pytest.approx(v[6] + f + 6 * d + o)
+    assert costs.plain_ms == pytest.approx(v[0] + o1)
+    # a cache written before f was measured is not read (the costs are measured again)
+    old = {**COSTS.to_dict(), "format": 1}
+    with pytest.raises(ValueError, match="format"):
+        PairCosts.from_dict(old)
+
+
+def test_the_draft_s_per_round_part_moves_the_best_k() -> None:
+    """f is paid once a round whatever k is, so a large f favours a longer draft than the same
+    draft time charged per step would."""
+    from dataclasses import replace
+
+    per_step = replace(COSTS, draft_ms=3.0, draft_round_ms=0.0)
+    per_round = replace(COSTS, draft_ms=0.5, draft_round_ms=10.0)
+    a = predict_k(TRUE_RATES[:4], per_step, reached=[1000] * 4)
+    b = predict_k(TRUE_RATES[:4], per_round, reached=[1000] * 4)
+    assert b.best_k > a.best_k
+    k = 4
+    assert b.at(k)[1] == pytest.approx(
+        expected_tokens(TRUE_RATES, k) * per_round.plain_ms / (COSTS.verify(5) + 10 + 2 + 0.7)
+    )

@@ -72,6 +72,20 @@ def test_step_page_round_trip_for_every_rule(name):
     assert restore("step", query, {}, public=False) == state
 
 
+@pytest.mark.parametrize("page", ["decode", "playground"])
+def test_every_log_slider_value_round_trips_exactly(page):
+    """Each value a log parameter's select_slider can hold (Param.log_steps) comes back from
+    its link as the same float."""
+    for name in RULES:
+        state = {"dec_rule": name}
+        for field in page_fields(page, state):
+            if field.param is None or not field.param.log_steps:
+                continue
+            for value in field.param.log_steps:
+                query = to_query([field], {field.key: value})
+                assert from_query([field], query) == {field.key: value}, (name, query)
+
+
 def test_bad_values_are_dropped_and_the_rest_kept():
     query = {"rule": DEFAULT_RULE, DELTA: "-1", "k": "99", "seed": "5", "T": "abc"}
     got = restore("decode", query, {}, public=False)

@@ -88,9 +88,9 @@ def test_the_page_shows_the_sentence_and_one_alert():
     captions = " ".join(c.value for c in at.caption)
     assert RULES["tas"].in_words in captions and RULES["tas"].residual_in_words in captions
     at.selectbox(key="pg_preset").set_value("Flat verifier, peaky draft").run()
-    at.slider(key="pg_delta").set_value(1.5).run()
+    at.select_slider(key="pg_delta").set_value(1.5).run()
     assert [i.value for i in at.info if "KL(π ‖ q)" in i.value] == [_note(FLAT, 1.5).text]
-    at.slider(key="pg_delta").set_value(0.5).run()
+    at.select_slider(key="pg_delta").set_value(0.5).run()
     assert "more than δ = 0.5" in " ".join(i.value for i in at.info)
     at.selectbox(key="pg_preset").set_value("Outside the verifier's nucleus (top-p)").run()
     assert not at.exception

@@ -5,11 +5,20 @@ the trace's draft fates."""
 
 from __future__ import annotations
 
+import gc
+import math
+import threading
 from typing import Any
 
+import pytest
+
+from cactus_core.app.decode_view import live_stats
 from cactus_core.app.k_view import counts_from_rounds, k_chart, position_chart
+from cactus_core.engine.decoding import decoder as decoder_module
+from cactus_core.engine.decoding import recording
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, summarize
+from cactus_core.engine.decoding.recording import RECORDER_THREAD
 from tests import recording_snapshot as snap
 
 
@@ -85,3 +94,117 @@ def test_position_and_k_charts_draw_the_counts() -> None:
     stars = [t for t in fig.data if t.name.startswith("best k")]
     assert stars and stars[0].x[0] == pred.best_k
     assert any("extrapolated" in t.name for t in fig.data)
+
+
+# -- the recording thread ----------------------------------------------------------------------
+
+
+def _recorder_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(RECORDER_THREAD)]
+
+
+def _complete(rnd: Any) -> bool:
+    """A speculative round with its trace rows and the emitted KL at its decided positions."""
+    if len(rnd.positions) != rnd.k + 1:
+        return False
+    decided = min(rnd.num_accepted + 1, rnd.k)
+    return all(p.kl_pi_q is not None for p in rnd.positions[:decided]) and all(
+        p.kl_pi_q is None for p in rnd.positions[decided : rnd.k]
+    )
+
+
+def _kl_of(rounds: list[Any]) -> float:
+    return sum(pos.kl_pi_q for r in rounds for pos in r.positions[: min(len(r.emitted_ids), r.k)])
+
+
+def test_recording_runs_on_the_worker_and_is_complete_when_generate_returns(
+    tiny_pair, monkeypatch
+) -> None:
+    where: list[str] = []
+    real = decoder_module.record_round
+
+    def spy(*args: Any) -> Any:
+        where.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(decoder_module, "record_round", spy)
+    seen: list[bool] = []
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=4, temperature=0.7, trace_top_n=3)
+    out = dec.generate(
+        snap.PROMPTS[0], max_new_tokens=20, seed=2, on_round=lambda r, _: seen.append(_complete(r))
+    )
+    assert where and all(name.startswith(RECORDER_THREAD) for name in where)
+    assert seen and all(seen) and len(seen) == len(out.trace.rounds)
+    assert all(_complete(r) for r in out.trace.rounds)
+    assert out.stats.kl_sum == _kl_of(out.trace.rounds) > 0
+    assert 0 <= out.stats.record_s < out.stats.wall_s and out.stats.record_work_s > 0
+    assert not _recorder_threads()
+
+
+def test_a_streamed_round_is_complete_when_the_page_reads_it(tiny_pair) -> None:
+    dec = SpeculativeDecoder(tiny_pair, "cactus-budget", k=3, temperature=1.0, trace_top_n=3)
+    stream = dec.rounds(snap.PROMPTS[1], max_new_tokens=24, seed=4)
+    kl = []
+    for rnd in stream:
+        assert _complete(rnd)  # read at once, as the Decode page's live counters do
+        kl.append(live_stats([rnd], 1.0).emitted_kl * len(rnd.emitted_ids))
+    out = stream.output
+    assert out is not None and len(out.trace.rounds) == len(kl) > 1
+    assert math.isclose(out.stats.kl_sum, sum(kl), rel_tol=1e-9, abs_tol=1e-12)
+    assert not _recorder_threads()
+
+
+def test_closing_a_stream_midway_ends_its_recording_thread(tiny_pair) -> None:
+    dec = SpeculativeDecoder(tiny_pair, "cactus-exact", k=4, temperature=1.0, trace_top_n=3)
+    stream = dec.rounds(snap.PROMPTS[0], max_new_tokens=60, seed=1)
+    events = iter(stream)
+    first = next(events)
+    assert _complete(first) and _recorder_threads()  # the next round's recording is running
+    stream.close()
+    assert not _recorder_threads() and stream.output is None
+    # an abandoned stream ends its thread when it is collected
+    events = iter(dec.rounds(snap.PROMPTS[0], max_new_tokens=60, seed=1))
+    next(events)
+    assert _recorder_threads()
+    del events
+    gc.collect()
+    assert not _recorder_threads()
+
+
+def test_a_consumer_that_raises_midway_leaves_no_thread(tiny_pair) -> None:
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=4, temperature=1.0, trace_top_n=3)
+
+    def stop(rnd: Any, row: int) -> None:
+        if rnd.index == 1:
+            raise KeyboardInterrupt  # a cancelled run
+
+    with pytest.raises(KeyboardInterrupt):
+        dec.generate(snap.PROMPTS[2], max_new_tokens=40, seed=0, on_round=stop)
+    assert not _recorder_threads()
+
+
+def test_an_error_on_the_recording_thread_surfaces_in_the_caller(tiny_pair, monkeypatch) -> None:
+    def broken(*args: Any) -> Any:
+        raise ArithmeticError("the emitted distribution went wrong")
+
+    monkeypatch.setattr(decoder_module, "record_round", broken)
+    dec = SpeculativeDecoder(tiny_pair, "cactus", k=4, temperature=1.0, trace_top_n=3)
+    with pytest.raises(ArithmeticError, match="the emitted distribution went wrong") as info:
+        dec.generate(snap.PROMPTS[0], max_new_tokens=20, seed=0)
+    assert any("recording thread while recording round 0" in n for n in info.value.__notes__)
+    assert not _recorder_threads()
+
+
+def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> None:
+    started: list[bool] = []
+    monkeypatch.setattr(
+        recording.Recorder,
+        "submit",
+        lambda *a, **k: started.append(True),  # never called
+    )
+    dec = SpeculativeDecoder(
+        tiny_pair, "cactus", k=4, temperature=1.0, record_trace=False, measure_kl=False
+    )
+    out = dec.generate(snap.PROMPTS[0], max_new_tokens=16, seed=0)
+    assert not started and out.stats.mean_emitted_kl is None
+    assert out.stats.record_work_s <= out.stats.record_s  # all inline: no worker

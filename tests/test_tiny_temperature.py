@@ -48,6 +48,10 @@ def test_a_link_s_rule_parameter_and_top_p_land_on_their_widgets_steps():
     fields = page_fields("decode", {"dec_rule": "cactus"})
     got = from_query(fields, {"rule": "cactus", "delta": "1e-300"})
     assert got["dec_cactus_delta"] == 0.0
+    # delta's slider is log-scale: a link's value lands on its nearest log step
+    for raw, step in [("0.0159", 0.016), ("0.212", 0.21), ("2.93", 2.9), ("0.0012", 0.0012)]:
+        assert from_query(fields, {"delta": raw}) == {"dec_cactus_delta": step}
+    assert from_query(fields, {"delta": "3.2"}) == {}  # past the slider's end: dropped
 
 
 def test_the_cli_refuses_a_tiny_temperature_in_one_sentence(capsys):

@@ -22,7 +22,7 @@ from cactus_core.app.positions import PRESETS
 from cactus_core.app.settings import DEVICES, EMBEDDED_DRAFT_LABEL
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
-from cactus_core.maths.rules import RULES
+from cactus_core.maths.rules import RULES, Param
 
 Value = str | int | float | bool
 
@@ -37,6 +37,7 @@ class LinkField:
     choices: tuple[str, ...] | None = None
     max_len: int | None = None
     step: float | None = None  # a slider's step: a float is rounded onto it, as the widget would
+    param: Param | None = None  # a rule parameter's widget: a float goes to its nearest value
 
     def parse(self, raw: str) -> Value | None:
         """The widget value the URL's text stands for; None when the text is not one."""
@@ -50,9 +51,16 @@ class LinkField:
             return None
         if self.kind is float and not math.isfinite(value):
             return None
-        if self.kind is float and self.step:
-            # T=1e-300 is T=0 on the slider; a value off its grid would reach the decoder as a
-            # setting the widget can never make (and 1e-300 made every probability NaN).
+        # T=1e-300 is T=0 on the slider; a value off its grid would reach the decoder as a
+        # setting the widget can never make (and 1e-300 made every probability NaN).
+        if self.kind is float and self.param is not None and self.param.log_steps:
+            # checked before rounding: the nearest log step of 1e9 is the top one
+            if not self.low <= value <= self.high:
+                return None
+            value = self.param.snap(value)
+        elif self.kind is float and self.param is not None:
+            value = self.param.snap(value)
+        elif self.kind is float and self.step:
             base = self.low or 0.0
             value = round(base + round((value - base) / self.step) * self.step, 10)
         if self.low is not None and value < self.low:
@@ -139,6 +147,14 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
     return [*pair, LinkField("device", "sb_device", str, choices=DEVICES), *numbers]
 
 
+def param_field(name: str, key: str, param: Param) -> LinkField:
+    """A rule parameter's widget (pages/_common.param_widget) as a link field: its range, and
+    a float rounded to the widget's nearest value (a log step, or a multiple of its step)."""
+    if param.integer:
+        return LinkField(name, key, int, *param.ui)
+    return LinkField(name, key, float, *param.ui, param=param)
+
+
 def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkField]:
     """A rule picker's fields (pages/_common.rule_picker: keys `{prefix}_rule` and
     `{prefix}_{rule}_{param}`); the parameters are the picked rule's, under their own names
@@ -147,10 +163,8 @@ def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkFiel
     fields = [LinkField("rule", f"{prefix}_rule", str, choices=tuple(RULES))]
     if rule in RULES:
         for p in RULES[rule].params_spec:
-            kind = int if p.integer else float
             name = p.name if p.name not in taken else f"{rule}.{p.name}"
-            step = None if p.integer else p.step
-            fields.append(LinkField(name, f"{prefix}_{rule}_{p.name}", kind, *p.ui, step=step))
+            fields.append(param_field(name, f"{prefix}_{rule}_{p.name}", p))
     return fields
 
 
@@ -190,12 +204,8 @@ def page_fields(page: str, state: Mapping[str, Any]) -> list[LinkField]:
     if page == "playground":
         # a parameter named like a sidebar setting (a rule's T) goes by its first rule's name
         groups = [
-            LinkField(
-                g.key if g.key not in taken else f"{g.rules[0]}.{g.key}",
-                f"pg_{g.key}",
-                int if g.param.integer else float,
-                *g.param.ui,
-                step=None if g.param.integer else g.param.step,
+            param_field(
+                g.key if g.key not in taken else f"{g.rules[0]}.{g.key}", f"pg_{g.key}", g.param
             )
             for g in playground_params()
         ]

@@ -5,8 +5,14 @@ How it is timed (the page says so too): both decoders run in this one thread and
 one round at a time, always advancing the one whose clock is behind. Each decoder's clock
 counts only its own work: the time inside its `next()` (its prefill, then each round), never
 the other decoder's rounds or the page's drawing. So both see the same machine load, and a
-token's time is the decoding time its decoder had spent when it wrote it. Neither records a
-trace: the clocks time decoding only.
+token's time is the decoding time its decoder had spent when it wrote it.
+
+The speculative lane is the decoder as Generate runs it, recording on (trace rows and the exact
+emitted KL): its recording thread works beside the decoding, and its clock holds what the
+recording costs the decoding (the waits for that thread, `stats.record_s`). A round comes out
+of it once its recording is in, one round after its tokens were decided, so its points sit one
+round late; the lane's total time is exact. The verifier-only lane records nothing it could
+defer (one top-N of q per token).
 """
 
 from __future__ import annotations
@@ -105,10 +111,12 @@ class Race:
     @classmethod
     def start(cls, pair: ModelPair, request: DecodeRequest, rule_label: str) -> Race:
         request.check_length(pair)
-        dec = request.decoder(pair, record_trace=False, measure_kl=False)
+        dec = request.decoder(pair)
         kw = request.generate_kwargs()
         spec = dec.rounds(request.prompt, **kw)
-        base = dec.rounds(request.prompt, **kw, speculative=False)
+        base = request.decoder(pair, record_trace=False, measure_kl=False).rounds(
+            request.prompt, **kw, speculative=False
+        )
         return cls(
             Lane(SPECULATIVE, f"speculative, {rule_label}", spec),
             Lane(VERIFIER_ONLY, "verifier only", base),

@@ -5,8 +5,9 @@ measured round costs, in verifier-only tokens (v₁ = one verifier-only step, it
 included): the verify pass over k + 1 tokens (more than one step's worth on a CPU, where a
 forward's cost grows with its width), k draft steps, and the rest of the loop (coins, the host
 sync, Python). The measured speedup is tokens per call ÷ that sum, so each part's excess over
-the model's is what the model leaves out. The recording (trace rows and exact emitted KL) is
-not in either: the comparison runs without it, and its cost in the shown run is given apart.
+the model's is what the model leaves out. The speculative run records (trace rows and exact
+emitted KL) as Generate does, on a worker thread beside the decoding: what that costs the
+decoding (its waits, `record_s`) is given apart and left out of the rest of the loop.
 """
 
 from __future__ import annotations
@@ -103,8 +104,26 @@ def parts_chart(parts: CostParts) -> go.Figure:
     return fig
 
 
-def record_share(stats: Any) -> float | None:
-    """The recording's share of a run's wall time (trace rows and exact emitted KL)."""
+@dataclass(frozen=True)
+class RecordShare:
+    """The recording's cost in a run (trace rows and exact emitted KL), as shares of its wall
+    time: on the critical path (the decoding thread's waits and inline parts) and its own work
+    (most of it on the recording thread, beside the decoding)."""
+
+    critical: float
+    work: float
+
+    def caption(self, whose: str) -> str:
+        return (
+            f"Recording (trace rows and the exact emitted KL) cost {whose} {self.critical:.0%} "
+            f"of its time, on the decoding thread; its own work, {self.work:.0%} of that time, "
+            "ran on a recording thread beside the decoding. The measured speedup includes it."
+        )
+
+
+def record_share(stats: Any) -> RecordShare | None:
+    """The recording's shares of a run's wall time; None without a timed run."""
     if stats is None or stats.wall_s <= 0:
         return None
-    return stats.record_s / stats.wall_s
+    work = getattr(stats, "record_work_s", stats.record_s)
+    return RecordShare(stats.record_s / stats.wall_s, work / stats.wall_s)

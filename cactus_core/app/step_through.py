@@ -99,7 +99,8 @@ class StepRun:
     rows: list[RoundRows] = field(default_factory=list)
     output: GenerationOutput | None = None
     _events: Iterator[RoundTrace] | None = None
-    _decided: tuple[torch.Tensor, torch.Tensor] | None = None
+    # round index -> its decided rows (p, q) [d, V] from the probe, until the round comes out
+    _decided: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     _texts: dict[int, str] = field(default_factory=dict)
     _ended: bool = False
     # Round index -> its steps (step_view.round_steps), built once: "Next step" only reads.
@@ -118,8 +119,9 @@ class StepRun:
 
         def probe(row: int, index: int, p: torch.Tensor, q: torch.Tensor) -> None:
             # The full rows exist only during the round; keep the decided ones until the
-            # round comes out of the stream and names its drafts.
-            holder[0]._decided = (p.detach().clone(), q.detach().clone())
+            # round comes out of the stream and names its drafts (a round comes out after
+            # the next one ran, once its recording is in: key them by round).
+            holder[0]._decided[index] = (p.detach().clone(), q.detach().clone())
 
         decoder = SpeculativeDecoder(
             pair, request.rule(), probe=probe, **request.settings.decoder_kwargs()
@@ -175,14 +177,14 @@ class StepRun:
 
     def _keep(self, rnd: RoundTrace) -> None:
         rows = RoundRows(positions=[])
-        if self._decided is not None and rnd.k:
-            p, q = self._decided
+        decided = self._decided.pop(rnd.index, None)
+        if decided is not None and rnd.k:
+            p, q = decided
             for j in range(p.shape[0]):
                 rows.positions.append(position_rows(self.judge, p[j], q[j], rnd.draft_ids[j]))
             # A round-level rule's residual is its own, for the whole draft, not this one's.
             if rnd.num_accepted < rnd.k and not self.judge.round_level:
                 m = rnd.num_accepted
                 rows.residual = residual_rows(self.judge, p[m], q[m], rnd.draft_ids[m], rnd.next_id)
-        self._decided = None
         self.rounds.append(rnd)
         self.rows.append(rows)

@@ -10,12 +10,20 @@ reached j. A round of k drafts then emits on average
 (the products are vLLM's unconditional rates; the 1 is the recovered or bonus token). Its cost,
 in the wall time of the pair on this device, is
 
-    T(k) = v(k + 1) + k·d + o
+    T(k) = v(k + 1) + f + k·d + o
 
-with v(w) the verifier's forward over w tokens, d one draft step, o the rest of a round (coins,
-the host sync, the Python of the loop); verifier-only decoding takes v(1) + o_1 per token. So
-speedup(k) = E(k)·(v(1) + o_1) / T(k). `PairCosts` measures v(1..13), d, o and o_1 once per
-pair, device and thread count and caches them on disk with the pair's identity.
+with v(w) the verifier's forward over w tokens, d one draft step, f the draft's fixed part of a
+round (reading the accepted path back in), and o the rest of a round (the verifier's
+probabilities and the rule, the coins, the host sync, the Python of the loop); verifier-only
+decoding takes v(1) + o_1 per token. So speedup(k) = E(k)·(v(1) + o_1) / T(k): the decoding
+phase's speedup, with the prefill (the same whatever k) left out. `PairCosts` measures v(1..13),
+f, d, o and o_1 once per pair, device and thread count and caches them on disk with the pair's
+identity.
+
+On a busy machine one forward can take twice as long as the next, so every cost is the median of
+several samples taken interleaved (`cost_sample`: each sample times every width once, in
+alternating order, and two short decoder runs at k = 2 and k = 6 that separate f from d), and a
+load swing lands on all widths alike instead of on a few.
 
 Positions past those a run measured (a run at k = 4 measures 1..4) are extrapolated: they
 take the last measured position's conditional rate, pooled with the positions before it until
@@ -44,7 +52,9 @@ if TYPE_CHECKING:
 K_RANGE: tuple[int, ...] = tuple(range(1, 13))
 # Drafts behind the rate that extrapolated positions repeat (see `extend_rates`).
 MIN_TAIL_DRAFTS = 50
-COSTS_FORMAT = 1
+COSTS_FORMAT = 2  # 2: the draft's per-round part f apart from its step d
+# The two draft lengths whose runs separate the draft's per-round part from its per-step cost.
+CALIBRATION_KS = (2, 6)
 
 
 # ------------------------------------------------------------------------------ costs
@@ -61,6 +71,8 @@ class PairCosts:
     draft_ms: float  # d: one draft step
     round_overhead_ms: float  # o: the rest of a speculative round
     plain_overhead_ms: float  # o_1: the rest of a verifier-only step
+    draft_round_ms: float = 0.0  # f: the draft's part of a round that does not grow with k
+    samples: int = 1  # interleaved samples behind the medians
 
     def verify(self, width: int) -> float:
         """v(width) in ms; past the measured widths, a straight line through the last two."""
@@ -81,9 +93,13 @@ class PairCosts:
         """v(w) ÷ v(1) for the measured widths."""
         return [x / self.verify_ms[0] for x in self.verify_ms]
 
+    def draft_round(self, k: int) -> float:
+        """The draft's share of a round: f + k·d."""
+        return self.draft_round_ms + k * self.draft_ms
+
     def round_ms(self, k: int) -> float:
-        """T(k) = v(k + 1) + k·d + o."""
-        return self.verify(k + 1) + k * self.draft_ms + self.round_overhead_ms
+        """T(k) = v(k + 1) + f + k·d + o."""
+        return self.verify(k + 1) + self.draft_round(k) + self.round_overhead_ms
 
     @property
     def plain_ms(self) -> float:
@@ -117,7 +133,8 @@ def cached_costs(pair: ModelPair, root: Path | None = None) -> PairCosts | None:
 
 
 def cached_costs_for(identity: str, device: str, root: Path | None = None) -> PairCosts | None:
-    """The cached costs of the pair with this identity (no model loaded), or None."""
+    """The cached costs of the pair with this identity (no model loaded), or None (also for a
+    file of an older format: it is measured again)."""
     import torch
 
     path = costs_path(identity, device, torch.get_num_threads(), root)
@@ -131,75 +148,145 @@ def pair_costs(
     pair: ModelPair, root: Path | None = None, refresh: bool = False, **measure: Any
 ) -> PairCosts:
     """The pair's costs: from the cache, or measured (`measure_costs`) and cached."""
-    import torch
-
     if not refresh:
         got = cached_costs(pair, root)
         if got is not None:
             return got
     costs = measure_costs(pair, **measure)
-    path = costs_path(pair.identity, str(pair.device), torch.get_num_threads(), root)
+    store_costs(costs, root)
+    return costs
+
+
+def store_costs(costs: PairCosts, root: Path | None = None) -> Path:
+    """Cache measured costs under their pair's identity, device and thread count."""
+    path = costs_path(costs.identity, costs.device, costs.threads, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(costs.to_dict(), indent=1), encoding="utf-8")
-    return costs
+    return path
+
+
+@dataclass(frozen=True)
+class CostSample:
+    """One interleaved pass over the costs, in ms: what `combine_costs` takes medians of."""
+
+    verify_ms: tuple[float, ...]  # one forward at each width 1 .. max_width
+    draft_round_ms: tuple[float, ...]  # the draft's time per round at each CALIBRATION_KS
+    rest_ms: tuple[float, ...]  # per round at each CALIBRATION_KS, less v(k + 1) and the draft
+    plain_rest_ms: float  # per verifier-only step, less v(1)
+
+
+class CostProbe:
+    """What `cost_sample` times, set up once: the verifier's cache at a fixed prefix (the
+    prompt plus `new_tokens`), and the decoder that runs the calibration rounds."""
+
+    def __init__(self, pair: ModelPair, prompt: str | None = None, new_tokens: int = 32) -> None:
+        import torch
+
+        from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+        from cactus_core.engine.loading.pairing import head_vocab
+        from cactus_core.engine.loading.prompts import builtin_prompts
+        from cactus_core.engine.runtime.kv_cache import SequenceCache
+
+        self.pair = pair
+        self.prompt = prompt or builtin_prompts()[0]
+        self.new_tokens = new_tokens
+        self.decoders = {
+            k: SpeculativeDecoder(pair, "sps", k=k, record_trace=False, measure_kl=False)
+            for k in CALIBRATION_KS
+        }
+        vocab = min(head_vocab(pair.verifier), head_vocab(pair.draft))
+        prefix = pair.encode_prompt(self.prompt) + list(range(200, 200 + new_tokens))
+        with torch.inference_mode():
+            self.cache = SequenceCache(pair.verifier, vocab)
+            self.cache.prefill([prefix])
+        self.kept = self.cache.lengths[0]
+        self.passes = 0
+        self.decoders[CALIBRATION_KS[0]].generate(self.prompt, max_new_tokens=8, seed=0)  # warm
+
+    def forward_ms(self, width: int) -> float:
+        """One verifier forward over `width` tokens at the fixed prefix, rolled back after."""
+        import torch
+
+        device = self.pair.verifier.device
+        ids = torch.arange(300, 300 + width, device=device)[None]
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            self.cache.step(ids, None, width)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            ms = 1000 * (time.perf_counter() - t0)
+            self.cache.keep([self.kept])
+        return ms
+
+
+def cost_sample(probe: CostProbe, max_width: int = 13, seed: int = 0) -> CostSample:
+    """One pass: every width once (forward, then backward on the next pass, so that a drift in
+    the load does not pile onto the wide ones), then a short sps run at each CALIBRATION_KS and
+    a verifier-only run of the decoder itself (no recording). What a round spends beyond
+    v(k + 1) and its draft is the round's rest o; likewise o_1 for a verifier-only step."""
+    if max_width < max(CALIBRATION_KS) + 1:
+        raise ValueError(f"max_width must be >= {max(CALIBRATION_KS) + 1}, got {max_width}")
+    widths = list(range(1, max_width + 1))
+    order = widths if probe.passes % 2 == 0 else widths[::-1]
+    probe.passes += 1
+    got = {w: probe.forward_ms(w) for w in order}
+    verify_ms = tuple(got[w] for w in widths)
+    draft, rest = [], []
+    for k, dec in probe.decoders.items():
+        s = dec.generate(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed).stats
+        rounds = max(s.rounds, 1)
+        decode_ms = 1000 * (s.wall_s - s.prefill_s - s.record_s) / rounds
+        draft.append(1000 * s.draft_s / rounds)
+        rest.append(decode_ms - draft[-1] - verify_ms[k])
+    dec = probe.decoders[CALIBRATION_KS[0]]
+    b = dec.generate_autoregressive(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed).stats
+    plain = 1000 * (b.wall_s - b.prefill_s - b.record_s) / max(b.rounds, 1) - verify_ms[0]
+    return CostSample(verify_ms, tuple(draft), tuple(rest), plain)
+
+
+def combine_costs(pair: ModelPair, samples: Sequence[CostSample]) -> PairCosts:
+    """The medians of interleaved samples as the pair's costs. The draft's time per round at
+    the two CALIBRATION_KS gives its step d (the slope) and its per-round part f."""
+    import torch
+
+    if not samples:
+        raise ValueError("no cost samples to combine")
+
+    def med(xs: Sequence[float]) -> float:
+        return float(statistics.median(xs))
+
+    verify_ms = tuple(med(col) for col in zip(*(s.verify_ms for s in samples), strict=True))
+    (ka, kb) = CALIBRATION_KS
+    da = med([s.draft_round_ms[0] for s in samples])
+    db = med([s.draft_round_ms[1] for s in samples])
+    d = max((db - da) / (kb - ka), 0.0)
+    f = max(da - ka * d, 0.0)
+    if d == 0.0:  # the draft did not grow with k: charge it per step rather than not at all
+        d, f = da / ka, 0.0
+    rest = med([r for s in samples for r in s.rest_ms])
+    return PairCosts(
+        identity=pair.identity,
+        device=str(pair.device),
+        threads=torch.get_num_threads(),
+        verify_ms=verify_ms,
+        draft_ms=d,
+        round_overhead_ms=max(rest, 0.0),
+        plain_overhead_ms=max(med([s.plain_rest_ms for s in samples]), 0.0),
+        draft_round_ms=f,
+        samples=len(samples),
+    )
 
 
 def measure_costs(
     pair: ModelPair,
     max_width: int = 13,
-    reps: int = 7,
+    reps: int = 5,
     prompt: str | None = None,
-    new_tokens: int = 48,
+    new_tokens: int = 32,
 ) -> PairCosts:
-    """Measure v(1..max_width) (medians of `reps` forwards through the decoder's KV cache at a
-    prefix of the prompt plus `new_tokens`), and d, o, o_1 from one short speculative and one
-    verifier-only run of the decoder itself (sps, k = 4, no recording)."""
-    import torch
-
-    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-    from cactus_core.engine.loading.pairing import head_vocab
-    from cactus_core.engine.loading.prompts import builtin_prompts
-    from cactus_core.engine.runtime.kv_cache import SequenceCache
-
-    if max_width < 2:
-        raise ValueError(f"max_width must be >= 2, got {max_width}")
-    prompt = prompt or builtin_prompts()[0]
-    dec = SpeculativeDecoder(pair, "sps", k=4, record_trace=False, measure_kl=False)
-    dec.generate(prompt, max_new_tokens=8, seed=0)  # warm-up
-    spec = dec.generate(prompt, max_new_tokens=new_tokens, seed=0).stats
-    base = dec.generate_autoregressive(prompt, max_new_tokens=new_tokens, seed=0).stats
-
-    vocab = min(head_vocab(pair.verifier), head_vocab(pair.draft))
-    prefix = pair.encode_prompt(prompt) + list(range(200, 200 + new_tokens))
-    verify_ms = []
-    with torch.inference_mode():
-        cache = SequenceCache(pair.verifier, vocab)
-        cache.prefill([prefix])
-        kept = cache.lengths[0]
-        for w in range(1, max_width + 1):
-            ids = torch.arange(300, 300 + w, device=pair.verifier.device)[None]
-            times = []
-            for _ in range(reps + 1):
-                t0 = time.perf_counter()
-                cache.step(ids, None, w)
-                if pair.verifier.device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-                cache.keep([kept])
-            verify_ms.append(1000 * statistics.median(times[1:]))
-
-    def rest(s: Any) -> float:
-        return max(0.0, s.wall_s - s.prefill_s - s.draft_s - s.verify_s - s.record_s)
-
-    return PairCosts(
-        identity=pair.identity,
-        device=str(pair.device),
-        threads=torch.get_num_threads(),
-        verify_ms=tuple(verify_ms),
-        draft_ms=1000 * spec.draft_s / max(spec.draft_calls, 1),
-        round_overhead_ms=1000 * rest(spec) / max(spec.rounds, 1),
-        plain_overhead_ms=1000 * rest(base) / max(base.rounds, 1),
-    )
+    """The medians of `reps` interleaved `cost_sample`s (v(1..max_width), f, d, o, o_1)."""
+    probe = CostProbe(pair, prompt, new_tokens)
+    return combine_costs(pair, [cost_sample(probe, max_width, seed=i) for i in range(reps)])
 
 
 # ------------------------------------------------------------------------------ prediction

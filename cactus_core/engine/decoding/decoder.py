@@ -4,9 +4,19 @@ A round, in named steps (`_spec_round`; the steps live in `round.py`): draw the 
 (the draft proposes k tokens in k forwards); verify (the verifier scores all of them plus the
 next position in one forward, and the rule accepts a prefix: a rejection is replaced by a token
 from the rule's residual, and a fully accepted draft earns a bonus token from q); bring the
-round's numbers to the host in one sync; record (emitted KL, trace rows, stats). Both models
-keep their KV caches across rounds and roll back what the round rejected
+round's numbers to the host in one sync; commit the tokens and count; record (emitted KL, trace
+rows). Both models keep their KV caches across rounds and roll back what the round rejected
 (`kv_cache.SequenceCache`), so the prefix is encoded once.
+
+Recording runs off the critical path: a round's exact emitted KL and trace rows are computed
+from its own tensors on a worker thread (`recording.Recorder`) while the next round drafts and
+verifies, and the round is handed out (yielded, passed to on_round) once they are in, so a
+round reaches its consumer one round later than its tokens were decided, complete. The last
+round's recording is joined before the stats are final. `stats.record_s` is the time the
+decoding thread spent on recording (waiting for the worker, and the inline parts: the probe,
+a verifier-only step's rows); `stats.record_work_s` is the recording's own work, wherever it
+ran. A decoder with nothing to record (record_trace=False with measure_kl=False, or a lossless
+judge) starts no thread and hands each round out at once.
 
 The caches hold every committed token except the last one: that one (and, after a fully
 accepted round, the draft's last proposal, which the draft never encoded) is fed at the start of
@@ -44,13 +54,14 @@ from cactus_core.engine.decoding.generation import (
     summarize,
 )
 from cactus_core.engine.decoding.recording import (
+    Recorded,
+    Recorder,
+    RoundRecord,
     count_draft,
     draft_round_trace,
-    emitted_kl,
     plain_round_trace,
-    position_traces,
+    record_round,
     top_entries,
-    zero_kl,
 )
 from cactus_core.engine.decoding.round import (
     HostRound,
@@ -99,8 +110,9 @@ OnRound = Callable[[RoundTrace, int], None]
 # probe(row, round, p [d, V], q [d, V]) sees the full rows of the d positions decided in one
 # round of one sequence (instrumentation such as the sweep's limit; it must not keep the rows).
 Probe = Callable[[int, int, torch.Tensor, torch.Tensor], None]
-# What a round hands the loop per row: the round and KL(pi ‖ q) at its drafted positions.
-RoundEvent = tuple[RoundTrace, list[float | None]]
+# What a round hands the loop per row: the round, and its recording (KL(pi ‖ q) at its drafted
+# positions, the trace rows) as the batch's records and this row's index among them.
+RoundEvent = tuple[RoundTrace, Recorded[list[RoundRecord]], int]
 # Yields (row index, round) as rounds finish; returns the outputs in prompt order.
 Events = Generator[tuple[int, RoundTrace], None, list[GenerationOutput]]
 
@@ -141,7 +153,8 @@ class _Clock:
 
     draft: float = 0.0
     verify: float = 0.0
-    record: float = 0.0  # emitted KL and trace recording
+    record: float = 0.0  # recording on the decoding thread: waits for the worker, inline parts
+    record_inline: float = 0.0  # the inline parts alone
 
 
 class SpeculativeDecoder:
@@ -154,8 +167,9 @@ class SpeculativeDecoder:
 
     record_trace=False keeps only the cheap per-round fields (drafts, fates, coins, emitted
     tokens) and skips the top-N / replay rows. measure_kl=False (with record_trace=False) also
-    skips the exact emitted KL, the costliest bookkeeping (an O(V log V) pass per position);
-    `stats.record_s` times all of it, so its cost can be read off any run. probe, if given, is
+    skips the exact emitted KL, the costliest bookkeeping (an O(V log V) pass per position).
+    Both run on a worker thread beside the decoding (see the module docstring); `stats.record_s`
+    is what they cost the decoding thread, `stats.record_work_s` their own work. probe, if given, is
     called with the full p and q rows of every decided position (see `Probe`). lazy_head
     (default: for one sequence on CPU, without a full trace) computes the verifier's head only
     at the positions up to the first rejection, the same round with less work (see
@@ -363,40 +377,71 @@ class SpeculativeDecoder:
         active = list(rows)
         clock = _Clock()
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
-        while active:
-            room = min(ctx - len(r.tokens) for r in active)
-            k = min(self.k, room - 1) if speculative else 0
-            if k > 0 and self.tree is not None:
-                # Near the context's end a tree may not fit: verifier-only steps finish.
-                if room - 1 >= self.tree.depth:
-                    events = self._tree_round(active[0], verifier, draft, clock)
+        recorder = Recorder()
+        # Rounds committed whose recording may still be running: handed out after the next
+        # round (which runs beside it) or at the end.
+        waiting: list[tuple[_Row, RoundTrace, Recorded[list[RoundRecord]], int]] = []
+        try:
+            while active:
+                room = min(ctx - len(r.tokens) for r in active)
+                k = min(self.k, room - 1) if speculative else 0
+                if k > 0 and self.tree is not None:
+                    # Near the context's end a tree may not fit: verifier-only steps finish.
+                    if room - 1 >= self.tree.depth:
+                        events = self._tree_round(active[0], verifier, draft, clock, recorder)
+                    else:
+                        events = self._plain_round(active, verifier, clock)
+                elif k > 0:
+                    events = self._spec_round(active, verifier, draft, k, clock, recorder)
                 else:
                     events = self._plain_round(active, verifier, clock)
-            elif k > 0:
-                events = self._spec_round(active, verifier, draft, k, clock)
-            else:
-                events = self._plain_round(active, verifier, clock)
-            keep = []
-            for i, (row, (rnd, kl_pi)) in enumerate(zip(active, events, strict=True)):
-                stop = self._commit(row, rnd, kl_pi, max_new_tokens, ctx)
-                handed = time.perf_counter()
-                yield row.index, rnd
-                paused += time.perf_counter() - handed
-                if stop:
-                    row.stats.stop_reason = stop
-                else:
-                    keep.append(i)
-            if len(keep) < len(active):
-                active = [active[i] for i in keep]
+                keep, done = [], []
+                for i, (row, (rnd, record, b)) in enumerate(zip(active, events, strict=True)):
+                    stop = self._commit(row, rnd, max_new_tokens, ctx)
+                    done.append((row, rnd, record, b))
+                    if stop:
+                        row.stats.stop_reason = stop
+                    else:
+                        keep.append(i)
+                if len(keep) < len(active):
+                    active = [active[i] for i in keep]
+                    if active:
+                        verifier.select(keep)
+                        if draft is not None:
+                            draft.select(keep)
                 if active:
-                    verifier.select(keep)
-                    if draft is not None:
-                        draft.select(keep)
-            if active:
-                verifier.keep([len(r.tokens) - 1 for r in active])
+                    verifier.keep([len(r.tokens) - 1 for r in active])
+                # The previous round's recording ran beside this round: hand it out now. This
+                # round's waits for the next one, unless there is nothing left to wait for.
+                ready, waiting = waiting, done
+                if not active or not any(record.pending for _, _, record, _ in done):
+                    ready, waiting = ready + done, []
+                self._settle(ready, clock)
+                for row, rnd, _, _ in ready:
+                    handed = time.perf_counter()
+                    yield row.index, rnd
+                    paused += time.perf_counter() - handed
+        finally:
+            recorder.close()  # however the decode ends: no worker outlives it
         wall = time.perf_counter() - start - paused
-        self._finish(rows, batch_id, speculative, wall, prefill_s, clock)
+        self._finish(rows, batch_id, speculative, wall, prefill_s, clock, recorder.work_s)
         return [self._output(r) for r in rows]
+
+    def _settle(
+        self,
+        ready: list[tuple[_Row, RoundTrace, Recorded[list[RoundRecord]], int]],
+        clock: _Clock,
+    ) -> None:
+        """Wait for these rounds' recordings and put them in: the trace rows into the round,
+        KL(pi ‖ q) of the emitted drafted positions into the row's stats (in round order, as
+        the sum was always taken). The wait is recording on the critical path."""
+        t0 = time.perf_counter()
+        for row, rnd, record, b in ready:
+            rec = record.get()[b]
+            rnd.positions = rec.positions
+            # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
+            row.stats.kl_sum += sum(rec.kl_pi[: len(rnd.emitted_ids)])
+        clock.record += time.perf_counter() - t0
 
     def _finish(
         self,
@@ -406,6 +451,7 @@ class SpeculativeDecoder:
         wall: float,
         prefill_s: float,
         clock: _Clock,
+        record_work_s: float,
     ) -> None:
         """Stamp the batch's clock and counts on every row's stats and trace."""
         total = sum(len(r.generated) for r in rows)
@@ -416,6 +462,9 @@ class SpeculativeDecoder:
             s.kl_measured = self.measure_kl or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
             s.draft_s, s.verify_s, s.record_s = clock.draft, clock.verify, clock.record
+            # the worker's jobs, and what the decoding thread did itself (the probe, the
+            # verifier-only steps' rows) but not its waits for the worker
+            s.record_work_s = record_work_s + clock.record_inline
             r.trace.meta["batch"] = {"id": batch_id, "size": len(rows), "row": r.index}
             self._fill_texts(r.trace)
 
@@ -426,9 +475,11 @@ class SpeculativeDecoder:
         draft: Drafter,
         k: int,
         clock: _Clock,
+        recorder: Recorder,
     ) -> list[RoundEvent]:
-        """One speculative round for every row: draft, verify, fetch, record, emit (and a
-        feature draft reads the verifier's features of the committed positions)."""
+        """One speculative round for every row: draft, verify, fetch, hand the recording to
+        the worker, emit (and a feature draft reads the verifier's features of the committed
+        positions)."""
         probs = self.sampling.probs
         t0 = time.perf_counter()
         coins = draw_coins([r.generator for r in rows], k, self.device)
@@ -441,52 +492,68 @@ class SpeculativeDecoder:
         verdict = verify_draft(self.judge, verifier, last, drafted, coins, probs, lazy)
         host = round_to_host(drafted, verdict, coins)  # the round's one host sync
         t2 = time.perf_counter()
-        kl_pi, positions = self._record(rows, drafted, verdict, host)
+        record = self._record(rows, drafted, verdict, host, recorder)
         t3 = time.perf_counter()
         draft.after_verify(verifier, [h.emitted_ids for h in host])
         clock.draft += t1 - t0 + time.perf_counter() - t3
         clock.verify += t2 - t1
         clock.record += t3 - t2
+        clock.record_inline += t3 - t2
         out = []
-        for row, h, pos, kl_row in zip(rows, host, positions, kl_pi, strict=True):
+        for b, (row, h) in enumerate(zip(rows, host, strict=True)):
             count_draft(row.stats, h)
-            rnd = draft_round_trace(row.stats.rounds, h, pos, self._text, t1 - t0, t2 - t1)
-            out.append((rnd, kl_row))
+            rnd = draft_round_trace(row.stats.rounds, h, [], self._text, t1 - t0, t2 - t1)
+            out.append((rnd, record, b))
         return out
 
     def _record(
-        self, rows: list[_Row], drafted: Draft, verdict: Verdict, host: list[HostRound]
-    ) -> tuple[list[list[float | None]], list[list[PositionTrace]]]:
-        """KL(pi ‖ q) at each row's decided positions, the probe, and the trace rows."""
+        self,
+        rows: list[_Row],
+        drafted: Draft,
+        verdict: Verdict,
+        host: list[HostRound],
+        recorder: Recorder,
+    ) -> Recorded[list[RoundRecord]]:
+        """The probe (here, while the round's rows are current), then KL(pi ‖ q) at each row's
+        decided positions and the trace rows: on the worker when there is work to do."""
         decided = [h.decided for h in host]
-        k = drafted.ids.shape[1]
-        if self.judge.lossless or not self.measure_kl:
-            kl_pi = zero_kl(k, decided)  # pi = q, or not asked for
-        else:
-            kl_pi = emitted_kl(self.judge, drafted.probs, verdict.q[:, :k], decided)
         if self.probe is not None:
             for b, (row, d) in enumerate(zip(rows, decided, strict=True)):
                 self.probe(row.index, row.stats.rounds, drafted.probs[b, :d], verdict.q[b, :d])
-        if not self.record_trace:
-            return kl_pi, [[] for _ in rows]
-        p, q, n = drafted.probs, verdict.q, drafted.ids
-        top_n, top_m = self.trace_top_n, self.replay_top_m
-        return kl_pi, position_traces(self.judge, p, q, n, kl_pi, top_n, top_m)
+        trace = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
+        args = (self.judge, drafted.probs, verdict.q, drafted.ids, decided, self.measure_kl, trace)
+        if trace is None and (self.judge.lossless or not self.measure_kl):
+            return Recorded(record_round(*args))  # zeros only: nothing worth a thread
+        # The worker reads the round's own tensors, which no later round writes to.
+        return recorder.submit(f"round {rows[0].stats.rounds}", record_round, *args)
 
     def _tree_round(
-        self, row: _Row, verifier: SequenceCache, draft: Drafter, clock: _Clock
+        self,
+        row: _Row,
+        verifier: SequenceCache,
+        draft: Drafter,
+        clock: _Clock,
+        recorder: Recorder,
     ) -> list[RoundEvent]:
-        """One round with a draft tree (`tree_round`): one sequence."""
+        """One round with a draft tree (`tree_round`): one sequence. Its emitted KL is
+        measured on the worker."""
         coins = draw_tree_coins(row.generator, self.tree, self.device)
         out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
         t0 = time.perf_counter()
-        kl_pi = tree_emitted_kl(self.judge, out, self.measure_kl)
         rnd = tree_round_trace(row.stats.rounds, out, self._text)
-        clock.record += time.perf_counter() - t0
+        if self.measure_kl and not self.judge.lossless:
+            record = recorder.submit(
+                f"tree round {row.stats.rounds}", _tree_record, self.judge, out
+            )
+        else:
+            record = Recorded([RoundRecord(tree_emitted_kl(self.judge, out, measure=False))])
+        elapsed = time.perf_counter() - t0
+        clock.record += elapsed
+        clock.record_inline += elapsed
         clock.draft += out.draft_s
         clock.verify += out.verify_s
         count_tree(row.stats, out)
-        return [(rnd, kl_pi)]
+        return [(rnd, record, 0)]
 
     def _plain_round(
         self, rows: list[_Row], verifier: SequenceCache, clock: _Clock
@@ -516,23 +583,19 @@ class SpeculativeDecoder:
         t2 = time.perf_counter()
         clock.verify += t1 - t0
         clock.record += t2 - t1
+        clock.record_inline += t2 - t1
         out = []
-        for row, h, pos in zip(rows, host, positions, strict=True):
-            rnd = plain_round_trace(row.stats.rounds, h["token"], h["coin"], h["logprob"], pos)
+        # one top-N of q per row, cheap enough to stay inline
+        record = Recorded([RoundRecord([0.0], pos) for pos in positions])
+        for b, (row, h) in enumerate(zip(rows, host, strict=True)):
+            rnd = plain_round_trace(row.stats.rounds, h["token"], h["coin"], h["logprob"], [])
             rnd.verify_s = t1 - t0  # the batch's one verifier step
-            out.append((rnd, [0.0]))
+            out.append((rnd, record, b))
         return out
 
-    def _commit(
-        self,
-        row: _Row,
-        rnd: RoundTrace,
-        kl_pi: list[float | None],
-        max_new_tokens: int,
-        ctx: int,
-    ) -> str | None:
+    def _commit(self, row: _Row, rnd: RoundTrace, max_new_tokens: int, ctx: int) -> str | None:
         """Append the round's tokens to the row (cut at EOS / the budget / the context) and
-        return why the row stops, if it does."""
+        return why the row stops, if it does. The round's recording is put in by `_settle`."""
         emitted = rnd.emitted_ids
         budget = min(max_new_tokens - len(row.generated), ctx - len(row.tokens))
         stop = None
@@ -557,8 +620,6 @@ class SpeculativeDecoder:
         st.verifier_calls += 1
         st.new_tokens += len(emitted)
         st.nll_sum -= sum(rnd.emitted_logprobs)
-        # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
-        st.kl_sum += sum(kl_pi[: len(emitted)])
         row.tokens.extend(emitted)
         row.trace.rounds.append(rnd)
         return stop
@@ -598,3 +659,8 @@ class SpeculativeDecoder:
         gen = row.generated
         text = self.pair.tokenizer.decode(gen, skip_special_tokens=True)
         return GenerationOutput(row.prompt, row.prompt_ids, gen, text, row.stats, row.trace)
+
+
+def _tree_record(judge: Rule, out: Any) -> list[RoundRecord]:
+    """A tree round's recording (on the worker): KL(pi ‖ q) at its emitted positions."""
+    return [RoundRecord(tree_emitted_kl(judge, out))]

@@ -5,7 +5,7 @@ of a streaming generation (`DecodeStream`). The metrics follow DESIGN.md's defin
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +40,11 @@ class GenerationStats:
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
-    record_s: float = 0.0  # emitted KL and trace recording
+    # Recording (the exact emitted KL, the trace rows): record_s is what it cost the decoding
+    # thread (waits for the recording thread, the parts done inline); record_work_s is its own
+    # work, most of it on the recording thread beside the decoding.
+    record_s: float = 0.0
+    record_work_s: float = 0.0
 
     @property
     def tokens_per_call(self) -> float:
@@ -213,9 +217,11 @@ def summarize(outputs: list[GenerationOutput]) -> dict[str, Any]:
 
 class DecodeStream:
     """Iterator over the rounds of one generation (`SpeculativeDecoder.rounds`); once it is
-    exhausted, `.output` holds the GenerationOutput."""
+    exhausted, `.output` holds the GenerationOutput. Every round it yields is complete (its
+    trace rows and emitted KL recorded). `close()` stops the decode midway and ends its
+    recording thread; garbage collection of an abandoned stream does the same."""
 
-    def __init__(self, events: Iterator[tuple[int, RoundTrace]]) -> None:
+    def __init__(self, events: Generator[tuple[int, RoundTrace], None, Any]) -> None:
         self._events = events
         self.output: GenerationOutput | None = None
 
@@ -226,3 +232,7 @@ class DecodeStream:
                 yield rnd
         except StopIteration as stop:
             self.output = stop.value[0]
+
+    def close(self) -> None:
+        """Stop decoding (a no-op once the stream is exhausted)."""
+        self._events.close()

@@ -2,13 +2,25 @@
 the decided positions, and the per-position trace rows (top-N of p, q and h, replay rows) that
 the Decode page's inspector and trace replay read.
 
+The emitted KL and the trace rows are the costly part (an O(V log V) pass per decided position,
+a bisection per position for cactus-budget and cactus-exact). A `Recorder` computes them on one
+worker thread from the round's own tensors while the decoder runs the next round: torch's
+kernels release the GIL, so with one torch thread per Python thread the two run on two cores.
+The decoder hands a round out only once its recording is in (`Recorded.get`), so every round a
+consumer sees is complete.
+
 Shapes: B = sequences, k = draft length, J = verifier positions (k + 1 with a full trace), V =
 vocabulary.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import torch
 
@@ -20,6 +32,94 @@ from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import Rule
 
 TopRows = list[list[tuple[list[int], list[float]]]]  # [B][J] -> (ids, probs)
+T = TypeVar("T")
+RECORDER_THREAD = "cactus-recorder"  # the worker thread's name prefix (tests look for it)
+
+
+@dataclass
+class RoundRecord:
+    """One sequence's recording of one round: KL(pi ‖ q) at its drafted positions (None after
+    the decision) and its trace rows (empty without a full trace)."""
+
+    kl_pi: list[float | None]
+    positions: list[PositionTrace] = field(default_factory=list)
+
+
+class Recorded(Generic[T]):
+    """A recording's result: at hand already, or still being computed by a `Recorder`."""
+
+    def __init__(self, value: T | None = None, future: Future | None = None, what: str = ""):
+        self._value, self._future, self._what = value, future, what
+
+    @property
+    def pending(self) -> bool:
+        return self._future is not None
+
+    def get(self) -> T:
+        """The result, waiting for the worker if need be; the worker's exception is raised
+        here, in the caller, with a note naming the round it was recording."""
+        if self._future is None:
+            return self._value  # type: ignore[return-value]
+        try:
+            return self._future.result()
+        except Exception as exc:
+            exc.add_note(f"raised on the decoder's recording thread while recording {self._what}")
+            raise
+
+
+class Recorder:
+    """Runs a decode's recording jobs in order on one worker thread, started at the first job
+    and ended by `close` (which the decoder calls however the decode ends: finished, failed,
+    or closed by its consumer midway). `work_s` sums the jobs' own time."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.work_s = 0.0
+
+    def submit(self, what: str, fn: Callable[..., T], *args: object) -> Recorded[T]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=RECORDER_THREAD)
+        return Recorded(future=self._pool.submit(self._run, fn, *args), what=what)
+
+    def _run(self, fn: Callable[..., T], *args: object) -> T:
+        start = time.perf_counter()
+        try:
+            # inference mode is per thread; the rows are inference tensors of the decode loop
+            with torch.inference_mode():
+                return fn(*args)
+        finally:
+            with self._lock:
+                self.work_s += time.perf_counter() - start
+
+    def close(self) -> None:
+        """Drop the jobs not started, wait for the running one, and end the thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def record_round(
+    judge: Rule,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    n: torch.Tensor,
+    decided: list[int],
+    measure_kl: bool,
+    trace: tuple[int, int] | None,
+) -> list[RoundRecord]:
+    """A speculative round's recording per sequence: the exact emitted KL at the decided
+    positions (zero for a lossless judge, or when not measured) and, with trace = (top_n,
+    top_m), the trace rows. p [B, k, V], q [B, J, V], n [B, k]."""
+    k = n.shape[1]
+    if judge.lossless or not measure_kl:
+        kl_pi = zero_kl(k, decided)  # pi = q, or not asked for
+    else:
+        kl_pi = emitted_kl(judge, p, q[:, :k], decided)
+    if trace is None:
+        return [RoundRecord(row) for row in kl_pi]
+    positions = position_traces(judge, p, q, n, kl_pi, *trace)
+    return [RoundRecord(row, pos) for row, pos in zip(kl_pi, positions, strict=True)]
 
 
 def emitted_kl(

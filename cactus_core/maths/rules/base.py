@@ -28,6 +28,7 @@ passed in): the verifier must never emit a token it gives probability 0. `accept
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -48,6 +49,11 @@ RowStats = tuple[torch.Tensor, ...]
 NO_STATS: RowStats = ()
 # Upper end of the unbounded parameters (delta, budgets): far past where anything changes.
 UNBOUNDED = 1e9
+# The mantissas of a log slider's steps in one decade (Param.log_steps).
+_LOG_MANTISSAS = (
+    *(f"{m / 10:.1f}" for m in range(10, 40)),
+    *(f"{m / 2:.1f}" for m in range(8, 20)),
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,51 @@ class Param:
 
     def check(self, rule: str, value: object) -> float | int:
         return check_number(rule, self.name, value, self.low, self.high, self.integer)
+
+    @functools.cached_property
+    def log_steps(self) -> tuple[float, ...]:
+        """A log parameter's widget values, () for a linear one: 0 when the range starts there,
+        then every decade from `log_floor` to ui[1] in the same 42 steps of two significant
+        digits (1.0, 1.1, … 3.9, 4.0, 4.5, … 9.5: each 1-5% of a decade), so that equal slider
+        travel is an equal factor and every label is short. The grid and the default are
+        always among them (a sweep's point and the start value are reachable)."""
+        if not self.log or self.integer:
+            return ()
+        lo, hi = self.ui
+        floor = lo if lo > 0 else self.log_floor
+        out = {0.0} if lo <= 0 else set()
+        for exp in range(math.floor(math.log10(floor)), math.ceil(math.log10(hi)) + 1):
+            # Built from text, so 0.3 is the literal 0.3 (3 * 0.1 is 0.30000000000000004).
+            out |= {float(f"{m}e{exp}") for m in _LOG_MANTISSAS}
+        out |= {float(v) for v in (*self.grid, self.default)}
+        return tuple(sorted(v for v in out if v == 0.0 or floor <= v <= hi))
+
+    @property
+    def log_floor(self) -> float:
+        """The smallest positive widget value of a log parameter whose range starts at 0: the
+        power of ten at or below its smallest positive grid value (the grid says where the
+        parameter starts to matter; below it the slider would move nothing), else ui[1]/1000."""
+        positive = [v for v in self.grid if v > 0] or [self.ui[1] / 1000]
+        return 10.0 ** math.floor(math.log10(min(positive)) + 1e-9)
+
+    def snap(self, value: float) -> float | int:
+        """The widget value nearest `value`: a log step (nearest in log, with 0 a decade below
+        the first positive step), a multiple of `step` from ui[0], or a whole number."""
+        if self.integer:
+            return round(value)
+        steps = self.log_steps
+        if not steps:
+            base = self.ui[0]
+            return round(base + round((value - base) / self.step) * self.step, 10)
+        positive = [v for v in steps if v > 0]
+        zero_at = positive[0] / 10
+        axis = [math.log(v if v > 0 else zero_at) for v in steps]
+        x = math.log(max(value, zero_at))
+        return steps[min(range(len(steps)), key=lambda i: abs(axis[i] - x))]
+
+    def show_step(self, value: float) -> str:
+        """A widget value as its label writes it: 0.0012, 0.21, 3."""
+        return f"{value:g}"
 
     def values(self, count: int) -> list[float]:
         """count values spanning the widget range (log-spaced for `log`), for curves."""

@@ -74,10 +74,15 @@ def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
     the KL is unbounded there) and left roots 1e-4 short; bisection keeps the lower end, where
     KL ≤ delta always holds, and reaches float64 rounding in 54 halvings. gamma = 1 when
     −log q ≤ delta. The result is rounded towards q when cast back so the bound survives.
+
+    The root depends on q alone, so it is solved once per distinct value: a verifier run in
+    bfloat16 gives a row of 49,152 probabilities only a few thousand distinct values (the same
+    numbers, far fewer bisections).
     """
     q64 = q.double().clamp(0.0, 1.0)
-    inner = (q64 > 0) & (-torch.log(q64) > delta)  # root strictly inside (q, 1)
-    qi = torch.where(inner, q64, 0.5)  # harmless values elsewhere
+    values, where = torch.unique(q64, return_inverse=True)
+    inner = (values > 0) & (-torch.log(values) > delta)  # root strictly inside (q, 1)
+    qi = torch.where(inner, values, 0.5)  # harmless values elsewhere
     log_q, log_1mq = torch.log(qi), torch.log1p(-qi)
     lo, hi = qi.clone(), torch.ones_like(qi)
     for _ in range(_ROOT_STEPS):
@@ -86,7 +91,7 @@ def cactus_exact_h(q: torch.Tensor, delta: float) -> torch.Tensor:
         over = div > delta
         hi = torch.where(over, mid, hi)
         lo = torch.where(over, lo, mid)
-    gamma = torch.where(inner, lo, torch.where(q64 > 0, 1.0, 0.0))
+    gamma = torch.where(inner, lo, torch.where(values > 0, 1.0, 0.0))[where]
     out = gamma.to(work_dtype(q))
     too_big = out.double() > gamma
     return torch.where(too_big, torch.nextafter(out, torch.zeros_like(out)), out)
