@@ -315,7 +315,7 @@ class TaylorGap:
     def overshoot(self) -> float | None:
         """How far the closed form's KL(h ‖ q) exceeds delta now (None when it does not)."""
         over = self.kl_taylor_now - self.delta
-        return over if over > 0 else None
+        return over if over >= 5e-5 else None  # the card writes 4 decimals: no "+0.0000"
 
 
 def _lump(position: Position) -> tuple[torch.Tensor, torch.Tensor]:
