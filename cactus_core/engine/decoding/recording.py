@@ -177,8 +177,8 @@ def position_traces(
                 pos.draft_id, pos.p_n, pos.q_n, pos.h_n = d, pn[b][j], qn[b][j], hn[b][j]
                 pos.kl_h_q, pos.kl_pi_q = kl_h[b][j], kl_pi[b][j]
                 pos.replay_p_ids, pos.replay_p_probs = rp[b][j]
-                _ensure(pos.replay_p_ids, pos.replay_p_probs, d, pn[b][j])
-                _ensure(pos.replay_q_ids, pos.replay_q_probs, d, qn[b][j])
+                ensure_entry(pos.replay_p_ids, pos.replay_p_probs, d, pn[b][j])
+                ensure_entry(pos.replay_q_ids, pos.replay_q_probs, d, qn[b][j])
             row.append(pos)
         out.append(row)
     return out
@@ -197,7 +197,7 @@ def top_entries(x: torch.Tensor, n: int) -> TopRows:
     return out
 
 
-def _ensure(ids: list[int], probs: list[float], token: int, prob: float) -> None:
+def ensure_entry(ids: list[int], probs: list[float], token: int, prob: float) -> None:
     """Make sure the drafted token is among a replay row's kept entries (with its exact prob):
     replay rebuilds the row from these entries and must find p_n and q_n there."""
     if token not in ids:

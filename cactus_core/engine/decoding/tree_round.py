@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from cactus_core.engine.decoding.generation import GenerationStats
-from cactus_core.engine.decoding.recording import RoundRecord, position_traces
-from cactus_core.engine.decoding.recording import _ensure as ensure_entry
+from cactus_core.engine.decoding.recording import RoundRecord, ensure_entry, position_traces
 from cactus_core.engine.decoding.round import logprobs
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 from cactus_core.engine.drafting.tree_drafter import TreeDrafter
