@@ -1,0 +1,174 @@
+"""Model Runner V2's `rejection_sample` (vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py)
+under the lab's rules; the default runner of GPU vLLM.
+
+Its layout differs from V1's: each request owns num_draft + 1 consecutive logits rows (the
+last is the bonus row), the token judged at row i is `draft_sampled[i + 1]` (−1: a
+placeholder, rejected), the draft's logits sit in `draft_logits[slot, step]` before
+temperature, and a request is known by its slot (`idx_mapping`, `expanded_idx_mapping`).
+
+Temperature: in vLLM 0.32.0 the target logits reach `rejection_sample` already divided by
+T (`Sampler.apply_sampling_params` runs `apply_temperature` first; the kernels divide only
+the draft's logits by T), so the rule's rows are handed over as log h, whose softmax is h.
+Were T applied inside the kernel to the target as well, the rows would have to be T·log h.
+
+The same three paths as V1 (`v1_sampler`): stock, log h, and `kernels.pointwise_sample`
+for the other per-token rules, whose rows of `sampled` / `num_sampled` are overwritten.
+vLLM's synthetic mode, block verification and watermarking run untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from cactus_core.maths.sampling import inverse_cdf_
+from cactus_vllm import kernels, metrics, requests
+from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, STOCK_LABEL, PlannedRule
+
+StockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+class Layout:
+    """Where the drafted rows of each request lie. Host-side lists are built once (one sync)."""
+
+    def __init__(self, target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
+                 expanded_idx_mapping, temperature) -> None:  # fmt: skip
+        self.device = target_logits.device
+        cu = cu_num_logits.long().tolist()
+        self.starts, self.num_draft = cu[:-1], [b - a - 1 for a, b in zip(cu[:-1], cu[1:])]
+        self.slots = idx_mapping.long().tolist()
+        self.random = (temperature[idx_mapping.long()] != 0).tolist()
+        self.draft_logits = draft_logits
+        self.draft_sampled = draft_sampled
+        self.temperature = temperature
+        self.slot_of_row = expanded_idx_mapping.long()
+        cu_t = cu_num_logits.long()
+        rows_per_req = cu_t[1:] - cu_t[:-1]
+        self.step_of_row = torch.arange(target_logits.shape[0], device=self.device) - (
+            torch.repeat_interleave(cu_t[:-1], rows_per_req)
+        )  # [num_logits] a row's offset within its request
+        self.v = target_logits.shape[-1]
+
+    def rows(self, reqs: list[int], first: int | None = None) -> torch.Tensor:
+        """The judged rows (not the bonus rows) of reqs, at most `first` of each."""
+        spans = [
+            torch.arange(self.starts[i], self.starts[i] + min(self.num_draft[i], first or 10**9))
+            for i in reqs
+        ]
+        return torch.cat(spans).to(self.device) if spans else torch.zeros(0, dtype=torch.long)
+
+    def drafted(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.draft_sampled[rows + 1].long()
+
+    def p(self, rows: torch.Tensor) -> torch.Tensor:
+        """The draft's p at rows [Ts, V]: softmax(draft logits / T), or one-hot."""
+        n = self.drafted(rows)
+        if self.draft_logits is None:
+            return kernels.draft_rows(None, n, self.v)
+        slots = self.slot_of_row[rows]
+        logits = self.draft_logits[slots, self.step_of_row[rows]].float()
+        return torch.softmax(logits / self.temperature[slots].float()[:, None], dim=-1)
+
+
+def wrap(stock: StockFn) -> StockFn:
+    """The patched V2 `rejection_sample`, same signature, calling `stock`."""
+
+    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
+                         idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature, seed,
+                         num_speculative_steps, synthetic_conditional_rates=None, use_fp64=False,
+                         use_block_verification=False, contexts=None, watermarking=None,
+                         watermarking_skip_mask=None, watermark_key=None):  # fmt: skip
+        rest = dict(
+            synthetic_conditional_rates=synthetic_conditional_rates, use_fp64=use_fp64,
+            use_block_verification=use_block_verification, contexts=contexts,
+            watermarking=watermarking, watermarking_skip_mask=watermarking_skip_mask,
+            watermark_key=watermark_key,
+        )  # fmt: skip
+
+        def call(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return stock(
+                logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                expanded_idx_mapping, expanded_local_pos, temperature, seed,
+                num_speculative_steps, **rest,
+            )  # fmt: skip
+
+        special = synthetic_conditional_rates is not None or use_block_verification
+        if special or contexts is not None:
+            return call(target_logits)
+        layout = Layout(target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
+                        expanded_idx_mapping, temperature)  # fmt: skip
+        plans = requests.rules_for_slots(layout.slots)
+        runs = _runs(layout, plans)
+        logits = target_logits
+        if LOG_H in runs:
+            logits = target_logits.float().clone()
+            for planned, reqs in runs[LOG_H].items():
+                rows = layout.rows(reqs)
+                rows = rows[layout.drafted(rows) >= 0]
+                logits[rows] = kernels.log_h_logits(
+                    planned.rule, target_logits[rows], layout.p(rows), layout.drafted(rows)
+                )
+        sampled, num_sampled = call(logits)
+        for planned, reqs in runs.get(POINTWISE, {}).items():
+            _pointwise(planned, reqs, layout, target_logits, sampled, num_sampled)
+        if metrics.enabled():
+            _count(layout, plans, num_sampled, target_logits)
+        return sampled, num_sampled
+
+    rejection_sample.__wrapped__ = stock  # type: ignore[attr-defined]
+    return rejection_sample
+
+
+def _runs(layout: Layout, plans: list[PlannedRule | None]) -> dict[str, dict[PlannedRule, list[int]]]:
+    out: dict[str, dict[PlannedRule, list[int]]] = {}
+    for i, planned in enumerate(plans):
+        if planned is None or planned.path == STOCK:
+            continue
+        if layout.random[i] and layout.num_draft[i] > 0:
+            out.setdefault(planned.path, {}).setdefault(planned, []).append(i)
+    return out
+
+
+def _pointwise(planned: PlannedRule, reqs: list[int], layout: Layout, target_logits: Any,
+               sampled: torch.Tensor, num_sampled: torch.Tensor) -> None:  # fmt: skip
+    rows = layout.rows(reqs)
+    n = layout.drafted(rows)
+    q = torch.softmax(target_logits[rows].float(), dim=-1)
+    bonus_rows = torch.tensor([layout.starts[i] + layout.num_draft[i] for i in reqs],
+                              device=layout.device)  # fmt: skip
+    bonus_q = torch.softmax(target_logits[bonus_rows].float(), dim=-1)
+    draws = torch.rand(len(reqs), device=layout.device)
+    bonus = inverse_cdf_(bonus_q, draws)
+    counts = [layout.num_draft[i] for i in reqs]
+    tokens = kernels.pointwise_sample(
+        planned.rule, q, layout.p(rows), n, counts,
+        torch.rand(rows.shape[0], dtype=torch.float64, device=layout.device),
+        torch.rand(len(reqs), device=layout.device), bonus,
+    )  # fmt: skip
+    index = torch.tensor(reqs, device=layout.device)
+    sampled[index] = 0
+    sampled[index, : tokens.shape[1]] = tokens.clamp_min(0).to(sampled.dtype)
+    num_sampled[index] = (tokens != kernels.PLACEHOLDER).sum(-1).to(num_sampled.dtype)
+
+
+def _count(layout: Layout, plans: list[PlannedRule | None], num_sampled: torch.Tensor,
+           target_logits: torch.Tensor) -> None:  # fmt: skip
+    emitted = num_sampled.tolist()
+    recorder = metrics.RECORDER
+    for i, count in enumerate(layout.num_draft):
+        if count <= 0:
+            continue
+        accepted = max(int(emitted[i]) - 1, 0)
+        decided = min(accepted + 1, count)
+        planned = plans[i]
+        label = STOCK_LABEL if planned is None else planned.label
+        if planned is None or planned.path == STOCK or not layout.random[i]:
+            kls = [0.0] * decided
+        else:
+            rows = layout.rows([i], first=decided)
+            q = torch.softmax(target_logits[rows].float(), dim=-1)
+            kls = kernels.emitted_kl(planned.rule, layout.p(rows), q).tolist()
+        recorder.observe(label, count, accepted, kls)
+    recorder.step_done()
