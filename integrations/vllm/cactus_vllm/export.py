@@ -40,8 +40,13 @@ from cactus_core.engine.loading.models import (
 from cactus_vllm.draft_format import ARCHITECTURE, HEAD_IDS, HEAD_SIZE
 
 EMBEDDING = "model.embed_tokens.weight"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-                   "generation_config.json", "special_tokens_map.json")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "special_tokens_map.json",
+)
 
 
 def export_embedded(cache: Path | None = None) -> dict[str, str]:
@@ -54,8 +59,12 @@ def export_embedded(cache: Path | None = None) -> dict[str, str]:
 def export_draft(verifier: Path, root: Path) -> Path:
     """The draft folder under root, named by a hash of everything it is made from."""
     meta = json.loads((DRAFT_DIR / "config.json").read_text())
-    inputs = [DRAFT_DIR / "config.json", DRAFT_DIR / DRAFT_WEIGHTS,
-              DRAFT_DIR / meta[DRAFT_HEAD_IDS_KEY], verifier / "manifest.json"]  # fmt: skip
+    inputs = [
+        DRAFT_DIR / "config.json",
+        DRAFT_DIR / DRAFT_WEIGHTS,
+        DRAFT_DIR / meta[DRAFT_HEAD_IDS_KEY],
+        verifier / "manifest.json",
+    ]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs[:1] + inputs[3:]))
     for p in inputs[1:3]:
         digest.update(hashlib.sha256(p.read_bytes()).digest())
@@ -82,8 +91,14 @@ def _write_draft(out: Path, meta: dict, verifier: Path) -> None:
     tensors = {**tensors, EMBEDDING: embedding.float().contiguous(), HEAD_IDS: ids.contiguous()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = {k: v for k, v in meta.items() if not k.startswith("cactus_")}
-    config.update({"architectures": [ARCHITECTURE], HEAD_SIZE: int(ids.numel()),
-                   "dtype": "float32", "tie_word_embeddings": True})  # fmt: skip
+    config.update(
+        {
+            "architectures": [ARCHITECTURE],
+            HEAD_SIZE: int(ids.numel()),
+            "dtype": "float32",
+            "tie_word_embeddings": True,
+        }
+    )
     (out / "config.json").write_text(json.dumps(config, indent=1))
     for name in TOKENIZER_FILES:
         if (verifier / name).is_file():

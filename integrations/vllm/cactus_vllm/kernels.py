@@ -47,7 +47,9 @@ def draft_rows(draft_probs: torch.Tensor | None, n: torch.Tensor, vocab: int) ->
     return torch.nn.functional.one_hot(n.long().clamp_min(0), vocab).float()
 
 
-def log_h_logits(rule: Rule, logits: torch.Tensor, p: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+def log_h_logits(
+    rule: Rule, logits: torch.Tensor, p: torch.Tensor, n: torch.Tensor
+) -> torch.Tensor:
     """log h [T, V] (−inf where h = 0) from the processed verifier logits [T, V], p [T, V] and
     n [T]. Handed to vLLM's sampler in place of the logits, softmax gives back h, so its test
     min(1, h_n / p_n) and residual (h − p)+ are the rule's own (rules.py checks which rules
@@ -106,9 +108,21 @@ def pointwise_sample(
     return out
 
 
-def emitted_kl(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def emitted_kl(
+    rule: Rule, p: torch.Tensor, q: torch.Tensor, one_hot_n: torch.Tensor | None = None
+) -> torch.Tensor:
     """KL(pi ‖ q) [T] in nats at each position, pi the rule's exact emitted distribution for
-    draft p and verifier q [T, V] (0 for a lossless rule)."""
+    draft p and verifier q [T, V] (0 for a lossless rule).
+
+    one_hot_n [T]: the drafts are one-hot at these ids (ngram's) and the rule has the ratio
+    form (rules.LOG_H). Then pi is h^(n) itself (accept n with h_n, else draw from h without
+    n), an O(V) row instead of the rule's general pi (a sort per row for the Cactus family).
+    """
     if rule.lossless or p.shape[0] == 0:
         return q.new_zeros(q.shape[0])
-    return kl(rule.emitted(p.float(), q.float()), q.float())
+    q = q.float()
+    if one_hot_n is not None:
+        pi = rule.adjusted_target(q, p.float(), one_hot_n.long().clamp_min(0), validate=False)
+    else:
+        pi = rule.emitted(p.float(), q)
+    return kl(pi, q)

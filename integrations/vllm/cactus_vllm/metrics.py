@@ -18,8 +18,13 @@ Where they go: `snapshot()` in the process that samples; a log line every
 CACTUS_VLLM_LOG_INTERVAL seconds (default 10; 0 turns it off); the JSON file named by
 CACTUS_VLLM_METRICS_FILE (rewritten at most once a second and at exit; `{pid}` in the name
 is replaced by the process id); and Prometheus counters `cactus:spec_decode_*` with labels
-`rule` and `position`, which `vllm serve`'s /metrics shows. CACTUS_VLLM_METRICS=0 turns the
-counting off (it costs a host sync and the exact pi of the rows it counts).
+`rule` and `position`, which `vllm serve`'s /metrics shows.
+
+CACTUS_VLLM_METRICS: "1" (the default) counts and measures the KL; "counts" counts only (the
+KL is then reported as 0); "0" does neither. Counting costs one host sync per step. The KL
+costs the exact pi of every decided position: O(V) per position for one-hot drafts under a
+ratio rule (pi = h), one sort of the vocabulary per position for a draft model's rows under
+the Cactus family (docs/benchmarks.md has the measured cost).
 """
 
 from __future__ import annotations
@@ -39,8 +44,16 @@ logger = logging.getLogger("cactus_vllm")
 _FILE_EVERY_S = 1.0
 
 
-def enabled() -> bool:
-    return os.environ.get("CACTUS_VLLM_METRICS", "1").strip() not in ("0", "false", "no")
+def _mode() -> str:
+    return os.environ.get("CACTUS_VLLM_METRICS", "1").strip().lower()
+
+
+def counting() -> bool:
+    return _mode() not in ("0", "false", "no", "off")
+
+
+def measuring_kl() -> bool:
+    return counting() and _mode() != "counts"
 
 
 @dataclass
@@ -77,12 +90,16 @@ class RuleTally:
             "accepted": list(self.accepted),
             "kl_sum": list(self.kl_sum),
             "unconditional": [a / rounds for a in self.accepted],
-            "conditional": [a / r if r else None for a, r in zip(self.accepted, self.reached)],
+            "conditional": [
+                a / r if r else None for a, r in zip(self.accepted, self.reached, strict=True)
+            ],
             "mean_kl_per_position": [
-                s / r if r else None for s, r in zip(self.kl_sum, self.reached)
+                s / r if r else None for s, r in zip(self.kl_sum, self.reached, strict=True)
             ],
             "mean_acceptance_length": 1 + sum(self.accepted) / rounds,
-            "acceptance_rate": (sum(self.accepted) / sum(self.reached)) if any(self.reached) else None,
+            "acceptance_rate": (sum(self.accepted) / sum(self.reached))
+            if any(self.reached)
+            else None,
             "emitted_kl_per_token": (
                 sum(self.kl_sum) / self.emitted_tokens if self.emitted_tokens else 0.0
             ),

@@ -18,6 +18,7 @@ vLLM's synthetic mode, block verification and watermarking run untouched.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,11 +34,19 @@ StockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 class Layout:
     """Where the drafted rows of each request lie. Host-side lists are built once (one sync)."""
 
-    def __init__(self, target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
-                 expanded_idx_mapping, temperature) -> None:  # fmt: skip
+    def __init__(
+        self,
+        target_logits,
+        draft_logits,
+        draft_sampled,
+        cu_num_logits,
+        idx_mapping,
+        expanded_idx_mapping,
+        temperature,
+    ) -> None:
         self.device = target_logits.device
         cu = cu_num_logits.long().tolist()
-        self.starts, self.num_draft = cu[:-1], [b - a - 1 for a, b in zip(cu[:-1], cu[1:])]
+        self.starts, self.num_draft = cu[:-1], [b - a - 1 for a, b in itertools.pairwise(cu)]
         self.slots = idx_mapping.long().tolist()
         self.random = (temperature[idx_mapping.long()] != 0).tolist()
         self.draft_logits = draft_logits
@@ -75,30 +84,64 @@ class Layout:
 def wrap(stock: StockFn) -> StockFn:
     """The patched V2 `rejection_sample`, same signature, calling `stock`."""
 
-    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
-                         idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature, seed,
-                         num_speculative_steps, synthetic_conditional_rates=None, use_fp64=False,
-                         use_block_verification=False, contexts=None, watermarking=None,
-                         watermarking_skip_mask=None, watermark_key=None):  # fmt: skip
+    def rejection_sample(
+        target_logits,
+        draft_logits,
+        draft_sampled,
+        cu_num_logits,
+        pos,
+        idx_mapping,
+        expanded_idx_mapping,
+        expanded_local_pos,
+        temperature,
+        seed,
+        num_speculative_steps,
+        synthetic_conditional_rates=None,
+        use_fp64=False,
+        use_block_verification=False,
+        contexts=None,
+        watermarking=None,
+        watermarking_skip_mask=None,
+        watermark_key=None,
+    ):
         rest = dict(
-            synthetic_conditional_rates=synthetic_conditional_rates, use_fp64=use_fp64,
-            use_block_verification=use_block_verification, contexts=contexts,
-            watermarking=watermarking, watermarking_skip_mask=watermarking_skip_mask,
+            synthetic_conditional_rates=synthetic_conditional_rates,
+            use_fp64=use_fp64,
+            use_block_verification=use_block_verification,
+            contexts=contexts,
+            watermarking=watermarking,
+            watermarking_skip_mask=watermarking_skip_mask,
             watermark_key=watermark_key,
-        )  # fmt: skip
+        )
 
         def call(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return stock(
-                logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-                expanded_idx_mapping, expanded_local_pos, temperature, seed,
-                num_speculative_steps, **rest,
-            )  # fmt: skip
+                logits,
+                draft_logits,
+                draft_sampled,
+                cu_num_logits,
+                pos,
+                idx_mapping,
+                expanded_idx_mapping,
+                expanded_local_pos,
+                temperature,
+                seed,
+                num_speculative_steps,
+                **rest,
+            )
 
         special = synthetic_conditional_rates is not None or use_block_verification
         if special or contexts is not None:
             return call(target_logits)
-        layout = Layout(target_logits, draft_logits, draft_sampled, cu_num_logits, idx_mapping,
-                        expanded_idx_mapping, temperature)  # fmt: skip
+        layout = Layout(
+            target_logits,
+            draft_logits,
+            draft_sampled,
+            cu_num_logits,
+            idx_mapping,
+            expanded_idx_mapping,
+            temperature,
+        )
         plans = requests.rules_for_slots(layout.slots)
         runs = _runs(layout, plans)
         logits = target_logits
@@ -113,7 +156,7 @@ def wrap(stock: StockFn) -> StockFn:
         sampled, num_sampled = call(logits)
         for planned, reqs in runs.get(POINTWISE, {}).items():
             _pointwise(planned, reqs, layout, target_logits, sampled, num_sampled)
-        if metrics.enabled():
+        if metrics.counting():
             _count(layout, plans, num_sampled, target_logits)
         return sampled, num_sampled
 
@@ -121,7 +164,9 @@ def wrap(stock: StockFn) -> StockFn:
     return rejection_sample
 
 
-def _runs(layout: Layout, plans: list[PlannedRule | None]) -> dict[str, dict[PlannedRule, list[int]]]:
+def _runs(
+    layout: Layout, plans: list[PlannedRule | None]
+) -> dict[str, dict[PlannedRule, list[int]]]:
     out: dict[str, dict[PlannedRule, list[int]]] = {}
     for i, planned in enumerate(plans):
         if planned is None or planned.path == STOCK:
@@ -131,30 +176,46 @@ def _runs(layout: Layout, plans: list[PlannedRule | None]) -> dict[str, dict[Pla
     return out
 
 
-def _pointwise(planned: PlannedRule, reqs: list[int], layout: Layout, target_logits: Any,
-               sampled: torch.Tensor, num_sampled: torch.Tensor) -> None:  # fmt: skip
+def _pointwise(
+    planned: PlannedRule,
+    reqs: list[int],
+    layout: Layout,
+    target_logits: Any,
+    sampled: torch.Tensor,
+    num_sampled: torch.Tensor,
+) -> None:
     rows = layout.rows(reqs)
     n = layout.drafted(rows)
     q = torch.softmax(target_logits[rows].float(), dim=-1)
-    bonus_rows = torch.tensor([layout.starts[i] + layout.num_draft[i] for i in reqs],
-                              device=layout.device)  # fmt: skip
+    bonus_rows = torch.tensor(
+        [layout.starts[i] + layout.num_draft[i] for i in reqs], device=layout.device
+    )
     bonus_q = torch.softmax(target_logits[bonus_rows].float(), dim=-1)
     draws = torch.rand(len(reqs), device=layout.device)
     bonus = inverse_cdf_(bonus_q, draws)
     counts = [layout.num_draft[i] for i in reqs]
     tokens = kernels.pointwise_sample(
-        planned.rule, q, layout.p(rows), n, counts,
+        planned.rule,
+        q,
+        layout.p(rows),
+        n,
+        counts,
         torch.rand(rows.shape[0], dtype=torch.float64, device=layout.device),
-        torch.rand(len(reqs), device=layout.device), bonus,
-    )  # fmt: skip
+        torch.rand(len(reqs), device=layout.device),
+        bonus,
+    )
     index = torch.tensor(reqs, device=layout.device)
     sampled[index] = 0
     sampled[index, : tokens.shape[1]] = tokens.clamp_min(0).to(sampled.dtype)
     num_sampled[index] = (tokens != kernels.PLACEHOLDER).sum(-1).to(num_sampled.dtype)
 
 
-def _count(layout: Layout, plans: list[PlannedRule | None], num_sampled: torch.Tensor,
-           target_logits: torch.Tensor) -> None:  # fmt: skip
+def _count(
+    layout: Layout,
+    plans: list[PlannedRule | None],
+    num_sampled: torch.Tensor,
+    target_logits: torch.Tensor,
+) -> None:
     emitted = num_sampled.tolist()
     recorder = metrics.RECORDER
     for i, count in enumerate(layout.num_draft):
@@ -164,11 +225,17 @@ def _count(layout: Layout, plans: list[PlannedRule | None], num_sampled: torch.T
         decided = min(accepted + 1, count)
         planned = plans[i]
         label = STOCK_LABEL if planned is None else planned.label
-        if planned is None or planned.path == STOCK or not layout.random[i]:
+        lossless = planned is None or planned.path == STOCK or not layout.random[i]
+        if lossless or not metrics.measuring_kl():
             kls = [0.0] * decided
         else:
             rows = layout.rows([i], first=decided)
             q = torch.softmax(target_logits[rows].float(), dim=-1)
-            kls = kernels.emitted_kl(planned.rule, layout.p(rows), q).tolist()
+            one_hot = (
+                layout.drafted(rows)
+                if layout.draft_logits is None and planned.path == LOG_H
+                else None
+            )
+            kls = kernels.emitted_kl(planned.rule, layout.p(rows), q, one_hot).tolist()
         recorder.observe(label, count, accepted, kls)
     recorder.step_done()

@@ -53,8 +53,12 @@ class Patch:
             logger.warning(
                 "cactus_vllm: %s.%s has changed (parameters %s, expected %s); leaving vLLM's "
                 "own function in place, so %s is not applied",
-                self.module, self.attr, found, self.params, self.name,
-            )  # fmt: skip
+                self.module,
+                self.attr,
+                found,
+                self.params,
+                self.name,
+            )
             return f"skipped: signature changed to {found}"
         patched = self.wrapper(current)
         patched.__cactus_patch__ = True  # type: ignore[attr-defined]
@@ -81,35 +85,88 @@ def _patches() -> list[Patch]:
 
     v1 = "vllm.v1.sample.rejection_sampler"
     return [
-        Patch("rules (V1 sampler)", v1, "rejection_sample",
-              ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens",
-               "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata",
-               "synthetic_mode", "synthetic_conditional_rates", "use_fp64_gumbel"),
-              v1_sampler.wrap),
-        Patch("rules (Model Runner V2 sampler)", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
-              "rejection_sample",
-              ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos",
-               "idx_mapping", "expanded_idx_mapping", "expanded_local_pos", "temperature",
-               "seed", "num_speculative_steps", "synthetic_conditional_rates", "use_fp64",
-               "use_block_verification", "contexts", "watermarking", "watermarking_skip_mask",
-               "watermark_key"),
-              mrv2.wrap),
-        Patch("per-request rules (V1)", "vllm.v1.sample.logits_processor", "build_logitsprocs",
-              ("vllm_config", "device", "is_pin_memory", "is_pooling_model", "custom_logitsprocs"),
-              requests.wrap_build_logitsprocs, also_in=("vllm.v1.worker.gpu_model_runner",)),
-        Patch("per-request rules (Model Runner V2)", "vllm.v1.worker.gpu.sample.sampler",
-              "Sampler.add_request", ("self", "req_idx", "sampling_params"),
-              requests.wrap_add_request),
-        Patch("request validation", "vllm.sampling_params", "SamplingParams._verify_extra_args",
-              ("self",), requests.wrap_verify_extra_args),
-        Patch("rule in speculative_config", "vllm.engine.arg_utils",
-              "EngineArgs.create_speculative_config",
-              ("self", "target_model_config", "target_parallel_config"),
-              requests.wrap_create_speculative_config),
-        Patch("CPU expand fix", v1, "expand_batch_to_tokens",
-              ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"),
-              lambda stock: kernels.expand_batch_to_tokens),
-    ]  # fmt: skip
+        Patch(
+            "rules (V1 sampler)",
+            v1,
+            "rejection_sample",
+            (
+                "draft_token_ids",
+                "num_draft_tokens",
+                "max_spec_len",
+                "cu_num_draft_tokens",
+                "draft_probs",
+                "target_logits",
+                "bonus_token_ids",
+                "sampling_metadata",
+                "synthetic_mode",
+                "synthetic_conditional_rates",
+                "use_fp64_gumbel",
+            ),
+            v1_sampler.wrap,
+        ),
+        Patch(
+            "rules (Model Runner V2 sampler)",
+            "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
+            "rejection_sample",
+            (
+                "target_logits",
+                "draft_logits",
+                "draft_sampled",
+                "cu_num_logits",
+                "pos",
+                "idx_mapping",
+                "expanded_idx_mapping",
+                "expanded_local_pos",
+                "temperature",
+                "seed",
+                "num_speculative_steps",
+                "synthetic_conditional_rates",
+                "use_fp64",
+                "use_block_verification",
+                "contexts",
+                "watermarking",
+                "watermarking_skip_mask",
+                "watermark_key",
+            ),
+            mrv2.wrap,
+        ),
+        Patch(
+            "per-request rules (V1)",
+            "vllm.v1.sample.logits_processor",
+            "build_logitsprocs",
+            ("vllm_config", "device", "is_pin_memory", "is_pooling_model", "custom_logitsprocs"),
+            requests.wrap_build_logitsprocs,
+            also_in=("vllm.v1.worker.gpu_model_runner",),
+        ),
+        Patch(
+            "per-request rules (Model Runner V2)",
+            "vllm.v1.worker.gpu.sample.sampler",
+            "Sampler.add_request",
+            ("self", "req_idx", "sampling_params"),
+            requests.wrap_add_request,
+        ),
+        Patch(
+            "request validation",
+            "vllm.sampling_params",
+            "SamplingParams._verify_extra_args",
+            ("self",),
+            requests.wrap_verify_extra_args,
+        ),
+        Patch(
+            "rule in speculative_config",
+            "vllm.engine.arg_utils",
+            "EngineArgs.create_speculative_config",
+            ("self", "target_model_config", "target_parallel_config"),
+            requests.wrap_create_speculative_config,
+        ),
+        Patch(
+            "CPU expand fix",
+            v1,
+            "expand_batch_to_tokens",
+            ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"),
+            lambda stock: kernels.expand_batch_to_tokens,
+        ),
+    ]
 
 
 def register() -> None:
@@ -122,8 +179,10 @@ def register() -> None:
     if version not in CHECKED_VERSIONS:
         logger.warning(
             "cactus_vllm was checked against vLLM %s, this is %s; each patch still checks the "
-            "function it wraps", ", ".join(CHECKED_VERSIONS), version,
-        )  # fmt: skip
+            "function it wraps",
+            ", ".join(CHECKED_VERSIONS),
+            version,
+        )
     _STATUS["vllm"] = version
     for patch in _patches():
         if patch.name == "CPU expand fix" and not _cpu_expand_broken(version):

@@ -105,7 +105,9 @@ def rules_for_slots(slots: list[int]) -> list[PlannedRule | None]:
 
 def wrap_build_logitsprocs(stock: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(stock)
-    def build_logitsprocs(vllm_config, device, is_pin_memory, is_pooling_model, custom_logitsprocs=()):
+    def build_logitsprocs(
+        vllm_config, device, is_pin_memory, is_pooling_model, custom_logitsprocs=()
+    ):
         procs = stock(vllm_config, device, is_pin_memory, is_pooling_model, custom_logitsprocs)
         if vllm_config.speculative_config is not None and not is_pooling_model:
             procs.argmax_invariant.append(tracker_class()(vllm_config, device, is_pin_memory))

@@ -69,15 +69,15 @@ def parse_spec(spec: object, where: str) -> PlannedRule:
             raise RuleSpecError(f"{where}: not valid JSON ({e.msg}): {spec!r}") from None
     if not isinstance(spec, Mapping) or "rule" not in spec:
         raise RuleSpecError(
-            f"{where} must be an object like {{\"rule\": \"cactus\", \"delta\": 0.1}} "
-            f"with \"rule\" one of: {', '.join(RULE_NAMES)}; got {spec!r}"
+            f'{where} must be an object like {{"rule": "cactus", "delta": 0.1}} '
+            f'with "rule" one of: {", ".join(RULE_NAMES)}; got {spec!r}'
         )
     params = {k: v for k, v in spec.items() if k != "rule"}
     try:
         rule = make_rule(spec["rule"], **params)
-    except (TypeError, ValueError) as e:
+        return plan(rule)
+    except (TypeError, ValueError) as e:  # RuleSpecError (a refused rule) included
         raise RuleSpecError(f"{where}: {e}") from None
-    return plan(rule)
 
 
 @functools.lru_cache(maxsize=256)

@@ -45,12 +45,18 @@ def wrap(stock: StockFn) -> StockFn:
     ) -> torch.Tensor:
         def call(logits: torch.Tensor) -> torch.Tensor:
             return stock(
-                draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
-                draft_probs, logits, bonus_token_ids, sampling_metadata,
+                draft_token_ids,
+                num_draft_tokens,
+                max_spec_len,
+                cu_num_draft_tokens,
+                draft_probs,
+                logits,
+                bonus_token_ids,
+                sampling_metadata,
                 synthetic_mode=synthetic_mode,
                 synthetic_conditional_rates=synthetic_conditional_rates,
                 use_fp64_gumbel=use_fp64_gumbel,
-            )  # fmt: skip
+            )
 
         if synthetic_mode:  # vLLM's synthetic acceptance replaces every rule by design
             return call(target_logits)
@@ -62,14 +68,16 @@ def wrap(stock: StockFn) -> StockFn:
             logits = target_logits.clone()
             for planned, reqs in runs[LOG_H].items():
                 rows = batch.valid_rows(reqs)
-                p = kernels.draft_rows(batch.pick(draft_probs, rows), draft_token_ids[rows], batch.v)
+                p = kernels.draft_rows(
+                    batch.pick(draft_probs, rows), draft_token_ids[rows], batch.v
+                )
                 logits[rows] = kernels.log_h_logits(
                     planned.rule, target_logits[rows], p, draft_token_ids[rows]
                 )
         out = call(logits)
         for planned, reqs in runs.get(POINTWISE, {}).items():
             _pointwise(planned, reqs, batch, draft_probs, target_logits, bonus_token_ids, out)
-        if metrics.enabled():
+        if metrics.counting():
             _count(batch, plans, out, draft_probs, target_logits)
         return out
 
@@ -201,13 +209,15 @@ def _count(
         if planned is not None and planned.path != STOCK and batch.random[i]:
             by_rule.setdefault(planned, []).append(i)
     kls: dict[int, list[float]] = {}
-    for planned, reqs in by_rule.items():
+    for planned, reqs in by_rule.items() if metrics.measuring_kl() else ():
         decided = [min(emitted[i], batch.num_draft[i]) for i in reqs]
         rows = batch.rows(reqs, decided)
         q = torch.softmax(target_logits[rows].float(), dim=-1)
-        p = kernels.draft_rows(Batch.pick(draft_probs, rows), batch.n[rows], batch.v)
-        values = kernels.emitted_kl(planned.rule, p, q).tolist()
-        for i, d in zip(reqs, decided):
+        n = batch.n[rows]
+        p = kernels.draft_rows(Batch.pick(draft_probs, rows), n, batch.v)
+        one_hot = n if draft_probs is None and planned.path == LOG_H else None
+        values = kernels.emitted_kl(planned.rule, p, q, one_hot).tolist()
+        for i, d in zip(reqs, decided, strict=True):
             kls[i], values = values[:d], values[d:]
     recorder = metrics.RECORDER
     for i, label, count, accepted in rounds:

@@ -4,6 +4,7 @@ vLLM loads them) and vLLM's CPU kernels registered."""
 from __future__ import annotations
 
 import os
+
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, plan
 from helpers import chi2_pvalue, dirichlet, metadata
 
 from cactus_core.maths.emitted import expected_acceptance
 from cactus_core.maths.rules import make_rule
-from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, plan
 
 V = 8
 ROWS = 12_000
@@ -133,10 +133,16 @@ def test_greedy_rows_and_padded_drafts_are_untouched(vllm_sampler):
     temperature = torch.ones(rows)
     temperature[: rows // 4] = 0.0  # greedy
     torch.manual_seed(12)
-    out = one_position(vllm_sampler, plan(make_rule("cactus", delta=1.0)), q, q, n, None, temperature)
+    out = one_position(
+        vllm_sampler, plan(make_rule("cactus", delta=1.0)), q, q, n, None, temperature
+    )
     torch.manual_seed(12)
     stock = one_position(vllm_sampler, None, q, q, n, None, temperature)
-    greedy, random, padded = slice(0, rows // 4), slice(rows // 4, rows // 2), slice(rows // 2, None)
+    greedy, random, padded = (
+        slice(0, rows // 4),
+        slice(rows // 4, rows // 2),
+        slice(rows // 2, None),
+    )
     assert torch.equal(out[greedy], stock[greedy]) and torch.equal(out[padded], stock[padded])
     assert bool((out[greedy, 0] == int(q.argmax())).all())
     assert (out[random, 1] != -1).sum() > (stock[random, 1] != -1).sum()  # δ = 1 accepts more
@@ -148,7 +154,9 @@ def test_requests_with_different_rules_share_a_batch(vllm_sampler):
     p, q = dirichlet(V, 1, seed=13)[0], dirichlet(V, 1, seed=14)[0]
     rules = [make_rule("cactus", delta=0.5), make_rule("topk", k_top=3)]
     reqs, k = 12_000, 3
-    n = torch.multinomial(p, reqs * k, replacement=True, generator=torch.Generator().manual_seed(15))
+    n = torch.multinomial(
+        p, reqs * k, replacement=True, generator=torch.Generator().manual_seed(15)
+    )
     planned = {i: plan(rules[i % 2]) for i in range(reqs)}
     torch.manual_seed(16)
     out = vllm_sampler.rejection_sample(
