@@ -39,6 +39,16 @@ def expand_batch_to_tokens(
     return torch.repeat_interleave(values, counts, output_size=num_tokens)
 
 
+def spans(starts: list[int], counts: list[int], device: torch.device | str) -> torch.Tensor:
+    """The indices starts[j], …, starts[j] + counts[j] − 1 of every j, in order [Σ counts]."""
+    first = torch.tensor(starts, dtype=torch.long)
+    sizes = torch.tensor(counts, dtype=torch.long)
+    offsets = torch.arange(int(sizes.sum())) - torch.repeat_interleave(
+        sizes.cumsum(0) - sizes, sizes
+    )
+    return (torch.repeat_interleave(first, sizes) + offsets).to(device)
+
+
 def draft_rows(draft_probs: torch.Tensor | None, n: torch.Tensor, vocab: int) -> torch.Tensor:
     """p [T, V] in float32: the draft's rows, or one-hot rows at n for drafters without
     probabilities (a padded n = -1 gets a one-hot row at 0; such a draft is rejected anyway)."""

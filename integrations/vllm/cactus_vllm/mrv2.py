@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from cactus_core.maths.sampling import inverse_cdf_
-from cactus_vllm import kernels, metrics, requests
-from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, STOCK_LABEL, PlannedRule
+from cactus_vllm import kernels, metrics, requests, rounds
+from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, PlannedRule
 
 StockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -60,13 +60,11 @@ class Layout:
         )  # [num_logits] a row's offset within its request
         self.v = target_logits.shape[-1]
 
-    def rows(self, reqs: list[int], first: int | None = None) -> torch.Tensor:
-        """The judged rows (not the bonus rows) of reqs, at most `first` of each."""
-        spans = [
-            torch.arange(self.starts[i], self.starts[i] + min(self.num_draft[i], first or 10**9))
-            for i in reqs
-        ]
-        return torch.cat(spans).to(self.device) if spans else torch.zeros(0, dtype=torch.long)
+    def rows(self, reqs: list[int], first: list[int] | None = None) -> torch.Tensor:
+        """The judged rows (not the bonus rows) of reqs; only the first `first[j]` of request
+        reqs[j] when given."""
+        counts = first if first is not None else [self.num_draft[i] for i in reqs]
+        return kernels.spans([self.starts[i] for i in reqs], counts, self.device)
 
     def drafted(self, rows: torch.Tensor) -> torch.Tensor:
         return self.draft_sampled[rows + 1].long()
@@ -216,26 +214,11 @@ def _count(
     num_sampled: torch.Tensor,
     target_logits: torch.Tensor,
 ) -> None:
-    emitted = num_sampled.tolist()
-    recorder = metrics.RECORDER
-    for i, count in enumerate(layout.num_draft):
-        if count <= 0:
-            continue
-        accepted = max(int(emitted[i]) - 1, 0)
-        decided = min(accepted + 1, count)
-        planned = plans[i]
-        label = STOCK_LABEL if planned is None else planned.label
-        lossless = planned is None or planned.path == STOCK or not layout.random[i]
-        if lossless or not metrics.measuring_kl():
-            kls = [0.0] * decided
-        else:
-            rows = layout.rows([i], first=decided)
-            q = torch.softmax(target_logits[rows].float(), dim=-1)
-            one_hot = (
-                layout.drafted(rows)
-                if layout.draft_logits is None and planned.path == LOG_H
-                else None
-            )
-            kls = kernels.emitted_kl(planned.rule, layout.p(rows), q, one_hot).tolist()
-        recorder.observe(label, count, accepted, kls)
-    recorder.step_done()
+    def rows_of(reqs: list[int], decided: list[int], planned: PlannedRule):
+        rows = layout.rows(reqs, decided)
+        q = torch.softmax(target_logits[rows].float(), dim=-1)
+        one_hot = layout.draft_logits is None and planned.path == LOG_H
+        return layout.p(rows), q, layout.drafted(rows) if one_hot else None
+
+    emitted = [int(x) for x in num_sampled.tolist()]  # accepted + 1 per request
+    rounds.record(plans, layout.num_draft, emitted, layout.random, rows_of)

@@ -3,7 +3,8 @@
 A rule is written as JSON, the names and parameters exactly as `cactus_core.make_rule` takes
 them: `{"rule": "cactus", "delta": 0.1}`. It comes from, in order of precedence:
 
-1. the request: `SamplingParams(extra_args={"cactus_rule": {...}})`;
+1. the request: `SamplingParams(extra_args={"cactus_rule": {...}})`, or over vLLM's HTTP
+   API `"vllm_xargs": {"cactus_rule": "<the same as a JSON string>"}` (its values are flat);
 2. the deployment: `speculative_config={..., "cactus_rule": {...}}` (taken out of the
    speculative config before vLLM checks it, see `requests.py`) or the environment variable
    `CACTUS_VLLM_RULE`;
@@ -109,7 +110,9 @@ def request_rule(extra_args: Mapping[str, Any] | None) -> PlannedRule | None:
     """A request's own rule from SamplingParams.extra_args, or None when it names none."""
     if not extra_args or EXTRA_ARGS_KEY not in extra_args:
         return None
-    return _parse_request(json.dumps(extra_args[EXTRA_ARGS_KEY], sort_keys=True))
+    value = extra_args[EXTRA_ARGS_KEY]
+    # vLLM's HTTP API takes only flat values in `vllm_xargs`: there the spec is a JSON string.
+    return _parse_request(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=256)

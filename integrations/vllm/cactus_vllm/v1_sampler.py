@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from cactus_vllm import kernels, metrics, requests
-from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, STOCK_LABEL, PlannedRule
+from cactus_vllm import kernels, metrics, requests, rounds
+from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, PlannedRule
 
 StockFn = Callable[..., torch.Tensor]
 
@@ -113,14 +113,8 @@ class Batch:
     def rows(self, reqs: list[int], first: list[int] | None = None) -> torch.Tensor:
         """The flattened positions of requests reqs [Rs] -> [Ts] (int64), in order; only the
         first `first[j]` of request reqs[j] when given."""
-        starts = torch.tensor([self.starts[i] for i in reqs], dtype=torch.long)
-        counts = torch.tensor(
-            first if first is not None else [self.num_draft[i] for i in reqs], dtype=torch.long
-        )
-        offsets = torch.arange(int(counts.sum())) - torch.repeat_interleave(
-            counts.cumsum(0) - counts, counts
-        )
-        return (torch.repeat_interleave(starts, counts) + offsets).to(self.device)
+        counts = first if first is not None else [self.num_draft[i] for i in reqs]
+        return kernels.spans([self.starts[i] for i in reqs], counts, self.device)
 
     def valid_rows(self, reqs: list[int]) -> torch.Tensor:
         rows = self.rows(reqs)
@@ -194,32 +188,15 @@ def _count(
     draft_probs: torch.Tensor | None,
     target_logits: torch.Tensor,
 ) -> None:
-    """Each request's round into the metrics: accepted = emitted − 1; the exact KL(pi ‖ q) of
-    every position that got a decision, from the stock target logits (q) and p, computed
-    rule by rule over the batch."""
-    emitted = (out != kernels.PLACEHOLDER).sum(-1).tolist()  # the host sync
-    rounds = []  # (request, label, drafts, accepted, decided)
-    by_rule: dict[PlannedRule, list[int]] = {}
-    for i, count in enumerate(batch.num_draft):
-        if count == 0:
-            continue
-        accepted = max(emitted[i] - 1, 0)
-        planned = plans[i]
-        rounds.append((i, STOCK_LABEL if planned is None else planned.label, count, accepted))
-        if planned is not None and planned.path != STOCK and batch.random[i]:
-            by_rule.setdefault(planned, []).append(i)
-    kls: dict[int, list[float]] = {}
-    for planned, reqs in by_rule.items() if metrics.measuring_kl() else ():
-        decided = [min(emitted[i], batch.num_draft[i]) for i in reqs]
+    """Each request's round into the metrics (accepted = emitted − 1), with the exact KL of
+    its decided positions from the stock target logits (q) and p."""
+
+    def rows_of(reqs: list[int], decided: list[int], planned: PlannedRule):
         rows = batch.rows(reqs, decided)
-        q = torch.softmax(target_logits[rows].float(), dim=-1)
         n = batch.n[rows]
+        q = torch.softmax(target_logits[rows].float(), dim=-1)
         p = kernels.draft_rows(Batch.pick(draft_probs, rows), n, batch.v)
-        one_hot = n if draft_probs is None and planned.path == LOG_H else None
-        values = kernels.emitted_kl(planned.rule, p, q, one_hot).tolist()
-        for i, d in zip(reqs, decided, strict=True):
-            kls[i], values = values[:d], values[d:]
-    recorder = metrics.RECORDER
-    for i, label, count, accepted in rounds:
-        recorder.observe(label, count, accepted, kls.get(i, [0.0] * min(accepted + 1, count)))
-    recorder.step_done()
+        return p, q, n if draft_probs is None and planned.path == LOG_H else None
+
+    emitted = (out != kernels.PLACEHOLDER).sum(-1).tolist()  # the host sync
+    rounds.record(plans, batch.num_draft, emitted, batch.random, rows_of)

@@ -13,7 +13,14 @@ import types
 import pytest
 import torch
 from cactus_vllm import kernels, metrics, mrv2, plugin, requests
-from cactus_vllm.rules import ENV_VAR, RuleSpecError, deployment_rule, parse_spec, plan
+from cactus_vllm.rules import (
+    ENV_VAR,
+    RuleSpecError,
+    deployment_rule,
+    parse_spec,
+    plan,
+    request_rule,
+)
 from helpers import dirichlet, metadata
 
 from cactus_core.maths.rules import make_rule
@@ -87,6 +94,9 @@ def test_sampling_params_refuse_a_bad_rule(vllm_sampler):
     from vllm.exceptions import VLLMValidationError
 
     SamplingParams(temperature=0.7, extra_args={"cactus_rule": {"rule": "cactus", "delta": 1}})
+    # over HTTP (`vllm_xargs` holds flat values) the spec comes as JSON text
+    SamplingParams(extra_args={"cactus_rule": '{"rule": "cactus", "delta": 1}'})
+    assert request_rule({"cactus_rule": '{"rule": "topk"}'}).rule == make_rule("topk")
     with pytest.raises(VLLMValidationError, match="unknown rule 'cactos'"):
         SamplingParams(temperature=0.7, extra_args={"cactus_rule": {"rule": "cactos"}})
     with pytest.raises(VLLMValidationError, match="whole draft"):
