@@ -14,7 +14,10 @@ token ids (the lab's chat template), each prompt with the same seed under every 
   plugin in vLLM's definitions (its counters equal vLLM's own, checked here too).
 
 Both engines' emitted KL is the mean over emitted tokens of the exact KL(pi ‖ q) (a bonus
-token counts 0). Prints a Markdown table per rule and writes everything to --out.
+token counts 0). Prints a Markdown table per rule and writes everything to --out; vLLM's part
+is also saved on its own as soon as it is done (--out with .vllm.json), and --vllm-result
+reads such a file instead of running vLLM again. The lab decodes with one torch thread (two
+threads on two shared cores spin against each other); vLLM binds its own.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_vllm_vs_lab.py [--prompts 24] [--tokens 64]
 """
@@ -30,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "integrations" / "vllm"
@@ -160,15 +165,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vllm-python", default=str(PLUGIN / ".venv" / "bin" / "python"))
     parser.add_argument("--out", default="bench_vllm_vs_lab.json")
+    parser.add_argument("--vllm-result", default=None, help="a saved .vllm.json to reuse")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the lab")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     folders = export_embedded()
     pair = load_pair(dtype="float32")  # the embedded verifier and its 3-layer draft
     prompts = builtin_prompts()[: args.prompts]
     token_prompts = [pair.encode_prompt(p) for p in prompts]
-    print(f"vLLM: {len(RULES)} rules x {len(prompts)} prompts x {args.tokens} tokens ...")
-    vllm = vllm_run(folders, token_prompts, args)
-    print(f"  {vllm['wall_s']:.0f} s (startup {vllm['startup_s']:.0f} s)")
+    if args.vllm_result:
+        vllm = json.loads(Path(args.vllm_result).read_text())
+    else:
+        print(f"vLLM: {len(RULES)} rules x {len(prompts)} prompts x {args.tokens} tokens ...")
+        vllm = vllm_run(folders, token_prompts, args)
+        Path(args.out).with_suffix(".vllm.json").write_text(json.dumps(vllm, indent=1))
+        print(f"  {vllm['wall_s']:.0f} s (startup {vllm['startup_s']:.0f} s)")
     lab = {}
     for name, spec in RULES.items():
         print(f"lab: {name} ...")

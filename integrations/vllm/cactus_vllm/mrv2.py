@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cactus_core.maths.sampling import inverse_cdf_
-from cactus_vllm import kernels, metrics, requests, rounds
+from cactus_vllm import kernels, metrics, request_rules, rounds
 from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, PlannedRule
 
 StockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -140,7 +140,7 @@ def wrap(stock: StockFn) -> StockFn:
             expanded_idx_mapping,
             temperature,
         )
-        plans = requests.rules_for_slots(layout.slots)
+        plans = request_rules.rules_for_slots(layout.slots)
         runs = _runs(layout, plans)
         logits = target_logits
         if LOG_H in runs:

@@ -81,7 +81,7 @@ def _owner(module: Any, attr: str) -> tuple[Any, str]:
 
 
 def _patches() -> list[Patch]:
-    from cactus_vllm import kernels, mrv2, requests, v1_sampler
+    from cactus_vllm import kernels, mrv2, request_rules, v1_sampler
 
     v1 = "vllm.v1.sample.rejection_sampler"
     return [
@@ -135,7 +135,7 @@ def _patches() -> list[Patch]:
             "vllm.v1.sample.logits_processor",
             "build_logitsprocs",
             ("vllm_config", "device", "is_pin_memory", "is_pooling_model", "custom_logitsprocs"),
-            requests.wrap_build_logitsprocs,
+            request_rules.wrap_build_logitsprocs,
             also_in=("vllm.v1.worker.gpu_model_runner",),
         ),
         Patch(
@@ -143,21 +143,21 @@ def _patches() -> list[Patch]:
             "vllm.v1.worker.gpu.sample.sampler",
             "Sampler.add_request",
             ("self", "req_idx", "sampling_params"),
-            requests.wrap_add_request,
+            request_rules.wrap_add_request,
         ),
         Patch(
             "request validation",
             "vllm.sampling_params",
             "SamplingParams._verify_extra_args",
             ("self",),
-            requests.wrap_verify_extra_args,
+            request_rules.wrap_verify_extra_args,
         ),
         Patch(
             "rule in speculative_config",
             "vllm.engine.arg_utils",
             "EngineArgs.create_speculative_config",
             ("self", "target_model_config", "target_parallel_config"),
-            requests.wrap_create_speculative_config,
+            request_rules.wrap_create_speculative_config,
         ),
         Patch(
             "CPU expand fix",

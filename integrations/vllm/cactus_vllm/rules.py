@@ -6,7 +6,7 @@ them: `{"rule": "cactus", "delta": 0.1}`. It comes from, in order of precedence:
 1. the request: `SamplingParams(extra_args={"cactus_rule": {...}})`, or over vLLM's HTTP
    API `"vllm_xargs": {"cactus_rule": "<the same as a JSON string>"}` (its values are flat);
 2. the deployment: `speculative_config={..., "cactus_rule": {...}}` (taken out of the
-   speculative config before vLLM checks it, see `requests.py`) or the environment variable
+   speculative config before vLLM checks it, see `request_rules.py`) or the environment variable
    `CACTUS_VLLM_RULE`;
 3. none: vLLM's own lossless sampler.
 

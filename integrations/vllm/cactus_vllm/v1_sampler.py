@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from cactus_vllm import kernels, metrics, requests, rounds
+from cactus_vllm import kernels, metrics, request_rules, rounds
 from cactus_vllm.rules import LOG_H, POINTWISE, STOCK, PlannedRule
 
 StockFn = Callable[..., torch.Tensor]
@@ -61,7 +61,7 @@ def wrap(stock: StockFn) -> StockFn:
         if synthetic_mode:  # vLLM's synthetic acceptance replaces every rule by design
             return call(target_logits)
         batch = Batch(draft_token_ids, num_draft_tokens, sampling_metadata, target_logits)
-        plans = requests.rules_for_batch(sampling_metadata, len(num_draft_tokens))
+        plans = request_rules.rules_for_batch(sampling_metadata, len(num_draft_tokens))
         runs = batch.runs(plans)
         logits = target_logits
         if LOG_H in runs:

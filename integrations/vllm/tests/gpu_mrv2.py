@@ -56,7 +56,7 @@ def inputs(p: torch.Tensor, q: torch.Tensor, with_logits: bool, seed: int) -> di
 
 
 def check(sample, name: str, params: dict, with_logits: bool) -> bool:
-    from cactus_vllm import requests
+    from cactus_vllm import request_rules
     from cactus_vllm.rules import plan
 
     rule = make_rule(name, **params)
@@ -64,8 +64,8 @@ def check(sample, name: str, params: dict, with_logits: bool) -> bool:
     if not with_logits:  # ngram: the draft is one fixed token
         p = torch.nn.functional.one_hot(q.argsort(descending=True)[2], V).float()
     args = inputs(p, q, with_logits, seed=3)
-    requests.SLOT_RULES.clear()
-    requests.SLOT_RULES.update(dict.fromkeys(range(R), plan(rule)))
+    request_rules.SLOT_RULES.clear()
+    request_rules.SLOT_RULES.update(dict.fromkeys(range(R), plan(rule)))
     sampled, num_sampled = sample(**args)
     emitted = sampled[:, 0].long().cpu()
     pi = rule.emitted(p.double(), q.double())
@@ -81,14 +81,14 @@ def check(sample, name: str, params: dict, with_logits: bool) -> bool:
 
 
 def delta_zero_is_stock(sample) -> bool:
-    from cactus_vllm import requests
+    from cactus_vllm import request_rules
     from cactus_vllm.rules import plan
 
     p, q = dirichlet(V, 1, seed=4)[0], dirichlet(V, 1, seed=5)[0]
     args = inputs(p, q, True, seed=6)
-    requests.SLOT_RULES.clear()
+    request_rules.SLOT_RULES.clear()
     stock = sample.__wrapped__(**args)
-    requests.SLOT_RULES.update(dict.fromkeys(range(R), plan(make_rule("cactus", delta=0.0))))
+    request_rules.SLOT_RULES.update(dict.fromkeys(range(R), plan(make_rule("cactus", delta=0.0))))
     ours = sample(**args)
     ok = all(torch.equal(a, b) for a, b in zip(stock, ours, strict=True))
     print(f"{'ok  ' if ok else 'FAIL'} cactus δ=0 equals the stock call token for token")

@@ -11,7 +11,7 @@ import torch
 def metadata(temperature: torch.Tensor, rules: dict | None = None, generators=None):
     """What `rejection_sample` reads of vLLM's SamplingMetadata, with the plugin's rule tracker
     holding {row: rule} (rules: row -> PlannedRule)."""
-    from cactus_vllm.requests import tracker_class
+    from cactus_vllm.request_rules import tracker_class
 
     tracker = tracker_class()(None, "cpu", False)
     tracker.rules.update(rules or {})

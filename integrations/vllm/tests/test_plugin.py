@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import types
 
 import pytest
 import torch
-from cactus_vllm import kernels, metrics, mrv2, plugin, requests
+from cactus_vllm import kernels, metrics, mrv2, plugin, request_rules
 from cactus_vllm.rules import (
     ENV_VAR,
     RuleSpecError,
@@ -114,7 +115,7 @@ def test_speculative_config_carries_a_rule(vllm_sampler, monkeypatch):
         seen.update(self.speculative_config)
 
     monkeypatch.delenv(ENV_VAR, raising=False)
-    wrapped = requests.wrap_create_speculative_config(stock)
+    wrapped = request_rules.wrap_create_speculative_config(stock)
     args = types.SimpleNamespace(
         speculative_config={"method": "ngram", "cactus_rule": {"rule": "cactus", "delta": 0.3}}
     )
@@ -149,7 +150,7 @@ def test_model_runner_v2_gets_log_h(monkeypatch):
         return torch.zeros(3, steps + 1, dtype=torch.int64), torch.ones(3, dtype=torch.int32)
 
     cactus = plan(make_rule("cactus", delta=0.5))
-    monkeypatch.setattr(mrv2.requests, "SLOT_RULES", {5: cactus, 2: cactus, 7: cactus})
+    monkeypatch.setattr(mrv2.request_rules, "SLOT_RULES", {5: cactus, 2: cactus, 7: cactus})
     mrv2.wrap(stock)(
         logits[:8].clone(),
         draft_logits,
@@ -217,3 +218,15 @@ def test_one_hot_kl_shortcut_is_exact(rule):
     p = torch.nn.functional.one_hot(n, 50).float()
     fast = kernels.emitted_kl(rule, p, q, one_hot_n=n)
     assert torch.allclose(fast, kernels.emitted_kl(rule, p, q), rtol=1e-4, atol=1e-6)
+
+
+def test_the_rules_import_with_torch_only():
+    """The plugin's sampling code and the lab's maths pull in neither transformers nor
+    Streamlit (the plugin runs next to vLLM's transformers, not the lab's)."""
+    code = (
+        "import sys, cactus_core, cactus_vllm.v1_sampler, cactus_vllm.mrv2\n"
+        "from cactus_core import make_rule\n"
+        "print(sorted(m for m in ('transformers', 'streamlit', 'vllm') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
