@@ -15,8 +15,9 @@ token ids (the lab's chat template), each prompt with the same seed under every 
 
 Both engines' emitted KL is the mean over emitted tokens of the exact KL(pi ‖ q) (a bonus
 token counts 0). Prints a Markdown table per rule and writes everything to --out; vLLM's part
-is also saved on its own as soon as it is done (--out with .vllm.json), and --vllm-result
-reads such a file instead of running vLLM again. The lab decodes with one torch thread (two
+and the lab's are also saved on their own as soon as each is done (--out with .vllm.json,
+.lab.json), and --vllm-result / --lab-result read such a file instead of running that part
+again. The lab decodes with one torch thread (two
 threads on two shared cores spin against each other); vLLM binds its own.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_vllm_vs_lab.py [--prompts 24] [--tokens 64]
@@ -107,7 +108,12 @@ def vllm_run(folders: dict, token_prompts: list[list[int]], args) -> dict:
             [str(python), "-m", "cactus_vllm.run", str(spec_file), str(out_file)],
             env=env, check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        result = json.loads(out_file.read_text())
+        return vllm_summary(json.loads(out_file.read_text()))
+
+
+def vllm_summary(result: dict) -> dict:
+    """`cactus_vllm.run`'s output -> the plugin's metrics by rule name, after checking that
+    its counts are vLLM's own."""
     call = result["calls"][0]
     ours = call["metrics"]
     per_pos = call["vllm"]["num_accepted_tokens_per_pos"]
@@ -166,6 +172,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=str(PLUGIN / ".venv" / "bin" / "python"))
     parser.add_argument("--out", default="bench_vllm_vs_lab.json")
     parser.add_argument("--vllm-result", default=None, help="a saved .vllm.json to reuse")
+    parser.add_argument("--lab-result", default=None, help="a saved .lab.json to reuse")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the lab")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -174,25 +181,28 @@ def main() -> None:
     pair = load_pair(dtype="float32")  # the embedded verifier and its 3-layer draft
     prompts = builtin_prompts()[: args.prompts]
     token_prompts = [pair.encode_prompt(p) for p in prompts]
+    out = Path(args.out)
     if args.vllm_result:
         vllm = json.loads(Path(args.vllm_result).read_text())
     else:
         print(f"vLLM: {len(RULES)} rules x {len(prompts)} prompts x {args.tokens} tokens ...")
         vllm = vllm_run(folders, token_prompts, args)
-        Path(args.out).with_suffix(".vllm.json").write_text(json.dumps(vllm, indent=1))
+        out.with_suffix(".vllm.json").write_text(json.dumps(vllm, indent=1))
         print(f"  {vllm['wall_s']:.0f} s (startup {vllm['startup_s']:.0f} s)")
-    lab = {}
-    for name, spec in RULES.items():
-        print(f"lab: {name} ...")
-        lab[name] = lab_run(pair, spec, prompts, args)
-        print(f"  {lab[name]['wall_s']:.0f} s")
+    if args.lab_result:
+        lab = json.loads(Path(args.lab_result).read_text())
+    else:
+        lab = {}
+        for name, spec in RULES.items():
+            print(f"lab: {name} ...")
+            lab[name] = lab_run(pair, spec, prompts, args)
+            print(f"  {lab[name]['wall_s']:.0f} s")
+        out.with_suffix(".lab.json").write_text(json.dumps(lab, indent=1))
     for name in RULES:
         print("\n" + table(name, lab[name], vllm["by_rule"][name]))
     settings = {k: getattr(args, k) for k in ("prompts", "tokens", "k", "temperature", "seed")}
-    Path(args.out).write_text(
-        json.dumps({"settings": settings, "lab": lab, "vllm": vllm}, indent=1)
-    )
-    print(f"\nwrote {args.out}")
+    out.write_text(json.dumps({"settings": settings, "lab": lab, "vllm": vllm}, indent=1))
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 - "pointwise" rules: the stock call fills the other requests, and `kernels.pointwise_sample`
   (the lab's `verify`) overwrites the rows of these.
 
-Padded drafts (id −1) keep their stock logits and are rejected as vLLM rejects them. The bonus
+Padded drafts (id −1) keep their stock logits: vLLM decides them as it would. The bonus
 rows (target logits of position k + 1) never reach this function: vLLM samples them apart.
 Then every request's round is counted in `metrics` (one host sync).
 """
