@@ -18,6 +18,8 @@ vLLM's synthetic mode, block verification and watermarking run untouched.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -80,86 +82,51 @@ class Layout:
 
 
 def wrap(stock: StockFn) -> StockFn:
-    """The patched V2 `rejection_sample`, same signature, calling `stock`."""
+    """The patched V2 `rejection_sample`: the stock signature (checked by plugin.py), its
+    arguments bound by name, calling `stock`."""
+    signature = inspect.signature(stock)
 
-    def rejection_sample(
-        target_logits,
-        draft_logits,
-        draft_sampled,
-        cu_num_logits,
-        pos,
-        idx_mapping,
-        expanded_idx_mapping,
-        expanded_local_pos,
-        temperature,
-        seed,
-        num_speculative_steps,
-        synthetic_conditional_rates=None,
-        use_fp64=False,
-        use_block_verification=False,
-        contexts=None,
-        watermarking=None,
-        watermarking_skip_mask=None,
-        watermark_key=None,
-    ):
-        rest = dict(
-            synthetic_conditional_rates=synthetic_conditional_rates,
-            use_fp64=use_fp64,
-            use_block_verification=use_block_verification,
-            contexts=contexts,
-            watermarking=watermarking,
-            watermarking_skip_mask=watermarking_skip_mask,
-            watermark_key=watermark_key,
-        )
+    @functools.wraps(stock)
+    def rejection_sample(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return _sample(stock, bound.arguments)
 
-        def call(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return stock(
-                logits,
-                draft_logits,
-                draft_sampled,
-                cu_num_logits,
-                pos,
-                idx_mapping,
-                expanded_idx_mapping,
-                expanded_local_pos,
-                temperature,
-                seed,
-                num_speculative_steps,
-                **rest,
-            )
-
-        special = synthetic_conditional_rates is not None or use_block_verification
-        if special or contexts is not None:
-            return call(target_logits)
-        layout = Layout(
-            target_logits,
-            draft_logits,
-            draft_sampled,
-            cu_num_logits,
-            idx_mapping,
-            expanded_idx_mapping,
-            temperature,
-        )
-        plans = request_rules.rules_for_slots(layout.slots)
-        runs = _runs(layout, plans)
-        logits = target_logits
-        if LOG_H in runs:
-            logits = target_logits.float().clone()
-            for planned, reqs in runs[LOG_H].items():
-                rows = layout.rows(reqs)
-                rows = rows[layout.drafted(rows) >= 0]
-                logits[rows] = kernels.log_h_logits(
-                    planned.rule, target_logits[rows], layout.p(rows), layout.drafted(rows)
-                )
-        sampled, num_sampled = call(logits)
-        for planned, reqs in runs.get(POINTWISE, {}).items():
-            _pointwise(planned, reqs, layout, target_logits, sampled, num_sampled)
-        if metrics.counting():
-            _count(layout, plans, num_sampled, target_logits)
-        return sampled, num_sampled
-
-    rejection_sample.__wrapped__ = stock  # type: ignore[attr-defined]
     return rejection_sample
+
+
+def _sample(stock: StockFn, a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One verification step; `a` holds the stock arguments by name."""
+    target_logits = a["target_logits"]
+    special = a["synthetic_conditional_rates"] is not None or a["use_block_verification"]
+    if special or a["contexts"] is not None:
+        return stock(**a)
+    layout = Layout(
+        target_logits,
+        a["draft_logits"],
+        a["draft_sampled"],
+        a["cu_num_logits"],
+        a["idx_mapping"],
+        a["expanded_idx_mapping"],
+        a["temperature"],
+    )
+    plans = request_rules.rules_for_slots(layout.slots)
+    runs = _runs(layout, plans)
+    logits = target_logits
+    if LOG_H in runs:
+        logits = target_logits.float().clone()
+        for planned, reqs in runs[LOG_H].items():
+            rows = layout.rows(reqs)
+            rows = rows[layout.drafted(rows) >= 0]
+            logits[rows] = kernels.log_h_logits(
+                planned.rule, target_logits[rows], layout.p(rows), layout.drafted(rows)
+            )
+    sampled, num_sampled = stock(**{**a, "target_logits": logits})
+    for planned, reqs in runs.get(POINTWISE, {}).items():
+        _pointwise(planned, reqs, layout, target_logits, sampled, num_sampled)
+    if metrics.counting():
+        _count(layout, plans, num_sampled, target_logits)
+    return sampled, num_sampled
 
 
 def _runs(

@@ -80,62 +80,65 @@ def _owner(module: Any, attr: str) -> tuple[Any, str]:
     return (owner, name) if hasattr(owner, name) else (None, name)
 
 
+# The parameters each patched function had when this plugin was written (vLLM 0.32.0).
+V1_SAMPLE = (
+    "draft_token_ids",
+    "num_draft_tokens",
+    "max_spec_len",
+    "cu_num_draft_tokens",
+    "draft_probs",
+    "target_logits",
+    "bonus_token_ids",
+    "sampling_metadata",
+    "synthetic_mode",
+    "synthetic_conditional_rates",
+    "use_fp64_gumbel",
+)
+V2_SAMPLE = (
+    "target_logits",
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "num_speculative_steps",
+    "synthetic_conditional_rates",
+    "use_fp64",
+    "use_block_verification",
+    "contexts",
+    "watermarking",
+    "watermarking_skip_mask",
+    "watermark_key",
+)
+BUILD_LOGITSPROCS = tuple(
+    ["vllm_config", "device", "is_pin_memory", "is_pooling_model", "custom_logitsprocs"]
+)
+EXPAND = ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to")
+
+
 def _patches() -> list[Patch]:
     from cactus_vllm import kernels, mrv2, request_rules, v1_sampler
 
-    v1 = "vllm.v1.sample.rejection_sampler"
+    v1, rules = "vllm.v1.sample.rejection_sampler", request_rules
     return [
-        Patch(
-            "rules (V1 sampler)",
-            v1,
-            "rejection_sample",
-            (
-                "draft_token_ids",
-                "num_draft_tokens",
-                "max_spec_len",
-                "cu_num_draft_tokens",
-                "draft_probs",
-                "target_logits",
-                "bonus_token_ids",
-                "sampling_metadata",
-                "synthetic_mode",
-                "synthetic_conditional_rates",
-                "use_fp64_gumbel",
-            ),
-            v1_sampler.wrap,
-        ),
+        Patch("rules (V1 sampler)", v1, "rejection_sample", V1_SAMPLE, v1_sampler.wrap),
         Patch(
             "rules (Model Runner V2 sampler)",
             "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
             "rejection_sample",
-            (
-                "target_logits",
-                "draft_logits",
-                "draft_sampled",
-                "cu_num_logits",
-                "pos",
-                "idx_mapping",
-                "expanded_idx_mapping",
-                "expanded_local_pos",
-                "temperature",
-                "seed",
-                "num_speculative_steps",
-                "synthetic_conditional_rates",
-                "use_fp64",
-                "use_block_verification",
-                "contexts",
-                "watermarking",
-                "watermarking_skip_mask",
-                "watermark_key",
-            ),
+            V2_SAMPLE,
             mrv2.wrap,
         ),
         Patch(
             "per-request rules (V1)",
             "vllm.v1.sample.logits_processor",
             "build_logitsprocs",
-            ("vllm_config", "device", "is_pin_memory", "is_pooling_model", "custom_logitsprocs"),
-            request_rules.wrap_build_logitsprocs,
+            BUILD_LOGITSPROCS,
+            rules.wrap_build_logitsprocs,
             also_in=("vllm.v1.worker.gpu_model_runner",),
         ),
         Patch(
@@ -143,27 +146,27 @@ def _patches() -> list[Patch]:
             "vllm.v1.worker.gpu.sample.sampler",
             "Sampler.add_request",
             ("self", "req_idx", "sampling_params"),
-            request_rules.wrap_add_request,
+            rules.wrap_add_request,
         ),
         Patch(
             "request validation",
             "vllm.sampling_params",
             "SamplingParams._verify_extra_args",
             ("self",),
-            request_rules.wrap_verify_extra_args,
+            rules.wrap_verify_extra_args,
         ),
         Patch(
             "rule in speculative_config",
             "vllm.engine.arg_utils",
             "EngineArgs.create_speculative_config",
             ("self", "target_model_config", "target_parallel_config"),
-            request_rules.wrap_create_speculative_config,
+            rules.wrap_create_speculative_config,
         ),
         Patch(
             "CPU expand fix",
             v1,
             "expand_batch_to_tokens",
-            ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"),
+            EXPAND,
             lambda stock: kernels.expand_batch_to_tokens,
         ),
     ]

@@ -145,7 +145,12 @@ def test_model_runner_v2_gets_log_h(monkeypatch):
     draft_logits = torch.randn(8, steps, v, generator=torch.Generator().manual_seed(22))
     handed = {}
 
-    def stock(target_logits, *args, **kwargs):
+    def stock(
+        target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+        expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+        synthetic_conditional_rates=None, use_fp64=False, use_block_verification=False,
+        contexts=None, watermarking=None, watermarking_skip_mask=None, watermark_key=None,
+    ):  # fmt: skip
         handed["logits"] = target_logits.clone()
         return torch.zeros(3, steps + 1, dtype=torch.int64), torch.ones(3, dtype=torch.int32)
 
