@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.drafting.caches import open_caches
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.drafting.feature_drafting import (
     FeatureDrafter,
     FeatureDrafters,
 )
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.loading.models import load_pair, with_feature_draft
 from cactus_core.maths.rules import RULE_NAMES, make_rule
 from tests.test_decoder import greedy_reference

@@ -15,9 +15,9 @@ from cactus_core.cli import add_tree_args, tree_from_args
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import Trace
 from cactus_core.engine.drafting.caches import open_caches
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.drafting.feature_drafting import FeatureCache, FeatureDrafter
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.rules import lossless_rule

@@ -50,7 +50,7 @@ from cactus_core.engine.drafting.drafter import (
     ProbsFn,
     draft_loop,
 )
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 if TYPE_CHECKING:

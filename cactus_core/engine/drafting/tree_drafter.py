@@ -31,9 +31,9 @@ import math
 import torch
 
 from cactus_core.engine.drafting.drafter import ProbsFn
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.drafting.feature_drafting import FeatureDrafters
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.tree import DraftTree, sample_without_replacement
 

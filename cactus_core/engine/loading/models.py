@@ -43,7 +43,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.loading.deployment import (
     DeploymentPolicy,
     ModelLoadError,
@@ -52,6 +51,7 @@ from cactus_core.engine.loading.deployment import (
     selected_files,
 )
 from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR, FEATURE_DRAFT_NAME
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.load_args import (
     CACHE_ENV,
     resolve_cache_dir,

@@ -17,7 +17,7 @@ from cactus_core.engine.loading.pairing import max_positions
 from cactus_core.engine.loading.weights import state_digest
 
 if TYPE_CHECKING:
-    from cactus_core.engine.drafting.feature_draft import FeatureDraft
+    from cactus_core.engine.loading.feature_draft import FeatureDraft
 
 
 @dataclass

@@ -21,11 +21,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cactus_core.engine.loading.embedded_drafts import native_bfloat16
-
 # oneDNN picks a blocking for this many rows; a verify pass of k + 1 = 5 rows, a draft or
 # decoding step of 1 and a reference sweep's batch of 24 all measured alike with it.
 ROWS_HINT = 5
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 matrix instructions (AVX-512 BF16 or AMX tiles); torch's
+    CPU matmul uses them, and without them it widens bfloat16 to float32 on every call."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 @cache

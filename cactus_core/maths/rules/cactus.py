@@ -26,6 +26,7 @@ from cactus_core.maths.rules.base import (
 )
 from cactus_core.maths.rules.cactus_emitted import (
     CactusPrecomputed,
+    DraftSupport,
     cactus_c,
     cactus_monotone_emitted,
     pi_in_rho_order,
@@ -106,26 +107,17 @@ def cactus_target(
     return h.scatter_(-1, n.unsqueeze(-1), hn.unsqueeze(-1))
 
 
-class Cactus(Rule):
-    """Cactus with the paper's closed-form (second-order) h_n."""
+class CactusFamily(Rule):
+    """What the Cactus rules share: drafting n verifies against h^(n), h_n at n and c_n·q
+    elsewhere. A member says how much it spends at a position (`_delta`) and how that makes
+    h_n (`_hfun`: the paper's closed form unless it overrides it)."""
 
-    name = "cactus"
     family = "Cactus"
-    colour = "#008856"
-    shown_first = True
-    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
-    in_words = (
-        "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
-        "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
-        "the text drifts a little from the verifier's."
-    )
     citation = CITATION
-    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
     tunable = True
-    params_spec = (DELTA,)
 
     def _delta(self, stats: RowStats) -> torch.Tensor | float:
-        return self.params["delta"]
+        raise NotImplementedError
 
     def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
         return cactus_h(q, delta)
@@ -150,6 +142,17 @@ class Cactus(Rule):
         pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
         return pi.to(work_dtype(q))
 
+    def emitted_kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """KL(pi ‖ q) from the compact rows where p covers part of the vocabulary
+        (`DraftSupport`: the merged token's term is the rest's whole sum)."""
+        p64, q64 = p.double(), q.double()
+        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        support = DraftSupport.of(p64)
+        if support is not None:
+            p64, q64 = support.compact(p64), support.compact(q64)
+        pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
+        return kl(pi, q64).to(work_dtype(q))
+
     def _accept_all_and_emitted(self, p, q):
         dtype = work_dtype(q)
         p64, q64 = p.double(), q.double()
@@ -160,11 +163,29 @@ class Cactus(Rule):
         return accept.to(dtype), pi.to(dtype)
 
 
+class Cactus(CactusFamily):
+    """Cactus with the paper's closed-form (second-order) h_n."""
+
+    name = "cactus"
+    colour = "#008856"
+    shown_first = True
+    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
+    in_words = (
+        "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
+        "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
+        "the text drifts a little from the verifier's."
+    )
+    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
+    delta = DELTA
+
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
+        return self.delta
+
+
 class CactusExact(Cactus):
     """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
 
     name = "cactus-exact"
-    family = "Cactus"
     colour = "#0067A5"
     shown_first = True
     description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
@@ -179,7 +200,7 @@ class CactusExact(Cactus):
         return cactus_exact_h(q, float(delta))
 
 
-class CactusBudget(Cactus):
+class CactusBudget(CactusFamily):
     """Cactus with, per position, the largest delta' whose emitted pi has KL(pi ‖ q) ≤ budget.
 
     A safeguarded secant search on log delta' in [1e-9, 1e9] (`_budget_delta_rows`: delta'
@@ -191,7 +212,6 @@ class CactusBudget(Cactus):
     """
 
     name = "cactus-budget"
-    family = "Cactus"
     colour = "#875692"
     shown_first = True
     description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
@@ -201,13 +221,13 @@ class CactusBudget(Cactus):
     )
     guarantee = "KL(pi ‖ q) ≤ budget at every position"
     needs_rows = True
-    params_spec = (BUDGET,)
+    budget = BUDGET
 
     def _delta(self, stats):
         return stats[0]
 
     def position_stats(self, q, p):
-        return (budget_delta(p, q, self.params["budget"]).to(q.dtype),)
+        return (budget_delta(p, q, self.budget).to(q.dtype),)
 
 
 # The entropy at which cactus-adaptive spends exactly delta.
@@ -225,7 +245,6 @@ class CactusAdaptive(Cactus):
     """
 
     name = "cactus-adaptive"
-    family = "Cactus"
     colour = "#A1CAF1"
     shown_first = False
     description = "Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)"
@@ -235,14 +254,13 @@ class CactusAdaptive(Cactus):
     )
     citation = CITATION + "; the adaptive budget is this lab's form of the paper's future work"
     guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
-    needs_rows = True
-    params_spec = (DELTA,)  # the same delta (and Playground slider) as cactus, rescaled
+    needs_rows = True  # its delta is cactus's own (and Playground slider), rescaled
 
     def _delta(self, stats):
         return stats[0]
 
     def position_stats(self, q, p):
-        return (self.params["delta"] * entropy(q) / REFERENCE_ENTROPY,)
+        return (self.delta * entropy(q) / REFERENCE_ENTROPY,)
 
 
 def budget_delta(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Tensor:
@@ -281,6 +299,9 @@ def _budget_delta_rows(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch
     gets 0 (sps); one where UNBOUNDED fits gets UNBOUNDED.
     """
     p64, q64 = p.double(), q.double()
+    support = DraftSupport.of(p64)
+    if support is not None:  # the same KL from shorter rows (`DraftSupport`)
+        p64, q64 = support.compact(p64), support.compact(q64)
     pre = CactusPrecomputed(p64, q64)
     # c falls as q grows under the closed form: q's descending order sorts c for every delta,
     # and h is elementwise in q, so every step works in the two fixed orders without sorting.

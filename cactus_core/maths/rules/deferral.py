@@ -75,17 +75,15 @@ class Cascade(Deferral):
     citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
     guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
     tunable = True
-    params_spec = (
-        Param(
-            "alpha",
-            "α",
-            default=0.3,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8),
-            help="Trust the draft where its top probability is at least 1 − alpha.",
-        ),
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.3,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8),
+        help="Trust the draft where its top probability is at least 1 − alpha.",
     )
 
     @classmethod
@@ -95,7 +93,7 @@ class Cascade(Deferral):
         return kept >= 1
 
     def _defers(self, p, q):
-        return p.amax(-1) >= 1 - self.params["alpha"]
+        return p.amax(-1) >= 1 - self.alpha
 
 
 class Fuzzy(Deferral):
@@ -114,20 +112,18 @@ class Fuzzy(Deferral):
     )
     guarantee = "pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)"
     tunable = True
-    params_spec = (
-        Param(
-            "T",
-            "JS≤",
-            default=0.1,
-            low=0.0,
-            high=1.0,  # JS never exceeds log 2 ≈ 0.69 nats
-            ui=(0.0, 0.7),
-            grid=(0.0, 0.01, 0.03, 0.1, 0.2, 0.4),
-            help="Trust the draft where the Jensen–Shannon divergence of p and q is at most T.",
-            log=True,
-            unit="nats",
-        ),
+    T = Param(
+        "T",
+        "JS≤",
+        default=0.1,
+        low=0.0,
+        high=1.0,  # JS never exceeds log 2 ≈ 0.69 nats
+        ui=(0.0, 0.7),
+        grid=(0.0, 0.01, 0.03, 0.1, 0.2, 0.4),
+        help="Trust the draft where the Jensen–Shannon divergence of p and q is at most T.",
+        log=True,
+        unit="nats",
     )
 
     def _defers(self, p, q):
-        return js_divergence(p, q) <= self.params["T"]
+        return js_divergence(p, q) <= self.T

@@ -37,25 +37,23 @@ class Interp(Rule):
         "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
     )
     tunable = True
-    params_spec = (
-        Param(
-            "alpha",
-            "α",
-            default=0.5,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0),
-            help="h = alpha·p + (1 − alpha)·q.",
-        ),
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.5,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0),
+        help="h = alpha·p + (1 − alpha)·q.",
     )
 
     def _h_n(self, qn, pn, stats):
-        alpha = self.params["alpha"]
+        alpha = self.alpha
         return alpha * pn + (1 - alpha) * qn  # q_n = 0 is rejected by Rule.accept
 
     def _target(self, q, p, n, qn, pn, stats):
-        alpha = self.params["alpha"]
+        alpha = self.alpha
         # in place on one fresh buffer: torch.where over [B, V] is several times slower on CPU
         return (q > 0).to(p.dtype).mul_(p).mul_(alpha).add_(q, alpha=1 - alpha)
 
@@ -79,28 +77,13 @@ class Interp(Rule):
         return kept + rejected.clamp_min(0.0) * w / w.sum(-1, keepdim=True)
 
 
-class Optimal(Rule):
-    """Verify against pi* = clip(p, B·q, A·q), the most-accepting pi with KL(pi ‖ q) ≤ budget
-    (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
+class ClipTarget(Rule):
+    """What the limit's rules share: verify against pi* = clip(p, B·q, A·q), with (B, A) per
+    position from `position_stats`; the same h for every n, so pi = pi*."""
 
-    name = "optimal"
     family = "fixed target"
-    colour = "#882D17"
-    shown_first = True
-    description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
-    in_words = (
-        "The most any rule can accept at one position: it checks the draft against the "
-        "distribution that lets the most drafts through while staying within the KL budget of "
-        "the verifier's."
-    )
-    citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
-    guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
     needs_rows = True
     tunable = True
-    params_spec = (BUDGET,)
-
-    def position_stats(self, q, p):
-        return optimal_params(p, q, self.params["budget"], validate=False)  # (B, A) float64
 
     def _h_n(self, qn, pn, stats):
         lower, upper = stats
@@ -120,7 +103,28 @@ class Optimal(Rule):
         return (pi / pi.sum(-1, keepdim=True)).to(dtype)
 
 
-class OptimalPrice(Optimal):
+class Optimal(ClipTarget):
+    """Verify against pi* = clip(p, B·q, A·q), the most-accepting pi with KL(pi ‖ q) ≤ budget
+    (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
+
+    name = "optimal"
+    colour = "#882D17"
+    shown_first = True
+    description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
+    in_words = (
+        "The most any rule can accept at one position: it checks the draft against the "
+        "distribution that lets the most drafts through while staying within the KL budget of "
+        "the verifier's."
+    )
+    citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
+    guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
+    budget = BUDGET
+
+    def position_stats(self, q, p):
+        return optimal_params(p, q, self.budget, validate=False)  # (B, A) float64
+
+
+class OptimalPrice(ClipTarget):
     """Verify against pi*_t = q·clip(p/q, B, B·e^t), B fixed by normalisation per position.
 
     One price t per nat for every position, where `optimal` fixes a budget per position: the
@@ -130,7 +134,6 @@ class OptimalPrice(Optimal):
     """
 
     name = "optimal-price"
-    family = "fixed target"
     colour = "#2B3D26"
     shown_first = False
     description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
@@ -140,20 +143,18 @@ class OptimalPrice(Optimal):
     )
     citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
     guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"
-    params_spec = (
-        Param(
-            "t",
-            "t",
-            default=1.0,
-            low=0.0,
-            high=700.0,  # e^t stays finite in float64; pi = p on q's support long before
-            ui=(0.0, 8.0),
-            grid=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0),
-            help="log(A/B): how far pi may lean from q towards p; 0 is lossless sps.",
-            log=True,
-            unit="nats",
-        ),
+    t = Param(
+        "t",
+        "t",
+        default=1.0,
+        low=0.0,
+        high=700.0,  # e^t stays finite in float64; pi = p on q's support long before
+        ui=(0.0, 8.0),
+        grid=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0),
+        help="log(A/B): how far pi may lean from q towards p; 0 is lossless sps.",
+        log=True,
+        unit="nats",
     )
 
     def position_stats(self, q, p):
-        return price_params(p, q, float(self.params["t"]))  # (B, A) float64
+        return price_params(p, q, float(self.t))  # (B, A) float64

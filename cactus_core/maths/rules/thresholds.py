@@ -91,33 +91,31 @@ class TAS(_QThreshold):
     )
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
     guarantee = "none on the divergence; a rejection emits argmax q"
-    params_spec = (
-        Param(
-            "epsilon",
-            "ε",
-            default=0.09,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.3, 0.09, 0.03, 0.01, 0.003, 0.001),
-            help="Accept if q_n exceeds this…",
-            log=True,
-        ),
-        Param(
-            "alpha",
-            "α",
-            default=0.3,
-            low=0.0,
-            high=1e6,
-            ui=(0.0, 1.0),
-            grid=(0.3,),
-            help="…or alpha·exp(−H(q)), whichever is smaller.",
-        ),
+    epsilon = Param(
+        "epsilon",
+        "ε",
+        default=0.09,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.3, 0.09, 0.03, 0.01, 0.003, 0.001),
+        help="Accept if q_n exceeds this…",
+        log=True,
+    )
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.3,
+        low=0.0,
+        high=1e6,
+        ui=(0.0, 1.0),
+        grid=(0.3,),
+        help="…or alpha·exp(−H(q)), whichever is smaller.",
     )
 
     def position_stats(self, q, p):
-        threshold = self.params["alpha"] * torch.exp(-entropy(q))
-        return (torch.clamp_max(threshold, self.params["epsilon"]).to(q.dtype),)
+        threshold = self.alpha * torch.exp(-entropy(q))
+        return (torch.clamp_max(threshold, self.epsilon).to(q.dtype),)
 
     @staticmethod
     def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -141,18 +139,16 @@ class TopK(_QThreshold):
     )
     citation = "a common lossy baseline: top-k membership under the verifier"
     guarantee = "emits only tokens in q's top k_top"
-    params_spec = (
-        Param(
-            "k_top",
-            "k_top",
-            default=5,
-            low=1,
-            high=2**31 - 1,
-            ui=(1, 100),
-            grid=(1, 2, 5, 10, 20, 50),
-            help="Accept drafts among q's top k_top.",
-            integer=True,
-        ),
+    k_top = Param(
+        "k_top",
+        "k_top",
+        default=5,
+        low=1,
+        high=2**31 - 1,
+        ui=(1, 100),
+        grid=(1, 2, 5, 10, 20, 50),
+        help="Accept drafts among q's top k_top.",
+        integer=True,
     )
 
     @classmethod
@@ -161,7 +157,7 @@ class TopK(_QThreshold):
         return int(params["k_top"]) <= kept
 
     def position_stats(self, q, p):
-        return (kth_largest(q, min(int(self.params["k_top"]), q.shape[-1])),)
+        return (kth_largest(q, min(int(self.k_top), q.shape[-1])),)
 
     def residual_weights(self, q, p, n, qn, pn, stats):
         inside = self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
@@ -194,28 +190,26 @@ class RelaxedTopK(_QThreshold):
     citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
     guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
     tunable = True
-    params_spec = (
-        Param(
-            "delta_r",
-            "δ_r",
-            default=0.1,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.02, 0.05, 0.1, 0.2, 0.5),
-            help="Accept a draft whose q_n is within delta_r of the verifier's top probability…",
-        ),
-        Param(
-            "K",
-            "K",
-            default=10,
-            low=1,
-            high=2**31 - 1,
-            ui=(1, 100),
-            grid=(10,),
-            help="…and among the verifier's K most likely tokens.",
-            integer=True,
-        ),
+    delta_r = Param(
+        "delta_r",
+        "δ_r",
+        default=0.1,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.02, 0.05, 0.1, 0.2, 0.5),
+        help="Accept a draft whose q_n is within delta_r of the verifier's top probability…",
+    )
+    K = Param(
+        "K",
+        "K",
+        default=10,
+        low=1,
+        high=2**31 - 1,
+        ui=(1, 100),
+        grid=(10,),
+        help="…and among the verifier's K most likely tokens.",
+        integer=True,
     )
 
     @classmethod
@@ -224,8 +218,8 @@ class RelaxedTopK(_QThreshold):
         return int(params["K"]) <= kept
 
     def position_stats(self, q, p):
-        kth = kth_largest(q, min(int(self.params["K"]), q.shape[-1]))
-        floor = q.amax(-1) - self.params["delta_r"]
+        kth = kth_largest(q, min(int(self.K), q.shape[-1]))
+        floor = q.amax(-1) - self.delta_r
         return (torch.maximum(kth, floor),)
 
     def residual_weights(self, q, p, n, qn, pn, stats):

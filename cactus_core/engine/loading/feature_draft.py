@@ -55,12 +55,12 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from cactus_core.engine.drafting.feature_draft_config import (
+from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.loading.feature_draft_config import (
     check_head_ids,
     check_weights,
     read_config,
 )
-from cactus_core.engine.loading.deployment import ModelLoadError
 from cactus_core.engine.runtime.fast_head import linear_scores
 
 FORMAT = "cactus-feature-draft"
