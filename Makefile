@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: app test lint install install-dev chromium
+.PHONY: app test typecheck lint install install-dev chromium
 
 $(VENV)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,12 @@ chromium:
 test: $(VENV)/.installed-dev chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# The type checker alone: strict on cactus_core/maths and cactus_core/engine (pyproject.toml).
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

@@ -242,19 +242,18 @@ class SpeculativeDecoder:
         on_round: OnRound | None,
         speculative: bool,
     ) -> GenerationOutput | list[GenerationOutput]:
-        single = isinstance(prompt, str)
-        prompts = [prompt] if single else list(prompt)
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
         events = self._decode(rows, max_new_tokens, speculative)
         while True:
             try:
                 row, rnd = next(events)
             except StopIteration as stop:
-                outputs = stop.value
+                outputs: list[GenerationOutput] = stop.value
                 break
             if on_round is not None:
                 on_round(rnd, row)
-        return outputs[0] if single else outputs
+        return outputs[0] if isinstance(prompt, str) else outputs
 
     def _rows(
         self, prompts: list[str], max_new: int, seed: int, chat_template: bool, speculative: bool
@@ -509,7 +508,7 @@ class SpeculativeDecoder:
             return False
         if self.lazy_head is not None:
             return self.lazy_head
-        return batch == 1 and single_row_copy(verifier.head)
+        return batch == 1 and verifier.head is not None and single_row_copy(verifier.head)
 
     # -- text -------------------------------------------------------------------------------
     def _text(self, token_id: int) -> str:

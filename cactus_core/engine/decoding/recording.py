@@ -52,7 +52,9 @@ class RoundRecord:
 class Recorded(Generic[T]):
     """A recording's result: at hand already, or still being computed by a `Recorder`."""
 
-    def __init__(self, value: T | None = None, future: Future | None = None, what: str = ""):
+    def __init__(
+        self, value: T | None = None, future: Future[T] | None = None, what: str = ""
+    ) -> None:
         self._value, self._future, self._what = value, future, what
 
     @property
@@ -65,7 +67,8 @@ class Recorded(Generic[T]):
         if self._future is None:
             return self._value  # type: ignore[return-value]
         try:
-            return self._future.result()
+            result: T = self._future.result()
+            return result
         except Exception as exc:
             exc.add_note(f"raised on the decoder's recording thread while recording {self._what}")
             raise

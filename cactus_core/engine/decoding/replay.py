@@ -142,7 +142,7 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
     temperature = trace.meta.get("temperature")
     if not is_num(temperature):
         raise ValueError("not a trace: meta.temperature is missing or not a number")
-    judge = lossless_rule() if float(temperature) == 0.0 else rule
+    judge = lossless_rule() if temperature == 0 else rule
     out = []
     for rnd in trace.rounds:
         if rnd.sampled:
@@ -193,8 +193,11 @@ def _checked_verdict(rnd: RoundTrace, vocab: int) -> TreeVerdict:
     token ids inside the vocabulary."""
     k = rnd.k
     if rnd.tree is None:
-        lists = {"draft_ids": rnd.draft_ids, "accept_coins": rnd.accept_coins}
-        lists["draft_fates"] = rnd.draft_fates
+        lists: dict[str, list[Any]] = {
+            "draft_ids": rnd.draft_ids,
+            "accept_coins": rnd.accept_coins,
+            "draft_fates": rnd.draft_fates,
+        }
         for name, values in lists.items():
             if len(values) != k:
                 raise ValueError(

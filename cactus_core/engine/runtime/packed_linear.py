@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import torch
 from torch import nn
@@ -60,7 +62,7 @@ def _key(weight: torch.Tensor) -> tuple[int, torch.dtype, int]:
 
 # owner -> (the weight's _key when packed, the packed copy). Keyed by the module that owns the
 # weight (modules hash by identity), so a head shared by two decoders is packed once.
-_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, torch.Tensor]] = (
+_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], torch.Tensor]] = (
     weakref.WeakKeyDictionary()
 )
 _LOCK = threading.Lock()
@@ -95,7 +97,7 @@ def packed_product(
 
 
 @cache
-def _packed_linear_op():
+def _packed_linear_op() -> Callable[..., torch.Tensor]:
     # Resolved once: looking an op up through torch.ops costs a few microseconds a call, and a
     # verifier step makes 211 of them.
     return torch.ops.mkldnn._linear_pointwise

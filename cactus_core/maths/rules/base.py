@@ -89,7 +89,7 @@ class Param(Generic[Value]):
             return 1.0
         raw = (self.ui[1] - self.ui[0]) / 300
         mag = 10 ** math.floor(math.log10(raw))
-        return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
 
     @property
     def label(self) -> str:
@@ -229,7 +229,7 @@ class Rule:
 
     # -- metadata ------------------------------------------------------------------------------
     @classmethod
-    def swept(cls) -> Param | None:
+    def swept(cls) -> Param[Any] | None:
         """The parameter a sweep varies (the first one), or None for a rule without any."""
         return cls.params_spec[0] if cls.params_spec else None
 
@@ -310,7 +310,15 @@ class Rule:
     def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._h_n(qn, pn, stats), pn)
 
-    def _target(self, q, p, n, qn, pn, stats: RowStats) -> torch.Tensor:
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
@@ -335,25 +343,31 @@ class Rule:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))
         return q.to(dtype), p.to(dtype), n
 
+    def _prepare_drafted(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, p, _ = self._prepare(q, p, n, validate)
+        return q, p, n.long()
+
     def adjusted_target(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """h^(n) [..., V] for verifier q, draft p [..., V] and drafted ids n [...]."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         return self._target(q, p, n, gather(q, n), gather(p, n), self.position_stats(q, p))
 
     def accept_probs(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """a(n) [...]: the chance of accepting the drafted n."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         return self.accept(gather(q, n), gather(p, n), self.position_stats(q, p))
 
     def residual(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """r_n [..., V]: the normalised distribution sampled when n is rejected."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         stats = self.position_stats(q, p)
         w = self.residual_weights(q, p, n, gather(q, n), gather(p, n), stats)
         return w / w.sum(-1, keepdim=True)

@@ -122,17 +122,33 @@ class CactusFamily(Rule):
     def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
         return cactus_h(q, delta)
 
-    def _h_n(self, qn, pn, stats):
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._hfun(qn, self._delta(stats))
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         return cactus_target(q, n, qn, self._h_n(qn, pn, stats))
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         h = self._target(q, p, n, qn, pn, stats)  # fresh: reuse its buffer for h − p
         return fallback_(h.sub_(p).clamp_min_(0.0), p)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._hfun(q, unsqueeze_stat(self._delta(stats))), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -153,7 +169,9 @@ class CactusFamily(Rule):
         pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
         return kl(pi, q64).to(work_dtype(q))
 
-    def _accept_all_and_emitted(self, p, q):
+    def _accept_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = work_dtype(q)
         p64, q64 = p.double(), q.double()
         delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
@@ -196,7 +214,7 @@ class CactusExact(Cactus):
     )
     guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
-    def _hfun(self, q, delta):
+    def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
         return cactus_exact_h(q, float(delta))
 
 
@@ -223,10 +241,10 @@ class CactusBudget(CactusFamily):
     needs_rows = True
     budget = BUDGET
 
-    def _delta(self, stats):
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
         return stats[0]
 
-    def position_stats(self, q, p):
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return (budget_delta(p, q, self.budget).to(q.dtype),)
 
 
@@ -256,10 +274,10 @@ class CactusAdaptive(Cactus):
     guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
     needs_rows = True  # its delta is cactus's own (and Playground slider), rescaled
 
-    def _delta(self, stats):
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
         return stats[0]
 
-    def position_stats(self, q, p):
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return (self.delta * entropy(q) / REFERENCE_ENTROPY,)
 
 
@@ -315,21 +333,21 @@ def _budget_delta_rows(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch
         pi_r = pi_in_rho_order(pre, c_s, p_c, h_c, cactus_h(pre.q_r, delta))
         return torch.log(kl(pi_r, pre.q_r))  # -inf where KL = 0; KL ignores the order
 
-    f64 = {"dtype": torch.float64, "device": q.device}
+    f64, dev = torch.float64, q.device
     n = q.shape[0]
     target = math.log(budget) if budget > 0 else -math.inf
-    hi = torch.full((n,), _LOG_HIGH, **f64)  # does not fit (checked first)
+    hi = torch.full((n,), _LOG_HIGH, dtype=f64, device=dev)  # does not fit (checked first)
     f_hi = log_kl(hi) - target
     if budget <= 0:  # only KL = 0 fits, and then every delta does (p = q)
         return torch.where(f_hi.isnan() | (f_hi <= 0), UNBOUNDED, 0.0).to(torch.float64)
     top = f_hi <= 0
-    lo = torch.full((n,), _LOG_LOW, **f64)  # fits once `seen`
+    lo = torch.full((n,), _LOG_LOW, dtype=f64, device=dev)  # fits once `seen`
     seen = torch.zeros(n, dtype=torch.bool, device=q.device)
     done = top.clone()
     # Before a second point exists, the secant's slope is 1: KL grows like delta while delta is
     # small (pi − q like sqrt(delta), KL like its square).
     x_prev, f_prev = hi, torch.full_like(hi, math.nan)
-    x = torch.full((n,), min(max(target, _LOG_LOW), _LOG_HIGH - 1), **f64)
+    x = torch.full((n,), min(max(target, _LOG_LOW), _LOG_HIGH - 1), dtype=f64, device=dev)
     for _ in range(_MAX_STEPS):
         if bool(done.all()):
             break

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -166,4 +167,5 @@ class DraftSupport:
         return out
 
     def _rest_total(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.vecdot(x, self.rest.to(x.dtype)).unsqueeze(-1)  # [..., 1]
+        rest = torch.linalg.vecdot(x, self.rest.to(x.dtype))
+        return cast(torch.Tensor, rest).unsqueeze(-1)  # [..., 1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.limit import clip_target, optimal_params, price_params
-from cactus_core.maths.rules.base import NO_STATS, Param, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import NO_STATS, Param, RowStats, Rule, fallback_, min1_ratio
 from cactus_core.maths.rules.cactus import BUDGET
 from cactus_core.maths.validation import work_dtype
 
@@ -48,24 +48,42 @@ class Interp(Rule):
         help="h = alpha·p + (1 − alpha)·q.",
     )
 
-    def _h_n(self, qn, pn, stats):
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         alpha = self.alpha
         return alpha * pn + (1 - alpha) * qn  # q_n = 0 is rejected by Rule.accept
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         alpha = self.alpha
         # in place on one fresh buffer: torch.where over [B, V] is several times slower on CPU
         return (q > 0).to(p.dtype).mul_(p).mul_(alpha).add_(q, alpha=1 - alpha)
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         w = self._target(q, p, n, qn, pn, stats).sub_(p).clamp_min_(0.0)
         return fallback_(w, q)  # empty only when every kept draft passes: q is a safe draw
 
-    def adjusted_target(self, q, p, n, validate=True):
+    def adjusted_target(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
         h = super().adjusted_target(q, p, n, validate)
         return h / h.sum(-1, keepdim=True)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._target(q, p, None, None, None, stats), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -85,15 +103,23 @@ class ClipTarget(Rule):
     needs_rows = True
     tunable = True
 
-    def _h_n(self, qn, pn, stats):
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         lower, upper = stats
         return clip_target(pn.unsqueeze(-1), qn.unsqueeze(-1), lower, upper).squeeze(-1)
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         lower, upper = stats
         return clip_target(p, q, lower, upper)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._target(q, p, None, None, None, stats), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -120,7 +146,7 @@ class Optimal(ClipTarget):
     guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
     budget = BUDGET
 
-    def position_stats(self, q, p):
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return optimal_params(p, q, self.budget, validate=False)  # (B, A) float64
 
 
@@ -156,5 +182,5 @@ class OptimalPrice(ClipTarget):
         unit="nats",
     )
 
-    def position_stats(self, q, p):
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return price_params(p, q, float(self.t))  # (B, A) float64
