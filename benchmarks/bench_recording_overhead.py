@@ -8,9 +8,11 @@ back to back on each (prompt, seed), in alternating order, so that a load swing 
 machine falls on both.
 
 Printed: the ratio of total time per token (recorded ÷ lean: the summed wall time over the
-summed new tokens of each), the median of the per-run ratios, and the recording's share of the
-recorded runs' wall time on the decoding thread (`stats.record_s`) and its own work
-(`stats.record_work_s`, mostly on the recording thread).
+summed new tokens of each), the median of the per-run ratios, the same ratio of the process's
+CPU time per token (both threads; less swayed by other processes on a loaded machine, but it
+counts the recording thread's work whether or not a core was free for it), and the recording's
+share of the recorded runs' wall time on the decoding thread (`stats.record_s`) and its own
+work (`stats.record_work_s`, mostly on the recording thread).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_recording_overhead.py [--prompts 3]
         [--seeds 2] [--tokens 48] [--threads 1] [--repeats 1]
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
 import torch
 
@@ -51,6 +54,7 @@ def main() -> None:
     for dec in (full, lean):  # warm-up: first calls, caches, the recording thread's start
         dec.generate(prompts[0], max_new_tokens=8, seed=0)
     totals = {"full": [0.0, 0], "lean": [0.0, 0]}
+    cpu = {"full": 0.0, "lean": 0.0}
     ratios, critical, work = [], [], []
     order = [("full", full), ("lean", lean)]
     for _ in range(args.repeats):
@@ -58,7 +62,9 @@ def main() -> None:
             for seed in range(args.seeds):
                 stats = {}
                 for name, dec in order:
+                    start = time.process_time()
                     s = dec.generate(prompt, max_new_tokens=args.tokens, seed=seed).stats
+                    cpu[name] += time.process_time() - start
                     stats[name] = s
                     totals[name][0] += s.wall_s
                     totals[name][1] += s.new_tokens
@@ -79,6 +85,8 @@ def main() -> None:
         f"{per_token['lean'] * 1000:.1f} ms; ratio {per_token['full'] / per_token['lean']:.3f}× "
         f"(median of runs {statistics.median(ratios):.3f}×)"
     )
+    cpu_ratio = (cpu["full"] / totals["full"][1]) / (cpu["lean"] / totals["lean"][1])
+    print(f"CPU time per token (both threads): ratio {cpu_ratio:.3f}×")
     print(
         f"recording on the decoding thread {statistics.median(critical):.1%} of wall, its own "
         f"work {statistics.median(work):.1%} (medians)"

@@ -106,7 +106,8 @@ def round_trace(index: int, out: RoundOutcome, b: int, text: Any) -> RoundTrace:
     whole tree and its verdict in `tree`. Its `positions` come with the recording."""
     v = out.verdicts[b]
     m = len(v.path)
-    nodes = v.path if out.tree is not None else list(range(len(v.tokens)))
+    tree = out.tree is not None
+    nodes = v.path if tree else list(range(len(v.tokens)))
     ids = [v.tokens[i] for i in nodes]
     return RoundTrace(
         index=index,
@@ -125,7 +126,7 @@ def round_trace(index: int, out: RoundOutcome, b: int, text: Any) -> RoundTrace:
         draft_s=out.draft_s,
         verify_s=out.verify_s,
         emitted_logprobs=list(out.logprobs[b]),
-        tree=v.to_dict() if out.tree is not None else None,
+        tree=v.to_dict() if tree else None,
     )
 
 

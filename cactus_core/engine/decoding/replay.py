@@ -155,10 +155,12 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
 
 def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
     """One round judged again under `judge` with its own coins (module docstring)."""
-    before = _checked_verdict(rnd, vocab)
+    # A chain is judged as a chain (`verify` takes the round-level rules too), a tree walked.
+    chain = rnd.tree is None
+    before = _checked_verdict(rnd, vocab, chain)
     kids = children_of(before.parents)
     p_rows, q_rows, exact = _rows(rnd, kids, vocab)
-    if rnd.tree is None:
+    if chain:
         after = _judge_chain(judge, before, p_rows, q_rows)
     else:
         tree = DraftTree(
@@ -171,11 +173,12 @@ def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
     judged = {i for w in (before, after) for i, f in enumerate(w.fates) if f != "unreached"}
     kept = len(rnd.positions[0].replay_q_ids)
     pointwise = judge.decisions_replay_exactly(judge.params, kept) and judged <= firsts
-    names = (lambda f: f) if rnd.tree is not None else _CHAIN_FATES.__getitem__
+    # a chain's fates in the trace's words ("dropped"), a tree's in its verdict's
+    names = _CHAIN_FATES if chain else {f: f for f in _CHAIN_FATES}
     return RoundReplay(
         index=rnd.index,
-        fates_before=[names(f) for f in before.fates],
-        fates_after=[names(f) for f in after.fates],
+        fates_before=[names[f] for f in before.fates],
+        fates_after=[names[f] for f in after.fates],
         accept_probs_after=list(after.accept_probs),
         num_accepted_before=len(before.path),
         num_accepted_after=len(after.path),
@@ -184,25 +187,22 @@ def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
         decisions_exact=exact or pointwise,
         exact=exact,
         tree_before=rnd.tree,
-        tree_after=after.to_dict() if rnd.tree is not None else None,
+        tree_after=None if chain else after.to_dict(),
     )
 
 
-def _checked_verdict(rnd: RoundTrace, vocab: int) -> TreeVerdict:
-    """The round's verdict, once its lists fit it: one position per row, replay rows at each,
-    token ids inside the vocabulary."""
+def _checked_verdict(rnd: RoundTrace, vocab: int, chain: bool) -> TreeVerdict:
+    """The round's verdict, once its lists fit it: a chain's k drafts, coins and fates, one
+    position per row with its replay rows, token ids inside the vocabulary."""
     k = rnd.k
-    if rnd.tree is None:
-        lists: dict[str, list[Any]] = {
-            "draft_ids": rnd.draft_ids,
-            "accept_coins": rnd.accept_coins,
-            "draft_fates": rnd.draft_fates,
-        }
-        for name, values in lists.items():
-            if len(values) != k:
-                raise ValueError(
-                    f"not a trace: round {rnd.index} has k = {k} but {len(values)} {name}"
-                )
+    lists: dict[str, list[Any]] = {
+        "draft_ids": rnd.draft_ids,
+        "accept_coins": rnd.accept_coins,
+        "draft_fates": rnd.draft_fates,
+    }
+    for name, values in lists.items() if chain else ():
+        if len(values) != k:
+            raise ValueError(f"not a trace: round {rnd.index} has k = {k} but {len(values)} {name}")
     verdict = round_verdict(rnd)
     rows = len(verdict.tokens) + 1
     if len(rnd.positions) != rows:
