@@ -30,7 +30,6 @@ import torch
 from cactus_core.engine.decoding.outcome import RoundOutcome
 from cactus_core.engine.decoding.trace import PositionTrace
 from cactus_core.maths.divergence import kl
-from cactus_core.maths.emitted import emitted_kl
 from cactus_core.maths.rules import Rule
 from cactus_core.maths.tree import children_of
 
@@ -109,9 +108,9 @@ class Recorder:
 def record_round(
     judge: Rule, out: RoundOutcome, measure_kl: bool, trace: tuple[int, int] | None
 ) -> list[RoundRecord]:
-    """A round's recording per sequence: KL(pi ‖ q) at each emitted token's row (zero for a
-    lossless judge, None after the decision or when not measured) and, with trace = (top_n,
-    top_m), one `PositionTrace` per row of the proposal (`position_traces`).
+    """A round's recording per sequence: KL(pi ‖ q) at the row each emitted token was drawn at
+    (0 for a lossless judge, a bonus, or when not measured) and, with trace = (top_n, top_m),
+    one `PositionTrace` per row of the proposal (`position_traces`).
 
     KL is taken at the rows the walk decided at; a tree's trace also shows it at every other
     row with children (a chain's drafts after a rejection keep None: they were never judged)."""
@@ -146,7 +145,9 @@ def row_kl(
     seq = torch.tensor([b for b, r in enumerate(rows) for _ in r], dtype=torch.long)
     row = torch.tensor([j for r in rows for j in r], dtype=torch.long)
     seq, row = seq.to(out.p.device), row.to(out.p.device)
-    values = emitted_kl(judge, out.p[seq, row], out.q[seq, row]).tolist() if len(row) else []
+    # the rows come from the round's own softmax, checked finite by its host sync: no validation
+    p, q = out.p[seq, row], out.q[seq, row]
+    values = judge.emitted_kl(p, q).tolist() if len(row) else []
     found: list[dict[int, float]] = []
     for r in rows:
         found.append(dict(zip(r, values[: len(r)], strict=True)))
