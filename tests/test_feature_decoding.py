@@ -267,7 +267,8 @@ def test_a_padded_prefill_in_pieces_gives_every_row_its_own_features(feature_pai
     monkeypatch.setattr(kv_cache, "MASK_BUDGET", 64)  # pieces of PIECE_MIN columns
     ids = [list(range(5, 45)), list(range(7, 20))]
     vocab = SpeculativeDecoder(feature_pair, "sps").vocab
-    verifier, drafters = open_caches(feature_pair, vocab, ids, speculative=True)
+    caches = open_caches(feature_pair, vocab, ids, speculative=True)
+    verifier, drafters = caches.verifier, caches.chain
     assert verifier.features.shape[1] == 39
     for row, tokens in zip(drafters.rows, ids, strict=True):
         assert row.length == len(tokens) - 1

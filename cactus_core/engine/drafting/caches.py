@@ -3,9 +3,8 @@ settings (the one place that knows which kinds exist)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cactus_core.engine.drafting.drafter import Draft, Drafter, IndependentDrafter
 from cactus_core.engine.drafting.feature_drafting import FeatureCache, FeatureDrafters
@@ -30,10 +29,6 @@ class Caches:
     @property
     def drafter(self) -> Drafter[Draft] | Drafter[DraftTree] | None:
         return self.chain if self.chain is not None else self.tree
-
-    def __iter__(self) -> Iterator[Any]:
-        """Unpacks as (verifier, drafter)."""
-        return iter((self.verifier, self.drafter))
 
 
 def open_caches(
