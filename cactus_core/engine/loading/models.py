@@ -216,7 +216,7 @@ def _load_any(
     spec: Spec, cache: Path, dtype: torch.dtype, trust: bool, policy: DeploymentPolicy
 ) -> _Loaded:
     """A local folder, a .gguf file or a hub id."""
-    if not isinstance(spec, str | os.PathLike[str]):
+    if not isinstance(spec, str | os.PathLike):
         raise ValueError(f"a model must be given as a path or hub id string, got {spec!r}")
     text = os.fspath(spec)
     if policy.is_hub_id(spec):
