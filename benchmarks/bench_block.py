@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-import cactus_core.engine.decoding.decoder as decoder_module
+import cactus_core.engine.decoding.chain_round as chain_round
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts
@@ -61,23 +61,23 @@ def paired_expectations(pair, prompts: list[str], args) -> tuple[list[float], li
     block, sps = make_rule(BLOCK), make_rule(LOSSLESS_RULE)
     out_block: list[float] = []
     out_sps: list[float] = []
-    original = decoder_module.verify_draft
+    original = chain_round.verify_draft
 
-    def spy(judge, cache, last, draft, coins, probs, lazy):
-        verdict = original(judge, cache, last, draft, coins, probs, lazy)
+    def spy(judge, cache, ids, draft, coins, probs, lazy):
+        verdict = original(judge, cache, ids, draft, coins, probs, lazy)
         p = draft.probs.double()
-        q = verdict.q.double()  # [B, k+1, V]: the full rows (lazy head off)
+        q = verdict[1].double()  # [B, k+1, V]: the full rows (lazy head off)
         _, h = block.stop_chances(p, draft.ids, q)
         out_block.extend(block.expected_accepted(h).tolist())
         a = sps.accept_probs(q[:, :-1], p, draft.ids, validate=False)
         out_sps.extend(a.cumprod(-1).sum(-1).tolist())
         return verdict
 
-    decoder_module.verify_draft = spy
+    chain_round.verify_draft = spy
     try:
         measured_rounds(pair, BLOCK, prompts, args)
     finally:
-        decoder_module.verify_draft = original
+        chain_round.verify_draft = original
     return out_block, out_sps
 
 

@@ -43,8 +43,8 @@ from bench_steps import cache_step  # benchmarks/, the script's own folder
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.runtime.packed_linear import PackedLinear
 

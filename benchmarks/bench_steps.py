@@ -69,7 +69,7 @@ from torch.nn import functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.loading.models import DRAFT_DIR, embedded_gguf_path, load_pair
 from cactus_core.engine.runtime.fast_head import head_logits
 from cactus_core.engine.runtime.kv_cache import SequenceCache

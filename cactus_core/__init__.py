@@ -34,7 +34,7 @@ _EXPORTS = {
     "SpeculativeDecoder": "cactus_core.engine.decoding.decoder",
     "GenerationOutput": "cactus_core.engine.decoding.decoder",
     "Trace": "cactus_core.engine.decoding.trace",
-    "reverify": "cactus_core.engine.decoding.trace",
+    "reverify": "cactus_core.engine.decoding.replay",
     "estimate_frontier": "cactus_core.experiments.estimate",
     "EstimatedFrontier": "cactus_core.experiments.estimate",
 }

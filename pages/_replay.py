@@ -28,7 +28,7 @@ def kl_section(run: DecodeRun) -> None:
     for col, (label, value, change) in zip(st.columns(2), data.cards(), strict=True):
         col.metric(label, value, change, delta_color="inverse")
     replay_label = build_rule(run.replay.rule, run.replay.rule_params).label
-    run_label = run.request.rule().label
+    run_label = run.request.rule.label
     st.plotly_chart(replay_kl_figure(data, run_label, replay_label), key="dec_replay_kl_fig")
     if not data.exact:
         st.caption(

@@ -171,7 +171,8 @@ def form(s: AppSettings) -> Form:
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
     try:
-        request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
+        rule = build_rule(rule_name, rule_params)
+        request = DecodeRequest(prompt, s, rule, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap
         return Form(None, generate, compare, counters, str(err))
     return Form(request, generate, compare, counters)
@@ -343,7 +344,7 @@ def replay(run: DecodeRun) -> None:
     with left:
         name, params = rule_picker("replay", label="Replay under", default=run.rule_name)
         if st.button("Replay", icon=":material/replay:", key="dec_replay"):
-            from cactus_core.engine.decoding.trace import reverify
+            from cactus_core.engine.decoding.replay import reverify
 
             run.replay = reverify(run.trace, build_rule(name, params))
             st.rerun()

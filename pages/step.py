@@ -11,7 +11,7 @@ from cactus_core.app.decode_view import DecodeRequest
 from cactus_core.app.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
 from cactus_core.app.narration import round_level_sentence
-from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings
+from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings, build_rule
 from cactus_core.app.step_figures import step_figures
 from cactus_core.app.step_through import StepRun
 from cactus_core.app.step_view import (
@@ -58,7 +58,7 @@ def form(s: AppSettings) -> DecodeRequest | None:
     with right:
         rule_name, params = rule_picker("step")
     try:
-        return DecodeRequest(prompt, s, rule_name, params, max_new, chat)
+        return DecodeRequest(prompt, s, build_rule(rule_name, params), max_new, chat)
     except ValueError as err:
         st.error(str(err))
         return None

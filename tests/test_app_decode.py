@@ -13,7 +13,7 @@ from cactus_core.app.decode_view import LiveStats, live_stats
 from cactus_core.app.links import TOP_P
 from cactus_core.app.transcript import round_tokens
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.decoding.replay import reverify
 from cactus_core.maths.rules import make_rule
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

@@ -37,6 +37,7 @@ from cactus_core.engine.loading.deployment import (
     deployment_policy,
 )
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.maths.rules import make_rule
 from pages import _common
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -483,4 +484,4 @@ def test_a_prompt_over_the_character_cap_is_refused_before_tokenising(tiny_pair_
     assert "decode_run" not in at.session_state
     # A longer prompt that reaches the request anyway is refused before any tokenising.
     with pytest.raises(ValueError, match=f"{limits.MAX_PROMPT_CHARS:,} characters"):
-        DecodeRequest("z" * (limits.MAX_PROMPT_CHARS + 1), AppSettings(), "sps", {}, 8, True)
+        DecodeRequest("z" * (limits.MAX_PROMPT_CHARS + 1), AppSettings(), make_rule("sps"), 8, True)

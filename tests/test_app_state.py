@@ -18,7 +18,7 @@ from cactus_core.app import positions as S
 from cactus_core.app import settings as A
 from cactus_core.app import transcript as T
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.loading.embedded_drafts import native_bfloat16
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution, expected_acceptance
@@ -360,7 +360,7 @@ def test_speed_comparison_from_the_two_runs_stats():
 
 def test_a_decode_request_needs_a_prompt():
     with pytest.raises(ValueError, match="prompt"):
-        D.DecodeRequest("  ", A.AppSettings(), "sps", {}, 8, True)
+        D.DecodeRequest("  ", A.AppSettings(), make_rule("sps"), 8, True)
 
 
 def test_playground_figures_keep_the_drafted_token_and_count_the_hidden_ones():

@@ -159,7 +159,7 @@ def test_the_feature_draft_flag_reaches_load_pair(monkeypatch):
 
 
 def test_without_model_flags_the_cli_loads_the_default_embedded_pair(capsys):
-    from cactus_core.cli_models import pair_kwargs_from_args
+    from cactus_core.cli.models import pair_kwargs_from_args
     from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR, native_bfloat16
 
     def kwargs(*flags: str) -> dict:

@@ -11,7 +11,7 @@ import torch
 from scipy.stats import chisquare
 
 from cactus_core.engine.decoding.decoder import K_MAX, SpeculativeDecoder, summarize
-from cactus_core.engine.decoding.round import to_host
+from cactus_core.engine.decoding.host import to_host
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, make_rule
@@ -486,7 +486,7 @@ def test_the_lazy_head_is_the_default_only_where_single_rows_are_cheaper(
     """By default one sequence on CPU scores the verifier's head row by row in float32 (one row
     through `fast_head`'s copy costs a fraction of k + 1) and all k + 1 rows in one call in
     bfloat16 (where they cost about what one does); a full trace always takes every row."""
-    import cactus_core.engine.decoding.round as round_module
+    import cactus_core.engine.decoding.chain_round as round_module
     from cactus_core.engine.loading.models import load_pair
 
     calls = []

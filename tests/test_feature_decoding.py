@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.drafting.caches import open_caches
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.drafting.feature_drafting import (
     FeatureDrafter,
     FeatureDrafters,
 )
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.loading.models import load_pair, with_feature_draft
 from cactus_core.maths.rules import RULE_NAMES, make_rule
 from tests.test_decoder import greedy_reference
@@ -267,7 +267,8 @@ def test_a_padded_prefill_in_pieces_gives_every_row_its_own_features(feature_pai
     monkeypatch.setattr(kv_cache, "MASK_BUDGET", 64)  # pieces of PIECE_MIN columns
     ids = [list(range(5, 45)), list(range(7, 20))]
     vocab = SpeculativeDecoder(feature_pair, "sps").vocab
-    verifier, drafters = open_caches(feature_pair, vocab, ids, speculative=True)
+    caches = open_caches(feature_pair, vocab, ids, speculative=True)
+    verifier, drafters = caches.verifier, caches.chain
     assert verifier.features.shape[1] == 39
     for row, tokens in zip(drafters.rows, ids, strict=True):
         assert row.length == len(tokens) - 1

@@ -1,4 +1,4 @@
-"""The feature-conditioned draft (engine/drafting/feature_draft.py) on a tiny random verifier.
+"""The feature-conditioned draft (engine/loading/feature_draft.py) on a tiny random verifier.
 
 No embedded model: a 2-layer Llama (hidden 64, vocab 128) stands in for the verifier. The
 checks pin down what the decoder relies on: shapes, the logits being the verifier's own
@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 
 VOCAB, HIDDEN = 128, 64
 ATOL = 1e-5

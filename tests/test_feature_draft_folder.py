@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cactus_core.cli import main
-from cactus_core.engine.drafting.feature_draft import HEAD_IDS_KEY, FeatureDraft
 from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.loading.feature_draft import HEAD_IDS_KEY, FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cactus_core.engine.decoding.trace import MAX_VOCAB, Trace, reverify
+from cactus_core.engine.decoding.replay import reverify
+from cactus_core.engine.decoding.trace import MAX_VOCAB, Trace
 from cactus_core.engine.loading import weights as cw
 from cactus_core.engine.loading.models import ModelLoadError, load_pair
 from cactus_core.experiments import sweep_cache as sc

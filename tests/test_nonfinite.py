@@ -12,8 +12,8 @@ import torch
 
 from cactus_core.cli import main
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.round import NonFiniteProbabilities
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
+from cactus_core.engine.decoding.host import NonFiniteProbabilities
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 
 

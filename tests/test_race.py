@@ -26,7 +26,7 @@ from cactus_core.maths.sampling import SamplingSettings
 def race(tiny_pair):
     sampling = SamplingSettings(k=3, temperature=0.7, top_k=0, top_p=1.0, seed=5)
     request = DecodeRequest(
-        "Hello there", AppSettings(sampling=sampling), "cactus", {"delta": 0.3}, 24, True
+        "Hello there", AppSettings(sampling=sampling), make_rule("cactus", delta=0.3), 24, True
     )
     race = Race.start(tiny_pair, request, "cactus δ=0.3")
     order = []

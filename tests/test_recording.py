@@ -225,11 +225,12 @@ def test_the_race_measures_the_decoder_with_recording_on(tiny_pair) -> None:
     from cactus_core.app.race import Race
     from cactus_core.app.settings import AppSettings
     from cactus_core.app.speed_view import record_share
+    from cactus_core.maths.rules import make_rule
     from cactus_core.maths.sampling import SamplingSettings
 
     sampling = SamplingSettings(k=3, temperature=0.7, top_k=0, top_p=1.0, seed=5)
     request = DecodeRequest(
-        "Hello there", AppSettings(sampling=sampling), "cactus", {"delta": 0.3}, 16, True
+        "Hello there", AppSettings(sampling=sampling), make_rule("cactus", delta=0.3), 16, True
     )
     race = Race.start(tiny_pair, request, "cactus δ=0.3").run()
     spec = race.speculative.output

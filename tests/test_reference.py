@@ -54,7 +54,7 @@ def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
     """A new draft (or verifier) gives a new identity: regenerate the reference then."""
     from cactus_core.app.settings import AppSettings
     from cactus_core.cli import build_parser
-    from cactus_core.cli_models import pair_kwargs_from_args
+    from cactus_core.cli.models import pair_kwargs_from_args
     from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
     from cactus_core.engine.loading.models import load_pair
 

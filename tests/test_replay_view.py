@@ -9,7 +9,7 @@ import pytest
 from cactus_core.app.decode_view import replay_headlines
 from cactus_core.app.replay_view import replay_kl, replay_kl_figure
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import reverify
+from cactus_core.engine.decoding.replay import reverify
 from cactus_core.maths.rules import make_rule
 
 PROMPT = "The cactus"

@@ -9,7 +9,7 @@ import torch
 
 from cactus_core.app.decode_view import DecodeRequest
 from cactus_core.app.narration import num, tok
-from cactus_core.app.settings import AppSettings
+from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.step_figures import step_figures
 from cactus_core.app.step_through import StepRun
 from cactus_core.app.step_view import (
@@ -29,7 +29,7 @@ MAX_NEW = 24
 
 def request(rule: str, seed: int = 0, temperature: float = 0.7, **params) -> DecodeRequest:
     s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed, temperature=temperature))
-    return DecodeRequest(PROMPT, s, rule, params, MAX_NEW, True)
+    return DecodeRequest(PROMPT, s, build_rule(rule, params), MAX_NEW, True)
 
 
 @pytest.fixture(scope="module")

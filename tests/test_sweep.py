@@ -283,7 +283,7 @@ def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
 def test_a_feature_draft_sweeps_in_batches_with_the_same_text_as_alone(tiny_pair, tmp_path):
     """A pair with a feature draft sweeps chunk by chunk like any pair (the verifier batched,
     the draft row by row), and prompt i's text does not depend on its chunk."""
-    from cactus_core.engine.drafting.feature_draft import FeatureDraft
+    from cactus_core.engine.loading.feature_draft import FeatureDraft
     from cactus_core.engine.loading.models import with_feature_draft
 
     pair = with_feature_draft(tiny_pair, FeatureDraft.tiny_for(tiny_pair.verifier))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import DRAFT_FATES, EMIT_FATES, Trace, reverify
+from cactus_core.engine.decoding.replay import reverify
+from cactus_core.engine.decoding.trace import DRAFT_FATES, EMIT_FATES, Trace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule

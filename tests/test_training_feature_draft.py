@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from tests.conftest import tiny_llama
 from training.gen_features import layer_pass
 from training.train_feature_draft import evaluate, make_batch

@@ -15,9 +15,9 @@ from cactus_core.cli import add_tree_args, tree_from_args
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import Trace
 from cactus_core.engine.drafting.caches import open_caches
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.drafting.feature_drafting import FeatureCache, FeatureDrafter
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.rules import lossless_rule
@@ -81,7 +81,8 @@ def test_the_caches_keep_only_the_accepted_path(feature_pair, monkeypatch):
     # accepted path runs through the whole depth, past nodes with siblings.
     settings = TreeSettings(nodes=9, depth=4, width=1, branch=2, root_branch=3)
     sampling = SamplingSettings(temperature=0.0)
-    verifier, drafter = open_caches(feature_pair, vocab, [prompt], True, settings, greedy=True)
+    caches = open_caches(feature_pair, vocab, [prompt], True, settings, greedy=True)
+    verifier, drafter = caches.verifier, caches.tree
     gen = torch.Generator().manual_seed(0)
     coins = tree_round.draw_tree_coins(gen, settings, torch.device("cpu"))
     out = tree_round.run_tree_round(lossless_rule(), verifier, drafter, prompt[-1], coins, sampling)

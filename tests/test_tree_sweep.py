@@ -13,8 +13,8 @@ import pytest
 
 from cactus_core.cli import add_tree_args, tree_from_args
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.sweep import run_sweep

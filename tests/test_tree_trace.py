@@ -15,9 +15,10 @@ from cactus_core.app.decode_view import inspect_token, live_stats, trace_positio
 from cactus_core.app.replay_view import replay_kl
 from cactus_core.app.tree_view import tree_replay_note
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.engine.decoding.trace import Trace, decided_positions, reverify
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
+from cactus_core.engine.decoding.replay import reverify
+from cactus_core.engine.decoding.trace import Trace, decided_positions
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
@@ -79,9 +80,9 @@ def test_every_row_keeps_p_q_h_and_every_candidate(recorded):
                 p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
                 q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
                 assert p[t] == pytest.approx(float(o.tree.draft_probs[r, t]), abs=1e-6)
-                assert q[t] == pytest.approx(float(o.q[r, t]), abs=1e-6)
-            pi = emitted_distribution(rule, o.tree.draft_probs[r], o.q[r])
-            assert pos.kl_pi_q == pytest.approx(float(kl(pi, o.q[r])), rel=1e-4, abs=1e-6)
+                assert q[t] == pytest.approx(float(o.q[0, r, t]), abs=1e-6)
+            pi = emitted_distribution(rule, o.tree.draft_probs[r], o.q[0, r])
+            assert pos.kl_pi_q == pytest.approx(float(kl(pi, o.q[0, r])), rel=1e-4, abs=1e-6)
 
 
 def test_emitted_kl_in_the_trace_equals_the_stats(recorded):
@@ -119,7 +120,7 @@ def test_replay_under_another_delta_is_that_rules_walk(recorded):
     replay = reverify(out.trace, other)
     flips = 0
     for rr, o in zip(replay.rounds, outcomes, strict=True):
-        walk = verify_tree(other, o.tree, o.q, o.verdict.uniforms.float())
+        walk = verify_tree(other, o.tree, o.q[0], o.verdict.uniforms.float())
         assert rr.fates_after == walk.fates
         assert rr.tree_after["emitted"] == walk.emitted
         a, b = rr.accept_probs_after, walk.accept_probs

@@ -17,15 +17,15 @@ from cactus_core.app.decode_view import DecodeRequest, inspect_token, live_stats
 from cactus_core.app.figures import FATE_COLOURS
 from cactus_core.app.narration import num
 from cactus_core.app.pair_cache import PairCache
-from cactus_core.app.settings import AppSettings
+from cactus_core.app.settings import AppSettings, build_rule
 from cactus_core.app.step_figures import step_figures
 from cactus_core.app.step_through import StepRun
 from cactus_core.app.step_view import round_steps
 from cactus_core.app.transcript import round_tokens
 from cactus_core.app.tree_figure import TreeFrame, node_hover, tree_figure, tree_positions
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.maths.rules import make_rule
 from cactus_core.maths.sampling import SamplingSettings
@@ -105,7 +105,7 @@ def _tree_request(rule: str = "cactus", seed: int = 0, **params) -> DecodeReques
         tree=TREE,
         sampling=SamplingSettings(seed=seed, temperature=0.7),
     )
-    return DecodeRequest("Hello", s, rule, params or {"delta": 1.0}, 16, True)
+    return DecodeRequest("Hello", s, build_rule(rule, params or {"delta": 1.0}), 16, True)
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cactus_core.engine.loading.models import tokenizer_fingerprint
-from training.common import load_verifier_and_tokenizer
+from training.common import load_records, load_verifier_and_tokenizer, split_holdout
 from training.export import save_draft
-from training.train_draft import evaluate, load_records, make_draft, split_holdout
+from training.train_draft import evaluate, make_draft
 
 
 def main() -> None:

@@ -45,3 +45,20 @@ def target_probs(vals: torch.Tensor, temperature: float, top_p: float) -> torch.
     keep = q.cumsum(-1) - q < top_p
     q = q * keep
     return q / q.sum(-1, keepdim=True)
+
+
+def load_records(data: Path) -> list[dict]:
+    records = []
+    for shard in sorted(data.glob("shard_*.pt")):
+        records.extend(torch.load(shard))
+    return [r for r in records if len(r["answer_ids"]) >= 2]
+
+
+def split_holdout(records: list[dict], holdout: int) -> tuple[list[dict], list[dict]]:
+    """(train, held): every n-th answer by prompt text is held out, so reruns on more data keep
+    evaluating (mostly) the same rows."""
+    records = sorted(records, key=lambda r: r["prompt"])
+    held = [r for i, r in enumerate(records) if i % max(1, len(records) // holdout) == 0]
+    held = held[:holdout]
+    held_ids = {id(r) for r in held}
+    return [r for r in records if id(r) not in held_ids], held

@@ -1,4 +1,4 @@
-"""Measure a feature draft (cactus_core/engine/drafting/feature_draft.py): cost per token, held-out
+"""Measure a feature draft (cactus_core/engine/loading/feature_draft.py): cost per token, held-out
 acceptance, and the effect of cutting its head to fewer ids; optionally export the result.
 
     python -m training.measure_feature_draft --draft cactus_core/assets/feature_draft --cost \\
@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from training.common import load_verifier_and_tokenizer
 from training.subset import choose, scores, special_ids
 from training.train_feature_draft import evaluate, load_split, summary

@@ -71,8 +71,7 @@ def lost_mass(records: list[dict], ids: torch.Tensor, vocab: int, temperature=0.
 
 
 def main() -> None:
-    from training.common import load_verifier_and_tokenizer
-    from training.train_draft import load_records, split_holdout
+    from training.common import load_records, load_verifier_and_tokenizer, split_holdout
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=Path("/work/data/distill"))

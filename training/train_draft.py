@@ -30,25 +30,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cactus_core.engine.loading.models import tokenizer_fingerprint
-from training.common import load_verifier_and_tokenizer, target_probs
+from training.common import (
+    load_records,
+    load_verifier_and_tokenizer,
+    split_holdout,
+    target_probs,
+)
 from training.export import save_draft
-
-
-def load_records(data: Path) -> list[dict]:
-    records = []
-    for shard in sorted(data.glob("shard_*.pt")):
-        records.extend(torch.load(shard))
-    return [r for r in records if len(r["answer_ids"]) >= 2]
-
-
-def split_holdout(records: list[dict], holdout: int) -> tuple[list[dict], list[dict]]:
-    """(train, held): every n-th answer by prompt text is held out, so reruns on more data keep
-    evaluating (mostly) the same rows."""
-    records = sorted(records, key=lambda r: r["prompt"])
-    held = [r for i, r in enumerate(records) if i % max(1, len(records) // holdout) == 0]
-    held = held[:holdout]
-    held_ids = {id(r) for r in held}
-    return [r for r in records if id(r) not in held_ids], held
 
 
 def make_draft(verifier: LlamaForCausalLM, layers: list[int], shared: int = 0) -> LlamaForCausalLM:

@@ -1,4 +1,4 @@
-"""Train the feature-conditioned (EAGLE-style) draft, cactus_core/engine/drafting/feature_draft.py.
+"""Train the feature-conditioned (EAGLE-style) draft, cactus_core/engine/loading/feature_draft.py.
 
 Data: training.gen_features shards (verifier answers, features before the final norm, top-K
 logits). Every position of every answer is a chain that drafts `--depth` tokens, unrolled on
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_core.engine.drafting.feature_draft import FeatureDraft, rms
+from cactus_core.engine.loading.feature_draft import FeatureDraft, rms
 from cactus_core.maths.rules.cactus import cactus_h
 from training.common import load_verifier_and_tokenizer, target_probs
 from training.subset import choose, lost_mass, scores, special_ids

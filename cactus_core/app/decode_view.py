@@ -23,7 +23,8 @@ from cactus_core.maths.tree import TreeVerdict
 if TYPE_CHECKING:  # transformers is slow to import; only a decode needs it
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
-    from cactus_core.engine.decoding.trace import Replay, RoundTrace, Trace
+    from cactus_core.engine.decoding.replay import Replay
+    from cactus_core.engine.decoding.trace import RoundTrace, Trace
     from cactus_core.engine.loading.pair import ModelPair
 
 
@@ -33,8 +34,7 @@ class DecodeRequest:
 
     prompt: str
     settings: AppSettings
-    rule_name: str
-    rule_params: dict[str, float]
+    rule: Rule
     max_new_tokens: int
     chat_template: bool
 
@@ -50,8 +50,9 @@ class DecodeRequest:
         ids = pair.tokenizer(self.prompt, add_special_tokens=False)["input_ids"]
         check_prompt_tokens(len(ids))
 
-    def rule(self) -> Rule:
-        return build_rule(self.rule_name, self.rule_params)
+    @property
+    def rule_name(self) -> str:
+        return self.rule.name
 
     def decoder(
         self, pair: ModelPair, record_trace: bool = True, measure_kl: bool = True
@@ -60,7 +61,7 @@ class DecodeRequest:
 
         return SpeculativeDecoder(
             pair,
-            self.rule(),
+            self.rule,
             record_trace=record_trace,
             measure_kl=measure_kl,
             **self.settings.decoder_kwargs(),

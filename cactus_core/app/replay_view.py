@@ -14,13 +14,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.engine.decoding.trace import (
-    PositionTrace,
-    Replay,
-    RoundTrace,
-    Trace,
-    position_rows,
-)
+from cactus_core.engine.decoding.replay import Replay, position_rows
+from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule

@@ -12,7 +12,7 @@ from cactus_core.engine.loading.embedded_drafts import (
     embedded_draft,
 )
 from cactus_core.engine.loading.load_args import resolve_device
-from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
+from cactus_core.maths.rules import RULES, Param, Rule, rule_class, rule_from_values
 from cactus_core.maths.sampling import SamplingSettings
 
 # The prompt Decode and Step through open with: one of typical acceptance for the embedded pair
@@ -151,7 +151,7 @@ def rules_markdown() -> str:
 
 def param_value(param: Param, value: float) -> float | int:
     """A widget's value as make_rule wants it (widgets hand back floats for integers)."""
-    return int(value) if param.integer else float(value)
+    return param.coerce(value)
 
 
 def default_params(name: str) -> dict[str, float | int]:
@@ -161,9 +161,7 @@ def default_params(name: str) -> dict[str, float | int]:
 
 def build_rule(name: str, params: dict[str, float] | None = None) -> Rule:
     """make_rule from widget values, converted to the parameters' types."""
-    specs = {p.name: p for p in rule_class(name).params_spec}
-    given = {k: param_value(specs[k], v) if k in specs else v for k, v in (params or {}).items()}
-    return make_rule(name, **given)
+    return rule_from_values(name, params)
 
 
 def swept_rules() -> list[str]:

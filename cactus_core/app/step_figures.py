@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from cactus_core.app import figures
-from cactus_core.app.step_view import Step
+from cactus_core.app.steps import Step
 from cactus_core.app.tree_figure import tree_figure
 
 # The look of the other figures (figures.py, which also makes plotly_white the default).

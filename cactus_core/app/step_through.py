@@ -123,7 +123,7 @@ class StepRun:
             holder[0]._decided[index] = (p.detach().clone(), q.detach().clone())
 
         decoder = SpeculativeDecoder(
-            pair, request.rule(), probe=probe, **request.settings.decoder_kwargs()
+            pair, request.rule, probe=probe, **request.settings.decoder_kwargs()
         )
         stream = decoder.rounds(request.prompt, **request.generate_kwargs())
         run = cls(request=request, decoder=decoder, stream=stream)

@@ -11,7 +11,6 @@ from the exact rows the StepRun kept).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,52 +18,14 @@ import torch
 from cactus_core.app import narration as say
 from cactus_core.app.decode_view import live_stats
 from cactus_core.app.step_through import SHOWN, RoundRows, StepRun
-from cactus_core.app.tree_figure import TreeFrame
+from cactus_core.app.steps import Bars, Step
+from cactus_core.app.tree_steps import tree_round_steps
 from cactus_core.maths.rules import NO_STATS, Rule, lossless_rule
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 
-STEP_KINDS = ("draft", "verify", "decide", "residual", "bonus", "sampled", "summary")
-STEP_TITLES = {
-    "draft": "The draft proposes",
-    "verify": "The verifier scores every position in one pass",
-    "decide": "The rule decides",
-    "residual": "Rejected: a token from the residual",
-    "bonus": "All passed: the bonus token",
-    "sampled": "The verifier alone",
-    "summary": "The round in numbers",
-}
 TOP_P_BARS = 8  # tokens in a draft step's picture of p
-
-
-@dataclass(frozen=True)
-class Bars:
-    """Grouped bars: one value per label in each series (keys as figures.distribution_bars)."""
-
-    labels: list[str]
-    series: dict[str, list[float]]
-    highlight: int | None = None
-    title: str = ""
-    mark: str = "drafted n"  # what the highlighted token is
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: str
-    round_index: int
-    slot: int | None  # the drafted position it is about, if one
-    narration: str
-    numbers: dict[str, float] = field(default_factory=dict)
-    bars: Bars | None = None
-    coin: tuple[float, float] | None = None  # (a(n), u) of a decision
-    sps_coin: tuple[float, float] | None = None  # (lossless a(n), the same u)
-    tree: TreeFrame | None = None  # a tree round's picture, told as far as this step
-
-    @property
-    def title(self) -> str:
-        where = f", token {self.slot + 1}" if self.slot is not None else ""
-        return f"Round {self.round_index + 1}{where}: {STEP_TITLES[self.kind]}"
 
 
 def round_level(rule: Rule) -> bool:
@@ -247,9 +208,7 @@ def step_before(run: StepRun, r: int, i: int) -> tuple[int, int]:
 def _build_steps(run: StepRun, index: int) -> list[Step]:
     rnd, rows = run.rounds[index], run.rows[index]
     if rnd.tree is not None:
-        from cactus_core.app.tree_steps import tree_round_steps  # it builds Steps: imports this
-
-        return tree_round_steps(run, index, Step)
+        return tree_round_steps(run, index)
     if rnd.k == 0:
         return [_sampled_step(rnd, run.text), _summary_step(run, index)]
     steps = [_draft_step(rnd, j, run.text) for j in range(rnd.k)]

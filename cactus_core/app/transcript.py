@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cactus_core.engine.decoding.trace import Replay, RoundTrace
+    from cactus_core.engine.decoding.replay import Replay
+    from cactus_core.engine.decoding.trace import RoundTrace
 
 FATE_STYLE: dict[str, str] = {
     "accepted": "background:#d8f0e6;border-bottom:2px solid #009E73;",

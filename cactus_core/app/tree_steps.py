@@ -13,13 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cactus_core.app import narration as say
+from cactus_core.app.steps import Bars, Step
 from cactus_core.app.tree_figure import TreeFrame
 from cactus_core.app.tree_view import row_bars
 from cactus_core.maths.tree import TreeVerdict, children_of, node_depths
 
 if TYPE_CHECKING:
     from cactus_core.app.step_through import StepRun
-    from cactus_core.app.step_view import Step
     from cactus_core.engine.decoding.trace import PositionTrace
 
 
@@ -54,8 +54,6 @@ def _numbers(cands: list[say.Candidate]) -> dict[str, float]:
 def _bars(run: StepRun, pos: PositionTrace | None, after: str | None, v: TreeVerdict, d: int):
     """The decide step's bars: p, q, the first candidate's h and residual at the row, from the
     round's recorded rows (None without them); the token emitted there marked."""
-    from cactus_core.app.step_view import Bars  # step_view builds these steps: imports us
-
     if pos is None:
         return None
     b = row_bars(pos, run.text, run.judge, 12, v.emitted[d])
@@ -64,7 +62,7 @@ def _bars(run: StepRun, pos: PositionTrace | None, after: str | None, v: TreeVer
     return Bars(b.labels, b.series, b.highlight, title=title, mark="emitted")
 
 
-def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
+def tree_round_steps(run: StepRun, index: int) -> list[Step]:
     """Round `index` of the run, a tree round, as its steps (module docstring)."""
     rnd = run.rounds[index]
     text = run.text
@@ -79,7 +77,7 @@ def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
 
     first = [(text(v.tokens[i]), v.p[i]) for i in kids[0]]
     steps = [
-        make(
+        Step(
             "draft",
             index,
             None,
@@ -87,7 +85,7 @@ def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
             {f"p_root[{j}]": p for j, (_, p) in enumerate(first)},
             tree=frame(0),
         ),
-        make("verify", index, None, say.tree_verify_sentence(n, index + 1), tree=frame(0)),
+        Step("verify", index, None, say.tree_verify_sentence(n, index + 1), tree=frame(0)),
     ]
     rows = [0] + [i + 1 for i in v.path]  # the rows the walk stood on
     for d, row in enumerate(rows):
@@ -97,20 +95,20 @@ def tree_round_steps(run: StepRun, index: int, make: type[Step]) -> list[Step]:
         after = None if row == 0 else text(v.tokens[row - 1])
         line = say.tree_decide_sentence(after, cands, judge)
         bars = _bars(run, rnd.positions[row] if row < len(rnd.positions) else None, after, v, d)
-        steps.append(make("decide", index, d, line, _numbers(cands), bars=bars, tree=frame(d + 1)))
+        steps.append(Step("decide", index, d, line, _numbers(cands), bars=bars, tree=frame(d + 1)))
     last = text(v.emitted[-1])
     m = len(v.path)
     if v.last == "recovered":
         tried = len(kids[rows[-1]])
         line = say.tree_residual_sentence(last, v.emit_coin, tried)
-        steps.append(make("residual", index, m, line, {"coin": v.emit_coin}, tree=frame(None)))
+        steps.append(Step("residual", index, m, line, {"coin": v.emit_coin}, tree=frame(None)))
     else:
         line = say.tree_bonus_sentence(m, last, v.emit_coin)
-        steps.append(make("bonus", index, None, line, {"coin": v.emit_coin}, tree=frame(None)))
+        steps.append(Step("bonus", index, None, line, {"coin": v.emit_coin}, tree=frame(None)))
     calls = index + 1
     tokens = sum(len(r.emitted_ids) for r in run.rounds[: index + 1])
     judged = sum(f != "unreached" for f in v.fates)
     line = say.tree_summary_sentence(len(v.emitted), m, n, judged, calls, tokens / calls)
     numbers = {"tokens_per_call": tokens / calls}
-    steps.append(make("summary", index, None, line, numbers, tree=frame(None)))
+    steps.append(Step("summary", index, None, line, numbers, tree=frame(None)))
     return steps

@@ -115,8 +115,4 @@ class PositionScores:
 def _decided(trace: Any) -> list[tuple[int, int]]:
     """(round index, positions whose token was kept) of the trace's drafting rounds; a tree
     round (even one that accepted nothing) hands the probe its judged rows on the path."""
-    return [
-        (rnd.index, len(rnd.emitted_ids))
-        for rnd in trace.rounds
-        if rnd.k > 0 or rnd.tree is not None
-    ]
+    return [(rnd.index, len(rnd.emitted_ids)) for rnd in trace.rounds if not rnd.sampled]

@@ -97,7 +97,7 @@ class SweepWorker:
 class RayBackend:
     """Sweep chunks on Ray actors (see the module docstring).
 
-    pair_kwargs: `load_pair`'s keyword arguments (`cli_models.pair_kwargs_from_args` makes
+    pair_kwargs: `load_pair`'s keyword arguments (`cli.models.pair_kwargs_from_args` makes
         them), which every worker loads from; the files must exist on every node.
     workers: how many actors (each holds one copy of the pair).
     address: None joins the cluster this process already started, or starts a local one with

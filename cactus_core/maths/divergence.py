@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -43,7 +45,7 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     def terms(x: torch.Tensor, buf: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         own = _sum_xlogx(x, buf) + _sum_xlogx(y, buf)
         log_s = _log_into(torch.add(x, y, out=buf), buf)
-        return own - torch.linalg.vecdot(x, log_s) - torch.linalg.vecdot(y, log_s)
+        return own - _dot(x, log_s) - _dot(y, log_s)
 
     return (0.5 * _per_row(terms, p, q) + math.log(2)).clamp_(0.0, math.log(2))
 
@@ -54,7 +56,12 @@ def _log_into(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
 
 
 def _sum_xlogx(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vecdot(x, _log_into(x, buf))
+    return _dot(x, _log_into(x, buf))
+
+
+def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """sum over the last dim of x·y, without the product's temporary."""
+    return cast(torch.Tensor, torch.linalg.vecdot(x, y))
 
 
 # Entries per block of rows. One reused buffer this size stays clear of the page faults that
@@ -62,7 +69,9 @@ def _sum_xlogx(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
 _BLOCK = 1 << 19
 
 
-def _per_row(fn, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+def _per_row(
+    fn: Callable[..., torch.Tensor], x: torch.Tensor, *others: torch.Tensor
+) -> torch.Tensor:
     """fn(rows of x [n, V], a scratch buffer [n, V], *the same rows of others) -> [n], block by
     block of rows: [..., V] -> [...]."""
     if x.dim() > 2 and not all(t.is_contiguous() for t in (x, *others)):

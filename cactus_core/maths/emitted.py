@@ -28,6 +28,13 @@ def emitted_distribution(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.
     return rule.emitted(p, q)
 
 
+def emitted_kl(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(pi ‖ q) [...] in nats of the exact emitted pi, for p, q [..., V]: what a decode's
+    emitted KL sums (the Cactus family gets it from rows compacted to the draft's support)."""
+    check_pair(p, q)
+    return rule.emitted_kl(p, q)
+
+
 def emitted_distribution_reference(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Brute-force O(V²) pi from the rule's own a(n) and r_n, for tests only.
 

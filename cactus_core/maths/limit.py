@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -200,11 +201,11 @@ class LimitSums:
             np.asarray(self.kl) / self.count, np.asarray(self.acc) / self.count, self.count
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"acc": list(self.acc), "kl": list(self.kl), "count": self.count}
 
     @staticmethod
-    def from_dict(d: dict) -> LimitSums:
+    def from_dict(d: dict[str, Any]) -> LimitSums:
         if len(d["acc"]) != len(LIMIT_T_GRID) or len(d["kl"]) != len(LIMIT_T_GRID):
             raise ValueError("limit sums were computed on another t grid")
         return LimitSums(tuple(d["acc"]), tuple(d["kl"]), int(d["count"]))

@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+_Entry = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (p row, q row, the value)
+
 
 class RowMemo:
     """fn(p, q) [N, V] -> [N], remembered per row for the last `size` rows of each key."""
@@ -24,7 +26,7 @@ class RowMemo:
         self.size = size
         self._lock = threading.Lock()  # a sweep scores on a worker thread beside the decoder
         # (key, row sum of q) -> [(p row, q row, value)]: the sum picks the few rows to compare
-        self._rows: OrderedDict[tuple[Hashable, float], list[tuple]] = OrderedDict()
+        self._rows: OrderedDict[tuple[Hashable, float], list[_Entry]] = OrderedDict()
         self._count = 0
 
     def __call__(
@@ -53,9 +55,10 @@ class RowMemo:
                 for j, i in enumerate(missing):
                     out[i] = fresh[j]
                     self._remember((key, sums[i]), (p64[i].clone(), q64[i].clone(), fresh[j]))
-        return torch.stack(out) if out else torch.zeros(0, dtype=torch.float64)
+        done = [v for v in out if v is not None]  # every row: found or fresh
+        return torch.stack(done) if done else torch.zeros(0, dtype=torch.float64)
 
-    def _remember(self, slot: tuple[Hashable, float], entry: tuple) -> None:
+    def _remember(self, slot: tuple[Hashable, float], entry: _Entry) -> None:
         self._rows.setdefault(slot, []).append(entry)
         self._rows.move_to_end(slot)
         self._count += 1

@@ -27,17 +27,17 @@ TEMPERATURE_MAX = 1e6
 
 def check_temperature(value: object) -> float:
     """0 (greedy) or a number in [MIN_TEMPERATURE, TEMPERATURE_MAX]; the error names both."""
-    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    number = None if isinstance(value, bool) or not isinstance(value, int | float) else value
     if (
-        bad
-        or not math.isfinite(value)
-        or not (value == 0 or MIN_TEMPERATURE <= value <= TEMPERATURE_MAX)
+        number is None
+        or not math.isfinite(number)
+        or not (number == 0 or MIN_TEMPERATURE <= number <= TEMPERATURE_MAX)
     ):
         raise ValueError(
             f"temperature must be 0 (greedy) or a number in [{MIN_TEMPERATURE:g}, "
             f"{TEMPERATURE_MAX:g}], got {value!r}"
         )
-    return float(value)
+    return float(number)
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,8 @@ class SamplingSettings:
 
 
 def _check_real(name: str, value: object, low: float, high: float) -> None:
-    bad = isinstance(value, bool) or not isinstance(value, int | float)
-    if bad or not math.isfinite(value) or not low <= value <= high:
+    number = None if isinstance(value, bool) or not isinstance(value, int | float) else value
+    if number is None or not math.isfinite(number) or not low <= number <= high:
         raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
 
 
@@ -128,7 +128,7 @@ def logits_to_probs(
     """
     check_float("logits", logits)
     temperature = check_temperature(temperature)
-    top_k = check_number("sampling", "top_k", top_k, 0, 2**31 - 1, integer=True)
+    top_k = int(check_number("sampling", "top_k", top_k, 0, 2**31 - 1, integer=True))
     top_p = check_number("sampling", "top_p", top_p, 0.0, 1.0)
     if top_p <= 0.0:
         raise ValueError(f"sampling: top_p must be a number in (0, 1], got {top_p!r}")

@@ -395,7 +395,9 @@ def _rows(x: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
     return flat.index_select(0, torch.arange(b, device=x.device) * r + row)
 
 
-def _write(dest: torch.Tensor, col: torch.Tensor, mask: torch.Tensor, values) -> None:
+def _write(
+    dest: torch.Tensor, col: torch.Tensor, mask: torch.Tensor, values: torch.Tensor | float
+) -> None:
     """dest [B, N] at column col [B] := values [B] where mask [B], in place."""
     old = _at(dest, col)
     dest.scatter_(1, col.unsqueeze(-1), torch.where(mask, values, old).to(dest.dtype).unsqueeze(-1))

@@ -72,6 +72,41 @@ class TreeVerdict:
     p_left: list[float]
     emit_coins: list[float]  # [D + 1] the emission coin after d accepted nodes
 
+    @classmethod
+    def of_chain(
+        cls,
+        draft_ids: list[int],
+        num_accepted: int,
+        output_ids: list[int],
+        accept_probs: list[float],
+        accept_coins: list[float],
+        sample_coin: float,
+        p_n: list[float],
+        q_n: list[float],
+        h_n: list[float] | None = None,
+    ) -> TreeVerdict:
+        """A chain round's verdict as the one-child tree it is: draft i is node i, the child of
+        node i − 1; the m accepted drafts are the path, the drafts after the first rejection
+        are unreached. A chain draws one emission coin whatever the path's length, so every
+        depth's emission coin is that one. h_n NaN when not given."""
+        k, m = len(draft_ids), num_accepted
+        fates = ["accepted"] * m + (["rejected"] if m < k else []) + ["unreached"] * (k - m - 1)
+        return cls(
+            tokens=list(draft_ids),
+            parents=list(range(-1, k - 1)),
+            path=list(range(m)),
+            emitted=list(output_ids[: m + 1]),
+            last="recovered" if m < k else "bonus",
+            accept_probs=list(accept_probs),
+            coins=list(accept_coins),
+            fates=fates,
+            p=list(p_n),
+            q=list(q_n),
+            h=list(h_n) if h_n is not None else [math.nan] * k,
+            p_left=list(p_n),
+            emit_coins=[sample_coin] * (k + 1),
+        )
+
     @property
     def uniforms(self) -> torch.Tensor:
         """The round's coin layout [N + D + 1] (float64): pass it back to replay."""

@@ -7,9 +7,12 @@ Shape and dtype checks are host-side and free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import torch
+
+T = TypeVar("T")  # what a blockwise function returns: a tensor or a tuple of them
 
 ROW_SUM_TOLERANCE = 1e-3
 
@@ -131,7 +134,7 @@ def check_pair(p: torch.Tensor, q: torch.Tensor, validate: bool = True) -> None:
         raise_if_any(prob_checks("p", p) + prob_checks("q", q))
 
 
-def blockwise(fn, *xs: torch.Tensor, block: int = 1 << 18):
+def blockwise(fn: Callable[..., T], *xs: torch.Tensor, block: int = 1 << 18) -> T:
     """fn over blocks of positions of xs [..., V] (same shape); fn returns per-position
     tensors [n] (or a tuple of them), stitched back to [...].
 
@@ -144,13 +147,15 @@ def blockwise(fn, *xs: torch.Tensor, block: int = 1 << 18):
     flat = [x.reshape(-1, v) for x in xs]
     rows = max(1, block // v)
     total = flat[0].shape[0]
+    outs: list[Any]
     if total <= rows:
         outs = [fn(*flat)]
     else:
         outs = [fn(*(f[i : i + rows] for f in flat)) for i in range(0, total, rows)]
     if isinstance(outs[0], tuple):
-        return tuple(torch.cat(parts).reshape(lead) for parts in zip(*outs, strict=True))
-    return torch.cat(outs).reshape(lead)
+        parts = zip(*outs, strict=True)
+        return cast(T, tuple(torch.cat(list(p)).reshape(lead) for p in parts))
+    return cast(T, torch.cat(outs).reshape(lead))
 
 
 def check_number(

@@ -1,2 +1,2 @@
-"""The speculative decoder: a round (draft, verify, emit, record), its statistics and the trace
-it writes, which `trace.reverify` replays under another rule."""
+"""The speculative decoder: a round (its proposal, verdict and recording: `RoundOutcome`), its
+statistics and the trace it writes, which `replay.reverify` replays under another rule."""

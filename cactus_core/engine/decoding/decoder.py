@@ -1,12 +1,12 @@
 """KV-cached speculative decoding with any acceptance rule, traced round by round.
 
-A round, in named steps (`_spec_round`; the steps live in `round.py`): draw the coins; draft
-(the draft proposes k tokens in k forwards); verify (the verifier scores all of them plus the
-next position in one forward, and the rule accepts a prefix: a rejection is replaced by a token
-from the rule's residual, and a fully accepted draft earns a bonus token from q); bring the
-round's numbers to the host in one sync; commit the tokens and count; record (emitted KL, trace
-rows). Both models keep their KV caches across rounds and roll back what the round rejected
-(`kv_cache.SequenceCache`), so the prefix is encoded once.
+The loop, per round: draw the coins; run the round (`chain_round.run_chain_round` for a chain
+of k drafts, `tree_round.run_tree_round` for a draft tree), which drafts, verifies under the
+rule, brings the round's numbers to the host in one sync and cuts the caches back to what was
+accepted, and returns a `RoundOutcome`; commit its tokens (cut at EOS or the budget) and count
+it; hand it to the recording (emitted KL, trace rows). Both models keep their KV caches across
+rounds and roll back what the round rejected (`kv_cache.SequenceCache`), so the prefix is
+encoded once. A `RoundClock` times the phases.
 
 Recording runs off the critical path: a round's exact emitted KL and trace rows are computed
 from its own tensors on a worker thread (`recording.Recorder`) while the next round drafts and
@@ -46,45 +46,32 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cactus_core.engine.decoding.chain_round import draw_coins, run_chain_round
+from cactus_core.engine.decoding.clock import RoundClock
 from cactus_core.engine.decoding.generation import (
     DecodeStream,
     GenerationOutput,
     GenerationStats,
     summarize,
 )
+from cactus_core.engine.decoding.host import check_finite, finite_rows, logprobs, to_host
+from cactus_core.engine.decoding.outcome import (
+    RoundOutcome,
+    count_round,
+    plain_round_trace,
+    round_trace,
+)
 from cactus_core.engine.decoding.recording import (
     Recorded,
     Recorder,
     RoundRecord,
-    count_draft,
-    draft_round_trace,
-    plain_round_trace,
     record_round,
     top_entries,
 )
-from cactus_core.engine.decoding.round import (
-    HostRound,
-    Verdict,
-    check_finite,
-    draw_coins,
-    finite_rows,
-    logprobs,
-    round_to_host,
-    to_host,
-    verify_draft,
-)
-from cactus_core.engine.decoding.rows import DecodeRow, LoopClock, check_int, decode_rows
+from cactus_core.engine.decoding.rows import DecodeRow, check_int, decode_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
-from cactus_core.engine.decoding.tree_round import (
-    count_tree,
-    draw_tree_coins,
-    record_tree_round,
-    run_tree_round,
-    tree_path_rows,
-    tree_round_trace,
-)
-from cactus_core.engine.drafting.caches import open_caches
-from cactus_core.engine.drafting.drafter import Draft, Drafter
+from cactus_core.engine.decoding.tree_round import draw_tree_coins, run_tree_round
+from cactus_core.engine.drafting.caches import Caches, open_caches
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.pair import eos_ids, token_display
 from cactus_core.engine.loading.pairing import head_vocab
@@ -114,6 +101,9 @@ Probe = Callable[[int, int, torch.Tensor, torch.Tensor], None]
 # What a round hands the loop per row: the round, and its recording (KL(pi ‖ q) at its drafted
 # positions, the trace rows) as the batch's records and this row's index among them.
 RoundEvent = tuple[RoundTrace, Recorded[list[RoundRecord]], int]
+# A committed round: its row, its trace, its recording and the row's index in it, and why the
+# row stops (None: it goes on).
+Committed = tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int, str | None]
 # Yields (row index, round) as rounds finish; returns the outputs in prompt order.
 Events = Generator[tuple[int, RoundTrace], None, list[GenerationOutput]]
 
@@ -252,19 +242,18 @@ class SpeculativeDecoder:
         on_round: OnRound | None,
         speculative: bool,
     ) -> GenerationOutput | list[GenerationOutput]:
-        single = isinstance(prompt, str)
-        prompts = [prompt] if single else list(prompt)
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
         events = self._decode(rows, max_new_tokens, speculative)
         while True:
             try:
                 row, rnd = next(events)
             except StopIteration as stop:
-                outputs = stop.value
+                outputs: list[GenerationOutput] = stop.value
                 break
             if on_round is not None:
                 on_round(rnd, row)
-        return outputs[0] if single else outputs
+        return outputs[0] if isinstance(prompt, str) else outputs
 
     def _rows(
         self, prompts: list[str], max_new: int, seed: int, chat_template: bool, speculative: bool
@@ -304,56 +293,34 @@ class SpeculativeDecoder:
         """Yields (row index, round) as rounds finish; returns the outputs in prompt order."""
         start = time.perf_counter()
         batch_id = time.time_ns()
-        ctx = self.pair.context_length
         tokens = [r.tokens for r in rows]
         greedy = self.sampling.greedy
-        verifier, draft = open_caches(self.pair, self.vocab, tokens, speculative, self.tree, greedy)
+        caches = open_caches(self.pair, self.vocab, tokens, speculative, self.tree, greedy)
         _sync(self.device)
         prefill_s = time.perf_counter() - start
         active = list(rows)
-        clock = LoopClock()
+        clock = RoundClock(self.device, sync=self.record_trace)
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
         recorder = Recorder()
         # Rounds committed whose recording may still be running: handed out after the next
         # round (which runs beside it) or at the end.
-        waiting: list[tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int]] = []
+        waiting: list[Committed] = []
         try:
             while active:
-                room = min(ctx - len(r.tokens) for r in active)
-                k = min(self.k, room - 1) if speculative else 0
-                if k > 0 and self.tree is not None:
-                    # Near the context's end a tree may not fit: verifier-only steps finish.
-                    if room - 1 >= self.tree.depth:
-                        events = self._tree_round(active[0], verifier, draft, clock, recorder)
-                    else:
-                        events = self._plain_round(active, verifier, clock)
-                elif k > 0:
-                    events = self._spec_round(active, verifier, draft, k, clock, recorder)
-                else:
-                    events = self._plain_round(active, verifier, clock)
-                keep, done = [], []
-                for i, (row, (rnd, record, b)) in enumerate(zip(active, events, strict=True)):
-                    stop = self._commit(row, rnd, max_new_tokens, ctx)
-                    done.append((row, rnd, record, b))
-                    if stop:
-                        row.stats.stop_reason = stop
-                    else:
-                        keep.append(i)
-                if len(keep) < len(active):
-                    active = [active[i] for i in keep]
-                    if active:
-                        verifier.select(keep)
-                        if draft is not None:
-                            draft.select(keep)
-                if active:
-                    verifier.keep([len(r.tokens) - 1 for r in active])
+                done = [
+                    (row, rnd, record, b, self._commit(row, rnd, max_new_tokens))
+                    for row, (rnd, record, b) in zip(
+                        active, self._round(active, caches, clock, recorder), strict=True
+                    )
+                ]
+                active = self._drop_finished(active, done, caches)
                 # The previous round's recording ran beside this round: hand it out now. This
                 # round's waits for the next one, unless there is nothing left to wait for.
                 ready, waiting = waiting, done
-                if not active or not any(record.pending for _, _, record, _ in done):
+                if not active or not any(record.pending for _, _, record, _, _ in done):
                     ready, waiting = ready + done, []
                 self._settle(ready, clock)
-                for row, rnd, _, _ in ready:
+                for row, rnd, _, _, _ in ready:
                     handed = time.perf_counter()
                     yield row.index, rnd
                     paused += time.perf_counter() - handed
@@ -363,21 +330,65 @@ class SpeculativeDecoder:
         self._finish(rows, batch_id, speculative, wall, prefill_s, clock, recorder.work_s)
         return [self._output(r) for r in rows]
 
-    def _settle(
-        self,
-        ready: list[tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int]],
-        clock: LoopClock,
-    ) -> None:
+    def _round(
+        self, active: list[DecodeRow], caches: Caches, clock: RoundClock, recorder: Recorder
+    ) -> list[RoundEvent]:
+        """The next round of every active row: coins, outcome, and its recording handed to the
+        recorder; verifier-only steps where nothing drafts or a draft no longer fits."""
+        room = min(self.pair.context_length - len(r.tokens) for r in active) - 1
+        k = min(self.k, room)
+        verifier, sampling = caches.verifier, self.sampling
+        if caches.tree is not None and self.tree is not None and room >= self.tree.depth:
+            row = active[0]  # a tree round decodes one sequence
+            coins = draw_tree_coins(row.generator, self.tree, self.device)
+            last = row.tokens[-1]
+            out = run_tree_round(self.judge, verifier, caches.tree, last, coins, sampling, clock)
+        elif caches.chain is not None and k > 0:
+            chain_coins = draw_coins([r.generator for r in active], k, self.device)
+            lazy = self._lazy_head(len(active), verifier)
+            last_ids = [r.tokens[-1] for r in active]
+            out = run_chain_round(
+                self.judge, verifier, caches.chain, last_ids, chain_coins, sampling, clock, lazy
+            )
+        else:
+            return self._plain_round(active, verifier, clock)
+        with clock.record, clock.record_inline:
+            record = self._record(active, out, recorder)
+        events = []
+        for b, row in enumerate(active):
+            count_round(row.stats, out, b)
+            events.append((round_trace(row.stats.rounds, out, b, self._text), record, b))
+        return events
+
+    def _drop_finished(
+        self, active: list[DecodeRow], done: list[Committed], caches: Caches
+    ) -> list[DecodeRow]:
+        """The rows still decoding; the finished ones leave the caches too."""
+        keep = [i for i, (row, _, _, _, stop) in enumerate(done) if not stop]
+        for row, _, _, _, stop in done:
+            if stop:
+                row.stats.stop_reason = stop
+        if len(keep) == len(active):
+            return active
+        active = [active[i] for i in keep]
+        if active:
+            caches.verifier.select(keep)
+            # crop the columns that only the finished rows used (a no-op on the kept tokens)
+            caches.verifier.keep(list(caches.verifier.lengths))
+            if caches.drafter is not None:
+                caches.drafter.select(keep)
+        return active
+
+    def _settle(self, ready: list[Committed], clock: RoundClock) -> None:
         """Wait for these rounds' recordings and put them in: the trace rows into the round,
-        KL(pi ‖ q) of the emitted drafted positions into the row's stats (in round order, as
-        the sum was always taken). The wait is recording on the critical path."""
-        t0 = time.perf_counter()
-        for row, rnd, record, b in ready:
-            rec = record.get()[b]
-            rnd.positions = rec.positions
-            # Positions j < k emit with distribution pi; the bonus position emits from q (KL 0).
-            row.stats.kl_sum += sum(rec.kl_pi[: len(rnd.emitted_ids)])
-        clock.record += time.perf_counter() - t0
+        KL(pi ‖ q) of the emitted tokens into the row's stats (in round order, as the sum was
+        always taken). The wait is recording on the critical path."""
+        with clock.record:
+            for row, rnd, record, b, _ in ready:
+                rec = record.get()[b]
+                rnd.positions = rec.positions
+                # A token drawn after its row's decision emits from pi; a bonus from q (KL 0).
+                row.stats.kl_sum += sum(rec.kl_pi[: len(rnd.emitted_ids)])
 
     def _finish(
         self,
@@ -386,7 +397,7 @@ class SpeculativeDecoder:
         speculative: bool,
         wall: float,
         prefill_s: float,
-        clock: LoopClock,
+        clock: RoundClock,
         record_work_s: float,
     ) -> None:
         """Stamp the batch's clock and counts on every row's stats and trace."""
@@ -397,143 +408,68 @@ class SpeculativeDecoder:
             exact_zero = not speculative or self.judge.lossless
             s.kl_measured = self.measure_kl or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
-            s.draft_s, s.verify_s, s.record_s = clock.draft, clock.verify, clock.record
+            s.draft_s, s.verify_s = clock.draft.total, clock.verify.total
+            s.record_s = clock.record.total
             # the worker's jobs, and what the decoding thread did itself (the probe, the
             # verifier-only steps' rows) but not its waits for the worker
-            s.record_work_s = record_work_s + clock.record_inline
+            s.record_work_s = record_work_s + clock.record_inline.total
             r.trace.meta["batch"] = {"id": batch_id, "size": len(rows), "row": r.index}
             self._fill_texts(r.trace)
 
-    def _spec_round(
-        self,
-        rows: list[DecodeRow],
-        verifier: SequenceCache,
-        draft: Drafter,
-        k: int,
-        clock: LoopClock,
-        recorder: Recorder,
-    ) -> list[RoundEvent]:
-        """One speculative round for every row: draft, verify, fetch, hand the recording to
-        the worker, emit (and a feature draft reads the verifier's features of the committed
-        positions)."""
-        probs = self.sampling.probs
-        t0 = time.perf_counter()
-        coins = draw_coins([r.generator for r in rows], k, self.device)
-        drafted = draft.propose(coins.draft, probs)
-        if self.record_trace:
-            _sync(self.device)  # so that draft_s is the drafting's own time
-        t1 = time.perf_counter()
-        last = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)  # [B, 1]
-        lazy = self._lazy_head(len(rows), verifier)
-        verdict = verify_draft(self.judge, verifier, last, drafted, coins, probs, lazy)
-        host = round_to_host(drafted, verdict, coins)  # the round's one host sync
-        t2 = time.perf_counter()
-        record = self._record(rows, drafted, verdict, host, recorder)
-        t3 = time.perf_counter()
-        draft.after_verify(verifier, [h.emitted_ids for h in host])
-        clock.draft += t1 - t0 + time.perf_counter() - t3
-        clock.verify += t2 - t1
-        clock.record += t3 - t2
-        clock.record_inline += t3 - t2
-        out = []
-        for b, (row, h) in enumerate(zip(rows, host, strict=True)):
-            count_draft(row.stats, h)
-            rnd = draft_round_trace(row.stats.rounds, h, [], self._text, t1 - t0, t2 - t1)
-            out.append((rnd, record, b))
-        return out
-
     def _record(
-        self,
-        rows: list[DecodeRow],
-        drafted: Draft,
-        verdict: Verdict,
-        host: list[HostRound],
-        recorder: Recorder,
+        self, rows: list[DecodeRow], out: RoundOutcome, recorder: Recorder
     ) -> Recorded[list[RoundRecord]]:
         """The probe (here, while the round's rows are current), then KL(pi ‖ q) at each row's
         decided positions and the trace rows: on the worker when there is work to do."""
-        decided = [h.decided for h in host]
         if self.probe is not None:
-            for b, (row, d) in enumerate(zip(rows, decided, strict=True)):
-                self.probe(row.index, row.stats.rounds, drafted.probs[b, :d], verdict.q[b, :d])
+            for b, row in enumerate(rows):
+                self.probe(row.index, row.stats.rounds, *out.path_rows(b))
         trace = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
-        args = (self.judge, drafted.probs, verdict.q, drafted.ids, decided, self.measure_kl, trace)
         if trace is None and (self.judge.lossless or not self.measure_kl):
-            return Recorded(record_round(*args))  # zeros only: nothing worth a thread
+            # zeros only: nothing worth a thread
+            return Recorded(record_round(self.judge, out, self.measure_kl, trace))
         # The worker reads the round's own tensors, which no later round writes to.
-        return recorder.submit(f"round {rows[0].stats.rounds}", record_round, *args)
-
-    def _tree_round(
-        self,
-        row: DecodeRow,
-        verifier: SequenceCache,
-        draft: Drafter,
-        clock: LoopClock,
-        recorder: Recorder,
-    ) -> list[RoundEvent]:
-        """One round with a draft tree (`tree_round`): one sequence. Its emitted KL is
-        measured on the worker."""
-        coins = draw_tree_coins(row.generator, self.tree, self.device)
-        out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
-        t0 = time.perf_counter()
-        if self.probe is not None:  # the judged rows on the path: the chain's decided ones
-            self.probe(row.index, row.stats.rounds, *tree_path_rows(out))
-        rnd = tree_round_trace(row.stats.rounds, out, self._text)
-        top = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
-        args = (self.judge, out, self.measure_kl, top)
-        if top is None and (self.judge.lossless or not self.measure_kl):
-            record = Recorded(record_tree_round(*args))  # zeros only: nothing worth a thread
-        else:
-            record = recorder.submit(f"tree round {row.stats.rounds}", record_tree_round, *args)
-        elapsed = time.perf_counter() - t0
-        clock.record += elapsed
-        clock.record_inline += elapsed
-        clock.draft += out.draft_s
-        clock.verify += out.verify_s
-        count_tree(row.stats, out)
-        return [(rnd, record, 0)]
+        what = f"round {rows[0].stats.rounds}"
+        return recorder.submit(what, record_round, self.judge, out, self.measure_kl, trace)
 
     def _plain_round(
-        self, rows: list[DecodeRow], verifier: SequenceCache, clock: LoopClock
+        self, rows: list[DecodeRow], verifier: SequenceCache, clock: RoundClock
     ) -> list[RoundEvent]:
         """One verifier-only step (generate_autoregressive, or when the context leaves no
         room for drafting)."""
         dev = self.device
-        t0 = time.perf_counter()
-        coins = torch.stack([torch.rand(1, generator=r.generator, device=dev) for r in rows])
-        last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)  # [B, 1]
-        v_logits = verifier.step(last, None, 1)  # [B, 1, V]
-        q = self.sampling.probs(v_logits)  # [B, 1, V]
-        tok = sample_from_probs(q[:, 0], coins[:, 0])  # [B]
-        host = to_host(
-            token=tok,
-            coin=coins[:, 0],
-            logprob=logprobs(v_logits, tok[:, None])[:, 0],
-            q_finite=finite_rows(q),
-        )
-        for h in host:
-            check_finite(h.pop("q_finite"), "verifier's q")
-        t1 = time.perf_counter()
+        with clock.verify:
+            coins = torch.stack([torch.rand(1, generator=r.generator, device=dev) for r in rows])
+            last = torch.tensor([[r.tokens[-1]] for r in rows], device=dev)  # [B, 1]
+            v_logits = verifier.step(last, None, 1)  # [B, 1, V]
+            q = self.sampling.probs(v_logits)  # [B, 1, V]
+            tok = sample_from_probs(q[:, 0], coins[:, 0])  # [B]
+            host = to_host(
+                token=tok,
+                coin=coins[:, 0],
+                logprob=logprobs(v_logits, tok[:, None])[:, 0],
+                q_finite=finite_rows(q),
+            )
+            for h in host:
+                check_finite(h.pop("q_finite"), "verifier's q")
+        _, verify_s = clock.lap()
         positions: list[list[PositionTrace]] = [[] for _ in rows]
-        if self.record_trace:
-            top_q = top_entries(q, self.trace_top_n)
-            positions = [[PositionTrace(q_ids=t[0][0], q_probs=t[0][1])] for t in top_q]
-        t2 = time.perf_counter()
-        clock.verify += t1 - t0
-        clock.record += t2 - t1
-        clock.record_inline += t2 - t1
-        out = []
-        # one top-N of q per row, cheap enough to stay inline
+        with clock.record, clock.record_inline:  # one top-N of q per row: cheap enough inline
+            if self.record_trace:
+                top_q = top_entries(q[:, 0], self.trace_top_n)
+                positions = [[PositionTrace(q_ids=ids, q_probs=ps)] for ids, ps in top_q]
         record = Recorded([RoundRecord([0.0], pos) for pos in positions])
+        out = []
         for b, (row, h) in enumerate(zip(rows, host, strict=True)):
             rnd = plain_round_trace(row.stats.rounds, h["token"], h["coin"], h["logprob"], [])
-            rnd.verify_s = t1 - t0  # the batch's one verifier step
+            rnd.verify_s = verify_s  # the batch's one verifier step
             out.append((rnd, record, b))
         return out
 
-    def _commit(self, row: DecodeRow, rnd: RoundTrace, max_new_tokens: int, ctx: int) -> str | None:
+    def _commit(self, row: DecodeRow, rnd: RoundTrace, max_new_tokens: int) -> str | None:
         """Append the round's tokens to the row (cut at EOS / the budget / the context) and
         return why the row stops, if it does. The round's recording is put in by `_settle`."""
+        ctx = self.pair.context_length
         emitted = rnd.emitted_ids
         budget = min(max_new_tokens - len(row.generated), ctx - len(row.tokens))
         stop = None
@@ -572,7 +508,7 @@ class SpeculativeDecoder:
             return False
         if self.lazy_head is not None:
             return self.lazy_head
-        return batch == 1 and single_row_copy(verifier.head)
+        return batch == 1 and verifier.head is not None and single_row_copy(verifier.head)
 
     # -- text -------------------------------------------------------------------------------
     def _text(self, token_id: int) -> str:

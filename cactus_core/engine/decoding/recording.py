@@ -1,6 +1,6 @@
-"""What a round records: its `RoundTrace` and draft counts, the exact emitted KL(pi ‖ q) at
-the decided positions, and the per-position trace rows (top-N of p, q and h, replay rows) that
-the Decode page's inspector and trace replay read.
+"""What a round records: the exact emitted KL(pi ‖ q) at the rows the rule decided at, and the
+per-position trace rows (top-N of p, q and h, replay rows) that the Decode page's inspector and
+trace replay read.
 
 The emitted KL and the trace rows are the costly part (an O(V log V) pass per decided position,
 a bisection per position for cactus-budget and cactus-exact). A `Recorder` computes them on one
@@ -9,7 +9,10 @@ kernels release the GIL, so with one torch thread per Python thread the two run 
 The decoder hands a round out only once its recording is in (`Recorded.get`), so every round a
 consumer sees is complete.
 
-Shapes: B = sequences, k = draft length, J = verifier positions (k + 1 with a full trace), V =
+A round's rows follow its `RoundOutcome` (row 0 at the root, row i + 1 after node i; a chain is
+a one-child tree, so its rows are its positions), and one code records chains and trees.
+
+Shapes: B = sequences, M = rows with children in the round, J = rows the verifier scored, V =
 vocabulary.
 """
 
@@ -24,31 +27,33 @@ from typing import Generic, TypeVar
 
 import torch
 
-from cactus_core.engine.decoding.generation import GenerationStats
-from cactus_core.engine.decoding.round import HostRound
-from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
+from cactus_core.engine.decoding.outcome import RoundOutcome
+from cactus_core.engine.decoding.trace import PositionTrace
 from cactus_core.maths.divergence import kl
-from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import Rule
+from cactus_core.maths.tree import children_of
 
-TopRows = list[list[tuple[list[int], list[float]]]]  # [B][J] -> (ids, probs)
+TopRows = list[tuple[list[int], list[float]]]  # [M] -> (ids, probs)
 T = TypeVar("T")
 RECORDER_THREAD = "cactus-recorder"  # the worker thread's name prefix (tests look for it)
 
 
 @dataclass
 class RoundRecord:
-    """One sequence's recording of one round: KL(pi ‖ q) at its drafted positions (None after
-    the decision) and its trace rows (empty without a full trace)."""
+    """One sequence's recording of one round: KL(pi ‖ q) at the row each emitted token was
+    drawn at (0 for a bonus from q, and where KL is not measured) and its trace rows (empty
+    without a full trace)."""
 
-    kl_pi: list[float | None]
+    kl_pi: list[float]
     positions: list[PositionTrace] = field(default_factory=list)
 
 
 class Recorded(Generic[T]):
     """A recording's result: at hand already, or still being computed by a `Recorder`."""
 
-    def __init__(self, value: T | None = None, future: Future | None = None, what: str = ""):
+    def __init__(
+        self, value: T | None = None, future: Future[T] | None = None, what: str = ""
+    ) -> None:
         self._value, self._future, self._what = value, future, what
 
     @property
@@ -61,7 +66,8 @@ class Recorded(Generic[T]):
         if self._future is None:
             return self._value  # type: ignore[return-value]
         try:
-            return self._future.result()
+            result: T = self._future.result()
+            return result
         except Exception as exc:
             exc.add_note(f"raised on the decoder's recording thread while recording {self._what}")
             raise
@@ -100,100 +106,117 @@ class Recorder:
 
 
 def record_round(
-    judge: Rule,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    n: torch.Tensor,
-    decided: list[int],
-    measure_kl: bool,
-    trace: tuple[int, int] | None,
+    judge: Rule, out: RoundOutcome, measure_kl: bool, trace: tuple[int, int] | None
 ) -> list[RoundRecord]:
-    """A speculative round's recording per sequence: the exact emitted KL at the decided
-    positions (zero for a lossless judge, or when not measured) and, with trace = (top_n,
-    top_m), the trace rows. p [B, k, V], q [B, J, V], n [B, k]."""
-    k = n.shape[1]
-    if judge.lossless or not measure_kl:
-        kl_pi = zero_kl(k, decided)  # pi = q, or not asked for
-    else:
-        kl_pi = emitted_kl(judge, p, q[:, :k], decided)
-    if trace is None:
-        return [RoundRecord(row) for row in kl_pi]
-    positions = position_traces(judge, p, q, n, kl_pi, *trace)
-    return [RoundRecord(row, pos) for row, pos in zip(kl_pi, positions, strict=True)]
+    """A round's recording per sequence: KL(pi ‖ q) at the row each emitted token was drawn at
+    (0 for a lossless judge, a bonus, or when not measured) and, with trace = (top_n, top_m),
+    one `PositionTrace` per row of the proposal (`position_traces`).
+
+    KL is taken at the rows the walk decided at; a tree's trace also shows it at every other
+    row with children (a chain's drafts after a rejection keep None: they were never judged)."""
+    rows = [
+        out.judged_rows(b) if trace is not None and out.tree is not None else out.decided_rows(b)
+        for b in range(len(out.verdicts))
+    ]
+    kl_rows = row_kl(judge, out, rows, measure_kl)
+    # a token drawn at a row without children is a bonus from q (KL 0); 0 too where KL is
+    # not measured (`GenerationStats.kl_measured` says so)
+    records = [
+        RoundRecord([values.get(r, 0.0) for r in v.path_rows])
+        for v, values in zip(out.verdicts, kl_rows, strict=True)
+    ]
+    if trace is not None:
+        traces = position_traces(judge, out, kl_rows, *trace)
+        for record, positions in zip(records, traces, strict=True):
+            record.positions = positions
+    return records
 
 
-def emitted_kl(
-    judge: Rule, p: torch.Tensor, q: torch.Tensor, decided: list[int]
-) -> list[list[float | None]]:
-    """KL(pi ‖ q) at the first decided[b] drafted positions of row b (p, q [B, k, V]), exact
-    from the full rows, None after them: drafts dropped after a rejection were never verified,
-    and skipping them saves an O(V log V) pass each."""
-    b, k = p.shape[:2]
-    rows = torch.tensor([i for i in range(b) for _ in range(decided[i])], device=p.device)
-    cols = torch.tensor([j for i in range(b) for j in range(decided[i])], device=p.device)
-    p_d, q_d = p[rows, cols], q[rows, cols]  # [N, V], N = sum(decided)
-    values, out = kl(emitted_distribution(judge, p_d, q_d), q_d).tolist(), []
-    for d in decided:
-        out.append(values[:d] + [None] * (k - d))
-        values = values[d:]
-    return out
-
-
-def zero_kl(k: int, decided: list[int]) -> list[list[float | None]]:
-    """`emitted_kl` where pi = q (a lossless judge) or where KL is not measured."""
-    return [[0.0] * d + [None] * (k - d) for d in decided]
+def row_kl(
+    judge: Rule, out: RoundOutcome, rows: list[list[int]], measure: bool
+) -> list[dict[int, float]]:
+    """KL(pi ‖ q) at these rows of each sequence, exact from the full rows: at a row with
+    children the rule judged its first child, and the emitted pi there is the chain's pi of
+    (p, q) (`maths.tree`). 0 for a lossless judge; {} when not measured."""
+    if not measure:
+        return [{} for _ in rows]
+    if judge.lossless:
+        return [dict.fromkeys(r, 0.0) for r in rows]
+    seq = torch.tensor([b for b, r in enumerate(rows) for _ in r], dtype=torch.long)
+    row = torch.tensor([j for r in rows for j in r], dtype=torch.long)
+    seq, row = seq.to(out.p.device), row.to(out.p.device)
+    # the rows come from the round's own softmax, checked finite by its host sync: no validation
+    p, q = out.p[seq, row], out.q[seq, row]
+    values = judge.emitted_kl(p, q).tolist() if len(row) else []
+    found: list[dict[int, float]] = []
+    for r in rows:
+        found.append(dict(zip(r, values[: len(r)], strict=True)))
+        values = values[len(r) :]
+    return found
 
 
 def position_traces(
     judge: Rule,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    n: torch.Tensor,
-    kl_pi: list[list[float | None]],
+    out: RoundOutcome,
+    kl_rows: list[dict[int, float]],
     top_n: int,
     top_m: int,
 ) -> list[list[PositionTrace]]:
-    """Top-N of p, q, h, the divergences and the top-M replay rows, per row and position:
-    p [B, k, V], q [B, k+1, V], n [B, k] -> [B][k + 1]."""
-    k = p.shape[1]
-    qk = q[:, :k]
-    h = judge.adjusted_target(qk, p, n, validate=False)  # [B, k, V]
-    kl_h = kl(h, qk).tolist()
-    g = n[..., None]
-    pn, qn, hn = (x.gather(-1, g)[..., 0].tolist() for x in (p, qk, h))
-    tp, tq, th = top_entries(p, top_n), top_entries(q, top_n), top_entries(h, top_n)
-    rp, rq = top_entries(p, top_m), top_entries(q, top_m)
-    ids = n.tolist()
-    out = []
-    for b in range(p.shape[0]):
-        row = []
-        for j in range(k + 1):
-            pos = PositionTrace(q_ids=tq[b][j][0], q_probs=tq[b][j][1])
-            pos.replay_q_ids, pos.replay_q_probs = rq[b][j]
-            if j < k:
-                d = ids[b][j]
-                pos.p_ids, pos.p_probs = tp[b][j]
-                pos.h_ids, pos.h_probs = th[b][j]
-                pos.draft_id, pos.p_n, pos.q_n, pos.h_n = d, pn[b][j], qn[b][j], hn[b][j]
-                pos.kl_h_q, pos.kl_pi_q = kl_h[b][j], kl_pi[b][j]
-                pos.replay_p_ids, pos.replay_p_probs = rp[b][j]
-                ensure_entry(pos.replay_p_ids, pos.replay_p_probs, d, pn[b][j])
-                ensure_entry(pos.replay_q_ids, pos.replay_q_probs, d, qn[b][j])
-            row.append(pos)
-        out.append(row)
-    return out
+    """One `PositionTrace` per row of each sequence's proposal ([B][R + 1]): top-N of q and the
+    replay rows of q at every row; at a row with children also top-N of p and of the rule's h
+    for its first child (the one the rule judges; later ones are judged against residuals),
+    its p_n, q_n, h_n, KL(h ‖ q), KL(pi ‖ q) from `kl_rows`, and the replay rows of p, with
+    every child's exact p and q kept so that a replay finds them. One batched pass over the
+    judged rows of the whole round, then one over every q row."""
+    kids = [children_of(v.parents) for v in out.verdicts]
+    judged = [(b, r) for b, k in enumerate(kids) for r, c in enumerate(k) if c]
+    seq = torch.tensor([b for b, _ in judged], dtype=torch.long, device=out.p.device)
+    row = torch.tensor([r for _, r in judged], dtype=torch.long, device=out.p.device)
+    first = [out.verdicts[b].tokens[kids[b][r][0]] for b, r in judged]
+    n = torch.tensor(first, dtype=torch.long, device=out.p.device)  # [M]
+    p, q = out.p[seq, row], out.q[seq, row]  # [M, V]
+    h = judge.adjusted_target(q, p, n, validate=False)  # [M, V]
+    kl_h = kl(h, q).tolist()
+    pn, qn, hn = (x.gather(-1, n[:, None])[:, 0].tolist() for x in (p, q, h))
+    wide = max(top_m, top_n)  # the replay rows' top-M, sorted, hold the shown top-N
+    rp, th = top_entries(p, wide), top_entries(h, top_n)
+    rows_q = out.q.shape[1]
+    rq = top_entries(out.q.reshape(-1, out.q.shape[-1]), wide)  # [B * J]
+    traces = []
+    for b, k in enumerate(kids):
+        traces.append(
+            [
+                PositionTrace(
+                    q_ids=rq[b * rows_q + r][0][:top_n],
+                    q_probs=rq[b * rows_q + r][1][:top_n],
+                    replay_q_ids=rq[b * rows_q + r][0][:top_m],
+                    replay_q_probs=rq[b * rows_q + r][1][:top_m],
+                )
+                for r in range(len(k))
+            ]
+        )
+    for i, (b, r) in enumerate(judged):
+        pos, v = traces[b][r], out.verdicts[b]
+        pos.p_ids, pos.p_probs = rp[i][0][:top_n], rp[i][1][:top_n]
+        pos.h_ids, pos.h_probs = th[i]
+        pos.draft_id, pos.p_n, pos.q_n, pos.h_n = first[i], pn[i], qn[i], hn[i]
+        pos.kl_h_q, pos.kl_pi_q = kl_h[i], kl_rows[b].get(r)
+        pos.replay_p_ids, pos.replay_p_probs = rp[i][0][:top_m], rp[i][1][:top_m]
+        ensure_entry(pos.replay_p_ids, pos.replay_p_probs, first[i], pn[i])
+        ensure_entry(pos.replay_q_ids, pos.replay_q_probs, first[i], qn[i])
+        for c in kids[b][r][1:]:
+            ensure_entry(pos.replay_p_ids, pos.replay_p_probs, v.tokens[c], v.p[c])
+            ensure_entry(pos.replay_q_ids, pos.replay_q_probs, v.tokens[c], v.q[c])
+    return traces
 
 
 def top_entries(x: torch.Tensor, n: int) -> TopRows:
-    """[B, J, V] -> per row and position (ids, probs) of the n largest, zeros left out."""
+    """[M, V] -> per row (ids, probs) of the n largest, zeros left out."""
     vals, ids = x.topk(min(n, x.shape[-1]), dim=-1)
     out = []
-    for vb, ib in zip(vals.tolist(), ids.tolist(), strict=True):
-        row = []
-        for v, i in zip(vb, ib, strict=True):
-            cut = sum(1 for x in v if x > 0)  # topk sorts, so the zeros are at the end
-            row.append((i[:cut], v[:cut]))
-        out.append(row)
+    for v, i in zip(vals.tolist(), ids.tolist(), strict=True):
+        cut = sum(1 for x in v if x > 0)  # topk sorts, so the zeros are at the end
+        out.append((i[:cut], v[:cut]))
     return out
 
 
@@ -203,81 +226,3 @@ def ensure_entry(ids: list[int], probs: list[float], token: int, prob: float) ->
     if token not in ids:
         ids.append(token)
         probs.append(prob)
-
-
-def draft_round_trace(
-    index: int,
-    h: HostRound,
-    positions: list[PositionTrace],
-    text: Callable[[int], str],
-    draft_s: float,
-    verify_s: float,
-) -> RoundTrace:
-    """A speculative round's trace, before `_commit` cuts it at EOS or the budget."""
-    k, m = h.k, h.num_accepted
-    dropped = ["dropped"] * (k - m - 1)  # drafts after the rejection got no decision
-    return RoundTrace(
-        index=index,
-        k=k,
-        draft_ids=h.draft_ids,
-        draft_text=[text(t) for t in h.draft_ids],
-        draft_fates=["accepted"] * m + (["rejected"] if m < k else []) + dropped,
-        accept_probs=h.accept_probs,
-        accept_coins=h.accept_coins,
-        num_accepted=m,
-        next_id=h.output_ids[m],
-        sample_coin=h.sample_coin,
-        emitted_ids=h.emitted_ids,
-        emitted_text=[],
-        emitted_fates=["accepted"] * m + ["recovered" if m < k else "bonus"],
-        draft_s=draft_s,
-        verify_s=verify_s,
-        positions=positions,
-        emitted_logprobs=h.logprobs[: m + 1],
-    )
-
-
-def plain_round_trace(
-    index: int, token: int, coin: float, logprob: float, positions: list[PositionTrace]
-) -> RoundTrace:
-    """A verifier-only step's trace: one sampled token, no draft."""
-    return RoundTrace(
-        index=index,
-        k=0,
-        draft_ids=[],
-        draft_text=[],
-        draft_fates=[],
-        accept_probs=[],
-        accept_coins=[],
-        num_accepted=0,
-        next_id=token,
-        sample_coin=coin,
-        emitted_ids=[token],
-        emitted_text=[],
-        emitted_fates=["sampled"],
-        draft_s=0.0,
-        verify_s=0.0,
-        positions=positions,
-        emitted_logprobs=[logprob],
-    )
-
-
-def count_draft(st: GenerationStats, h: HostRound) -> None:
-    """Add a speculative round's draft counts (`_commit` adds the emitted ones)."""
-    m = h.num_accepted
-    st.draft_calls += h.k
-    st.drafted_tokens += h.k
-    st.decided_tokens += h.decided
-    st.accepted_tokens += m
-    st.rejected_q_zero += int(m < h.k and h.q_n[m] == 0.0)
-    if len(st.accepted_histogram) <= h.k:
-        st.accepted_histogram += [0] * (h.k + 1 - len(st.accepted_histogram))
-    st.accepted_histogram[m] += 1
-    if len(st.position_reached) < h.k:
-        grow = [0] * (h.k - len(st.position_reached))
-        st.position_reached += grow
-        st.position_accepted += list(grow)
-    for j in range(h.decided):
-        st.position_reached[j] += 1
-    for j in range(m):
-        st.position_accepted[j] += 1

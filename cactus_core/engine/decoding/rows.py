@@ -1,6 +1,5 @@
-"""The decoding state of each sequence of a batch (`DecodeRow`), made from its prompt, and the
-per-phase clock of the decoding loop. Row i of a batch draws its coins from its own generator
-seeded with seed + i."""
+"""The decoding state of each sequence of a batch (`DecodeRow`), made from its prompt. Row i of
+a batch draws its coins from its own generator seeded with seed + i."""
 
 from __future__ import annotations
 
@@ -37,16 +36,6 @@ class DecodeRow:
     @property
     def generated(self) -> list[int]:
         return self.tokens[len(self.prompt_ids) :]
-
-
-@dataclass
-class LoopClock:
-    """Seconds spent per phase of the decoding loop, summed over its rounds."""
-
-    draft: float = 0.0
-    verify: float = 0.0
-    record: float = 0.0  # recording on the decoding thread: waits for the worker, inline parts
-    record_inline: float = 0.0  # the inline parts alone
 
 
 def check_int(name: str, value: object, low: int) -> int:

@@ -3,16 +3,32 @@ settings (the one place that knows which kinds exist)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cactus_core.engine.drafting.drafter import Drafter, IndependentDrafter
+from cactus_core.engine.drafting.drafter import Draft, Drafter, IndependentDrafter
 from cactus_core.engine.drafting.feature_drafting import FeatureCache, FeatureDrafters
 from cactus_core.engine.drafting.tree_drafter import TreeDrafter
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.runtime.kv_cache import SequenceCache
+from cactus_core.maths.tree import DraftTree
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
+
+
+@dataclass
+class Caches:
+    """A decode's verifier cache and its drafter: one that proposes chains, one that grows
+    trees, or neither (verifier-only sampling)."""
+
+    verifier: SequenceCache
+    chain: Drafter[Draft] | None = None
+    tree: Drafter[DraftTree] | None = None
+
+    @property
+    def drafter(self) -> Drafter[Draft] | Drafter[DraftTree] | None:
+        return self.chain if self.chain is not None else self.tree
 
 
 def open_caches(
@@ -22,26 +38,25 @@ def open_caches(
     speculative: bool,
     tree: TreeSettings | None = None,
     greedy: bool = False,
-) -> tuple[SequenceCache, Drafter | None]:
-    """The verifier's cache and the drafter (None without speculation), both prefilled with
+) -> Caches:
+    """The verifier's cache and the drafter (none without speculation), both prefilled with
     every row's tokens but the last. With a feature draft the verifier's cache captures its
     features and the drafter reads them; `tree` makes it grow a draft tree (greedy: at T = 0)."""
     prefixes = [t[:-1] for t in tokens]
-    feature = speculative and pair.feature_draft is not None
-    if speculative and tree is not None and not feature:
+    feature = pair.feature_draft if speculative else None
+    if speculative and tree is not None and feature is None:
         raise ValueError("tree drafting needs a feature draft (load_pair(feature_draft=...))")
-    drafter: Drafter | None = None
-    if feature:
-        verifier = FeatureCache(pair.verifier, vocab, pair.feature_draft.feature_layers)
+    if feature is not None:
+        caches = Caches(FeatureCache(pair.verifier, vocab, feature.feature_layers))
         if tree is not None:
-            drafter = TreeDrafter(pair.feature_draft, vocab, tree, greedy)
+            caches.tree = TreeDrafter(feature, vocab, tree, greedy)
         else:
-            drafter = FeatureDrafters(pair.feature_draft, vocab, len(tokens))
+            caches.chain = FeatureDrafters(feature, vocab, len(tokens))
     else:
-        verifier = SequenceCache(pair.verifier, vocab)
+        caches = Caches(SequenceCache(pair.verifier, vocab))
         if speculative:
-            drafter = IndependentDrafter(pair.draft, vocab)
-    verifier.prefill(prefixes)
-    if drafter is not None:
-        drafter.prefill(tokens, verifier)
-    return verifier, drafter
+            caches.chain = IndependentDrafter(pair.draft, vocab)
+    caches.verifier.prefill(prefixes)
+    if caches.drafter is not None:
+        caches.drafter.prefill(tokens, caches.verifier)
+    return caches

@@ -4,14 +4,16 @@ A drafter serves a batch of rows. Its life:
 
     prefill(tokens, verifier)   after the verifier's prefill of every row's tokens but the
                                 last (the feature draft reads the features it captured)
-    propose(coins, probs)       k = coins.shape[1] drafted tokens per row: a `Draft`
+    propose(coins, probs)       the round's proposal: k = coins.shape[1] drafted tokens per
+                                row (a `Draft`), or a draft tree (`TreeDrafter`)
     after_verify(verifier, emitted)
                                 the round's outcome per row (the accepted drafts, then the
                                 recovered or bonus token): roll the drafter's own state back
                                 to the accepted path and take in what was committed
     select(rows)                keep only these rows (finished sequences leave the batch)
 
-The decoder calls only these and never asks which kind of drafter it holds. The k-step loop
+`Drafter[Draft]` proposes chains, `Drafter[DraftTree]` trees; the decoder calls only these and
+never asks which kind of drafter it holds. The k-step loop
 (p from logits, a token drawn from p with the round's coin, one forward on it) is
 `draft_loop`, shared by every drafter; each supplies its first logits and its step.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -41,12 +43,19 @@ class Draft:
     ids: torch.Tensor  # [B, k] int64, n_i drawn from p
 
 
-class Drafter(Protocol):
+# What a drafter proposes: a chain of drafts (`Draft`) or a draft tree (`maths.tree.DraftTree`).
+Proposal = TypeVar("Proposal", covariant=True)
+
+
+class Drafter(Protocol[Proposal]):
+    """Proposes a round's draft of type `Proposal` and keeps its state between rounds."""
+
     def prefill(self, tokens: list[list[int]], verifier: SequenceCache) -> None:
         """tokens: each row's prompt; the verifier has just prefilled all of it but the last."""
 
-    def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Draft:
-        """coins [B, k] inverse-CDF coins -> the round's draft (p [B, k, V], ids [B, k])."""
+    def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Proposal:
+        """coins [B, c] inverse-CDF coins -> the round's proposal (a chain: p [B, k, V] and
+        ids [B, k] with k = c; a tree: its nodes and p rows)."""
 
     def after_verify(self, verifier: SequenceCache, emitted: list[list[int]]) -> None:
         """emitted[b]: row b's m_b accepted drafts then its recovered or bonus token."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -50,7 +50,7 @@ from cactus_core.engine.drafting.drafter import (
     ProbsFn,
     draft_loop,
 )
-from cactus_core.engine.drafting.feature_draft import DraftKVCache, FeatureDraft
+from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class FeatureCache(SequenceCache):
         finally:
             self._pieces = None
 
-    def _forward(self, *args, **kwargs) -> torch.Tensor:
+    def _forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         with self._capturing():
             out = super()._forward(*args, **kwargs)
         if self._pieces is not None and self.features is not None:
@@ -131,13 +131,13 @@ class FeatureCache(SequenceCache):
         owner = threading.get_ident()
         layer_outputs: list[torch.Tensor] = []
 
-        def capture(module: nn.Module, inputs: tuple) -> None:
+        def capture(module: nn.Module, inputs: tuple[Any, ...]) -> None:
             # The app shares one verifier between sessions' threads: only this thread's
             # forward is this cache's (one thread runs its forwards one at a time).
             if threading.get_ident() == owner:
                 self.features = inputs[0]  # [B, w, D], the verifier's dtype
 
-        def capture_layer(module: nn.Module, inputs: tuple, output) -> None:
+        def capture_layer(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             if threading.get_ident() == owner:
                 layer_outputs.append(output[0] if isinstance(output, tuple) else output)
 
@@ -197,6 +197,8 @@ class FeatureDrafter:
     def propose(self, coins: torch.Tensor, probs: ProbsFn) -> Draft:
         """k = coins.shape[1] drafted tokens: p_1 from the held logits, then k - 1 forwards,
         each on the draft's own predicted feature and the token just drafted."""
+        if self.logits is None or self.feature is None:
+            raise ValueError("a feature drafter proposes after its prefill")
         feature = self.feature
 
         def step(n: torch.Tensor) -> torch.Tensor:
@@ -206,7 +208,9 @@ class FeatureDrafter:
 
         return draft_loop(self.logits, coins, probs, step)
 
-    def _read(self, features: torch.Tensor, next_ids: torch.Tensor):
+    def _read(
+        self, features: torch.Tensor, next_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One draft forward appended to the cache -> (logits [1, V] float32 of the token
         after the last position, its predicted feature [1, 1, D])."""
         new = self.draft.predict(features, next_ids, self.cache)[:, -1:]
@@ -240,7 +244,7 @@ class FeatureDrafters:
         """The verify pass's features [B, k + 1, D]: row b reads its m_b + 1 committed
         positions [x_{N-1}, d_1 .. d_m] with next tokens [d_1 .. d_m, y] (its `feed` crops
         what drafting appended first)."""
-        features = _features(verifier)
+        features = _verify_features(verifier)
         for b, (row, out) in enumerate(zip(self.rows, emitted, strict=True)):
             ids = torch.tensor([out], device=features.device)  # [1, m + 1]
             row.feed(features[b : b + 1, : len(out)], ids)
@@ -253,3 +257,11 @@ def _features(verifier: SequenceCache) -> torch.Tensor | None:
     if not isinstance(verifier, FeatureCache):
         raise ValueError("a feature draft reads the features of a FeatureCache verifier")
     return verifier.features
+
+
+def _verify_features(verifier: SequenceCache) -> torch.Tensor:
+    """The features of the verifier's latest forward (a verify pass ran: there are some)."""
+    features = _features(verifier)
+    if features is None:
+        raise ValueError("the verifier's cache holds no features: no forward ran")
+    return features

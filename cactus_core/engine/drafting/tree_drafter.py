@@ -31,9 +31,9 @@ import math
 import torch
 
 from cactus_core.engine.drafting.drafter import ProbsFn
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
-from cactus_core.engine.drafting.feature_drafting import FeatureDrafters
+from cactus_core.engine.drafting.feature_drafting import FeatureDrafter, FeatureDrafters
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.tree import DraftTree, sample_without_replacement
 
@@ -65,6 +65,8 @@ class TreeDrafter:
     def propose(self, coins: torch.Tensor, probs: ProbsFn) -> DraftTree:
         """Grow the round's tree (module docstring); coins [1, nodes]."""
         row = self.rows.rows[0]
+        if row.logits is None or row.feature is None:
+            raise ValueError("a tree drafter proposes after its prefill")
         s = self.settings
         base = row.cache.length  # committed positions the draft has read
         p_rows = [probs(row.logits)[0]]  # [V] each: p at the root, then after each node
@@ -112,13 +114,24 @@ class TreeDrafter:
     ) -> list[tuple[int, float]]:
         """count distinct children of a node with p [V]: the top ones at T = 0, else drawn
         without replacement; (token, p of it) each."""
-        ids = p.topk(count).indices if self.greedy else sample_without_replacement(p, coins)
-        ids = ids[ids >= 0].tolist()  # fewer when p has fewer tokens than count
-        probs = p[ids].tolist()
+        drawn = p.topk(count).indices if self.greedy else sample_without_replacement(p, coins)
+        ids: list[int] = drawn[drawn >= 0].tolist()  # fewer when p has fewer tokens than count
+        probs: list[float] = p[ids].tolist()
         # A one-hot p at T = 0 gives the other top tokens p = 0: their path is least likely.
         return [(t, max(pr, 1e-30)) for t, pr in zip(ids, probs, strict=True)]
 
-    def _level(self, row, new, tokens, parents, feature, column, base, depth, probs):
+    def _level(
+        self,
+        row: FeatureDrafter,
+        new: list[int],
+        tokens: list[int],
+        parents: list[int],
+        feature: dict[int, torch.Tensor],
+        column: dict[int, int],
+        base: int,
+        depth: int,
+        probs: ProbsFn,
+    ) -> list[torch.Tensor]:
         """One draft call over the new nodes of a depth (a tree mask over the draft's cache)
         -> p after each of them [V]; records their predicted features and cache columns."""
         device = row.draft.fc.weight.device

@@ -97,7 +97,7 @@ class DeploymentPolicy:
             labels.append((label, spec))
         return cls(public, tuple(hub_ids), tuple(paths), tuple(labels), _max_bytes(env, public))
 
-    def allows(self, spec: str | os.PathLike | None) -> bool:
+    def allows(self, spec: str | os.PathLike[str] | None) -> bool:
         """True when `spec` may be loaded: always when not public; else the embedded model
         (None), the shipped feature draft, or an allow-listed hub id, folder or .gguf file."""
         if not self.public or spec is None:
@@ -109,13 +109,13 @@ class DeploymentPolicy:
             return _real(text) in (*self.paths, _real(str(FEATURE_DRAFT_DIR)))
         return text in self.hub_ids
 
-    def check(self, spec: str | os.PathLike | None) -> None:
+    def check(self, spec: str | os.PathLike[str] | None) -> None:
         """Raise ModelLoadError(PUBLIC_LOAD_ERROR) unless `spec` is allowed."""
         if not self.allows(spec):
             log.warning("refused a model source that is not on the allow-list")
             raise ModelLoadError(PUBLIC_LOAD_ERROR)
 
-    def is_hub_id(self, spec: str | os.PathLike) -> bool:
+    def is_hub_id(self, spec: str | os.PathLike[str]) -> bool:
         """When public, an allowed hub id is always fetched from the hub (cache), never read
         from a local folder that happens to have the same relative name."""
         return self.public and isinstance(spec, str) and spec in self.hub_ids
@@ -176,7 +176,9 @@ def deployment_policy(environ: Mapping[str, str] | None = None) -> DeploymentPol
     return DeploymentPolicy.from_env(environ)
 
 
-def selected_files(names: Iterable[tuple[str, int | None]], patterns: Iterable[str]):
+def selected_files(
+    names: Iterable[tuple[str, int | None]], patterns: Iterable[str]
+) -> list[tuple[str, int | None]]:
     """The (name, size) entries a snapshot download with these allow_patterns would fetch."""
     pats = list(patterns)
     return [(n, s) for n, s in names if any(fnmatch.fnmatch(n, p) for p in pats)]

@@ -4,11 +4,12 @@ the CLI's `--embedded-draft` and the tests read them from here;
 `load_pair(**choice.load_kwargs(device))` loads one. `load_pair()` alone is the library's plain
 pair: the embedded verifier and its independent 3-layer draft, in the device's default dtype.
 
-The default is the feature draft in the faster dtype on this CPU (`native_bfloat16`): bfloat16
-where the CPU multiplies it natively, where checking 5 tokens costs about what 1 does, and
-float32 elsewhere, where 5 bfloat16 tokens cost about 1.6 times 1 and float32 decodes faster
-(docs/benchmarks.md, "On a CPU without native bfloat16"). The shipped reference sweep was
-measured in bfloat16 (`REFERENCE_EMBEDDED_DRAFT`).
+The default is the feature draft in the faster dtype on this CPU
+(`packed_linear.native_bfloat16`): bfloat16 where the CPU multiplies it natively, where
+checking 5 tokens costs about what 1 does, and float32 elsewhere, where 5 bfloat16 tokens
+cost about 1.6 times 1 and float32 decodes faster (docs/benchmarks.md, "On a CPU without
+native bfloat16"). The shipped reference sweep was measured in bfloat16
+(`REFERENCE_EMBEDDED_DRAFT`).
 
 Kept free of transformers so that the app's settings can import it at start-up."""
 
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from cactus_core.engine.loading.load_args import resolve_device
+from cactus_core.engine.runtime.packed_linear import native_bfloat16
 
 FEATURE_DRAFT_DIR = Path(__file__).resolve().parents[2] / "assets" / "feature_draft"
 # What traces and pages call the shipped feature draft (never its folder: a server path).
@@ -31,13 +33,6 @@ FASTEST_FEATURE = "feature"
 
 
 @cache
-def native_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 matrix instructions (AVX-512 BF16 or AMX tiles); torch's
-    CPU matmul uses them, and without them it widens bfloat16 to float32 on every call."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
-
-
 @dataclass(frozen=True)
 class EmbeddedDraft:
     """A shipped draft for the embedded verifier, and the verifier's dtype on a CPU."""

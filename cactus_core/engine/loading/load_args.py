@@ -45,7 +45,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
     raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or None, got {dtype!r}")
 
 
-def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     if cache_dir is None:
         cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cactus-lab"
     return Path(cache_dir).expanduser()

@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError
@@ -43,7 +43,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cactus_core.engine.drafting.feature_draft import FeatureDraft
 from cactus_core.engine.loading.deployment import (
     DeploymentPolicy,
     ModelLoadError,
@@ -52,6 +51,7 @@ from cactus_core.engine.loading.deployment import (
     selected_files,
 )
 from cactus_core.engine.loading.embedded_drafts import FEATURE_DRAFT_DIR, FEATURE_DRAFT_NAME
+from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.load_args import (
     CACHE_ENV,
     resolve_cache_dir,
@@ -98,18 +98,20 @@ DRAFT_WEIGHTS = "model.safetensors"
 # "token_ids"; config.json names the file under "cactus_head_token_ids".
 DRAFT_HEAD_IDS_KEY = "cactus_head_token_ids"
 CACHE_FORMAT = 1
+# What names a model: a local folder, a .gguf file or a hub id.
+Spec = str | os.PathLike[str]
 HUB_PROBE_TIMEOUT_S = 5.0
 
 
 def load_pair(
-    verifier: str | os.PathLike | None = None,
-    draft: str | os.PathLike | None = None,
+    verifier: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | None = None,
     device: str | torch.device = "auto",
     dtype: torch.dtype | str | None = None,
-    cache_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     trust_remote_code: bool = False,
     policy: DeploymentPolicy | None = None,
-    feature_draft: str | os.PathLike | None = None,
+    feature_draft: str | os.PathLike[str] | None = None,
 ) -> ModelPair:
     """Load a verifier and a draft that share one tokenizer.
 
@@ -149,7 +151,15 @@ def load_pair(
         raise
 
 
-def _load_pair(verifier, draft, dev, dt, cache: Path, trust: bool, policy) -> ModelPair:
+def _load_pair(
+    verifier: Spec | None,
+    draft: Spec | None,
+    dev: torch.device,
+    dt: torch.dtype,
+    cache: Path,
+    trust: bool,
+    policy: DeploymentPolicy,
+) -> ModelPair:
     v = _load_verifier(verifier, cache, dt, trust, policy)
     v_model = v.model.to(dev).eval()
     _fast_cpu_build(v_model)
@@ -192,7 +202,9 @@ class _Loaded(NamedTuple):
     rev: str | None  # hub commit, if from the hub
 
 
-def _load_verifier(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -> _Loaded:
+def _load_verifier(
+    spec: Spec | None, cache: Path, dtype: torch.dtype, trust: bool, policy: DeploymentPolicy
+) -> _Loaded:
     if spec is None:
         folder = convert_gguf_cached(embedded_gguf_path(), cache)
         model, tok = _from_folder(folder, dtype, trust)
@@ -200,7 +212,9 @@ def _load_verifier(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -
     return _load_any(spec, cache, dtype, trust, policy)
 
 
-def _load_any(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -> _Loaded:
+def _load_any(
+    spec: Spec, cache: Path, dtype: torch.dtype, trust: bool, policy: DeploymentPolicy
+) -> _Loaded:
     """A local folder, a .gguf file or a hub id."""
     if not isinstance(spec, str | os.PathLike):
         raise ValueError(f"a model must be given as a path or hub id string, got {spec!r}")
@@ -222,13 +236,17 @@ def _load_any(spec, cache: Path, dtype: torch.dtype, trust: bool, policy) -> _Lo
     return _from_hub(text, cache, dtype, trust, policy)
 
 
-def _from_hub(repo_id: str, cache: Path, dtype, trust: bool, policy) -> _Loaded:
+def _from_hub(
+    repo_id: str, cache: Path, dtype: torch.dtype, trust: bool, policy: DeploymentPolicy
+) -> _Loaded:
     folder = hub_snapshot(repo_id, policy)
     model, tok = _from_folder(folder, dtype, trust)
     return _Loaded(model, tok, repo_id, weights_digest(folder, cache), hub_revision(folder))
 
 
-def _from_folder(folder: Path, dtype: torch.dtype, trust_remote_code: bool):
+def _from_folder(
+    folder: Path, dtype: torch.dtype, trust_remote_code: bool
+) -> tuple[PreTrainedModel, Any]:
     """Tokenizer and model from a folder, trust_remote_code always passed explicitly.
 
     Errors name the folder and the kind of failure, never the exception's own text: that can
@@ -408,7 +426,7 @@ def _write_manifest(folder: Path, source: Path) -> None:
     tmp.rename(folder / MANIFEST)
 
 
-def embedded_cache_ready(cache_dir: str | os.PathLike | None = None) -> bool:
+def embedded_cache_ready(cache_dir: str | os.PathLike[str] | None = None) -> bool:
     """True when the embedded verifier's conversion is cached and intact, so that loading the
     embedded pair takes seconds, not the first conversion's half minute."""
     try:
@@ -436,15 +454,16 @@ def cache_is_valid(folder: Path) -> bool:
 # Embedded draft
 
 
-def _draft_meta() -> dict:
+def _draft_meta() -> dict[str, Any]:
     try:
-        return json.loads((DRAFT_DIR / "config.json").read_text())
+        meta: dict[str, Any] = json.loads((DRAFT_DIR / "config.json").read_text())
     except OSError as e:
         raise ModelLoadError(f"the embedded draft is missing from {DRAFT_DIR}: {e}") from e
+    return meta
 
 
 def _embedded_draft_fingerprint() -> str:
-    return _draft_meta()["cactus_tokenizer_sha256"]
+    return str(_draft_meta()["cactus_tokenizer_sha256"])
 
 
 def embedded_draft_name() -> str:
@@ -489,7 +508,7 @@ def load_embedded_draft(
     return draft.to(verifier.device).eval(), embedded_draft_name()
 
 
-def _shared_keys(meta: dict) -> set[str]:
+def _shared_keys(meta: dict[str, Any]) -> set[str]:
     """The draft's tensors that are absent from its file on purpose: the embedding, the tied
     head and the layers it takes from the verifier."""
     keys = {"model.embed_tokens.weight", "lm_head.weight"}
@@ -499,7 +518,7 @@ def _shared_keys(meta: dict) -> set[str]:
     return keys | {k for k in _draft_state_keys(meta) if k.startswith(tuple(prefixes))}
 
 
-def _draft_state_keys(meta: dict) -> list[str]:
+def _draft_state_keys(meta: dict[str, Any]) -> list[str]:
     from transformers import LlamaConfig
 
     cfg = LlamaConfig(**{k: v for k, v in meta.items() if not k.startswith("cactus_")})

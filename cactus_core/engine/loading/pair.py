@@ -17,7 +17,7 @@ from cactus_core.engine.loading.pairing import max_positions
 from cactus_core.engine.loading.weights import state_digest
 
 if TYPE_CHECKING:
-    from cactus_core.engine.drafting.feature_draft import FeatureDraft
+    from cactus_core.engine.loading.feature_draft import FeatureDraft
 
 
 @dataclass
@@ -120,7 +120,7 @@ def token_display(tokenizer: Any, token_id: int, eos: set[int]) -> str:
     if token_id in special:
         raw = tokenizer.convert_ids_to_tokens(token_id)
         return f"«{str(raw).strip('<|>')}»"
-    return tokenizer.decode([token_id])
+    return str(tokenizer.decode([token_id]))
 
 
 def feature_draft_digest(draft: FeatureDraft) -> str:
@@ -128,6 +128,6 @@ def feature_draft_digest(draft: FeatureDraft) -> str:
     (the parts it borrows from the verifier are in the verifier's digest)."""
     h = hashlib.sha256(state_digest(draft).encode())
     h.update(f"{draft.embed_scale}|{draft.feature_scale}".encode())
-    if draft.head_ids is not None:
+    if isinstance(draft.head_ids, torch.Tensor):
         h.update(draft.head_ids.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()

@@ -52,7 +52,7 @@ def check_tokenizers_agree(
             )
 
 
-def _check_logit_sizes(v, d, name_v: str, name_d: str) -> None:
+def _check_logit_sizes(v: PreTrainedModel, d: PreTrainedModel, name_v: str, name_d: str) -> None:
     nv, nd = _scored_vocab(v), _scored_vocab(d)
     if nv != nd:
         raise ModelLoadError(
@@ -63,7 +63,7 @@ def _check_logit_sizes(v, d, name_v: str, name_d: str) -> None:
 
 def _scored_vocab(model: PreTrainedModel) -> int:
     head = model.get_output_embeddings()
-    return getattr(head, "out_features", None) or head.weight.shape[0]
+    return int(getattr(head, "out_features", None) or head.weight.shape[0])
 
 
 def max_positions(model: PreTrainedModel) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 PROMPTS_FILE = Path(__file__).resolve().parents[2] / "data" / "chat_prompts.jsonl"
 
 
-def _records() -> list[dict]:
+def _records() -> list[dict[str, Any]]:
     records = []
     for n, line in enumerate(PROMPTS_FILE.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

@@ -19,7 +19,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -152,7 +154,9 @@ def check_config(folder: Path) -> None:
                 )
 
 
-def check_loading_info(info: dict, folder: object, allowed_missing: set[str] = frozenset()):
+def check_loading_info(
+    info: dict[str, Any], folder: object, allowed_missing: Collection[str] = frozenset()
+) -> None:
     """Refuse a checkpoint that lacks tensors (or has them in the wrong shape)."""
     missing = sorted(set(info.get("missing_keys") or ()) - set(allowed_missing))
     shapes = info.get("mismatched_keys") or ()

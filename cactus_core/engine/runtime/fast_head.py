@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import cast
 
 import torch
 from torch import nn
@@ -95,9 +96,12 @@ def head_logits(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     bfloat16), the head itself otherwise."""
     weight = getattr(head, "weight", None)
     linear = type(head) in (nn.Linear, VocabSubsetHead) and isinstance(weight, torch.Tensor)
-    if not (single_row_copy(head) or (linear and packing_pays(weight))):
-        return head(hidden)
+    if not isinstance(weight, torch.Tensor) or not (
+        single_row_copy(head) or (linear and packing_pays(weight))
+    ):
+        return cast(torch.Tensor, head(hidden))
     scores = linear_scores(head, weight, hidden)  # [..., V] or [..., S]
     if isinstance(head, VocabSubsetHead):
         return head.scatter(scores)
-    return scores if head.bias is None else scores + head.bias
+    bias = getattr(head, "bias", None)
+    return scores if not isinstance(bias, torch.Tensor) else scores + bias

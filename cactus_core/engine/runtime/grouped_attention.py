@@ -18,11 +18,16 @@ Every other case (no mask, one new token, a mask per head, no grouping) is trans
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # The name models are switched to (`use_grouped_attention`); its masks are sdpa's.
 GROUPED_SDPA = "cactus_grouped_sdpa"
@@ -36,7 +41,7 @@ def grouped_sdpa_forward(
     attention_mask: torch.Tensor | None,  # [B or 1, 1, q, kv] or None
     dropout: float = 0.0,
     scaling: float | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature -> (output [B, q, H, D], None)."""
     groups = getattr(module, "num_key_value_groups", 1)
@@ -51,10 +56,11 @@ def grouped_sdpa_forward(
         and kwargs.get("position_bias") is None
         and kwargs.get("softcap") is None
     )
-    if not stackable:
-        return sdpa_attention_forward(
+    if not stackable or attention_mask is None:
+        out, _ = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+        return out, None
     stacked = query.reshape(b, heads // groups, groups * q, d)
     mask = _stacked_mask(attention_mask, groups)
     out = nn.functional.scaled_dot_product_attention(stacked, key, value, mask, scale=scaling)
@@ -82,7 +88,7 @@ AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
 AttentionMaskInterface.register(GROUPED_SDPA, AttentionMaskInterface._global_mapping["sdpa"])
 
 
-def use_grouped_attention(model: nn.Module) -> bool:
+def use_grouped_attention(model: PreTrainedModel) -> bool:
     """Switch a model that runs transformers' "sdpa" attention on CPU with grouped key/value
     heads to `grouped_sdpa_forward`; returns whether it was switched."""
     config = getattr(model, "config", None)

@@ -126,6 +126,8 @@ class SequenceCache:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, m, H] from `step_hidden` -> logits [B, m, V] float32."""
+        if self.head is None:
+            raise ValueError("logits needs a model whose head is a plain linear layer")
         return head_logits(self.head, hidden)[..., : self.vocab_size].float()
 
     def _model_pass(
@@ -140,7 +142,7 @@ class SequenceCache:
         with `lean`)."""
         w = input_ids.shape[1]
         kw = {"attention_mask": mask, "position_ids": positions, "cache": self.cache}
-        if self.base is not None:
+        if self.base is not None and self.head is not None:
             states = self.base(input_ids=input_ids, use_cache=True, **kw).last_hidden_state
             logits = head_logits(self.head, states[:, w - num_logits :]) if num_logits else None
             return states, logits
@@ -172,7 +174,7 @@ class SequenceCache:
         for row, new in enumerate(new_valid_host):
             self.valid_host[row].extend(new)
             self.lengths[row] += sum(new)
-        if hidden:
+        if hidden and states is not None:  # `step_hidden` checked `lean`
             return states
         if logits is None:
             return torch.zeros(b, 0, self.vocab_size, device=self.device)
@@ -216,7 +218,7 @@ class SequenceCache:
         if self.batch_size != 1 or self.holes:
             raise ValueError("step_tree takes one sequence without holes")
         w = input_ids.shape[1]
-        depth = []
+        depth: list[int] = []
         for j, parent in enumerate(parents):
             if not -1 <= parent < j:
                 raise ValueError(f"parents[{j}] = {parent}: a parent comes before its child")
@@ -233,6 +235,7 @@ class SequenceCache:
         positions = torch.tensor([[self.lengths[0] + d for d in depth]], device=self.device)
         self._tree_start = s
         _, logits = self._model_pass(input_ids, mask, positions, w)
+        assert logits is not None  # w > 0 columns asked for
         self.valid = torch.cat(
             [self.valid, torch.ones(1, w, dtype=torch.bool, device=self.device)], 1
         )

@@ -15,17 +15,24 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cactus_core.engine.loading.embedded_drafts import native_bfloat16
-
 # oneDNN picks a blocking for this many rows; a verify pass of k + 1 = 5 rows, a draft or
 # decoding step of 1 and a reference sweep's batch of 24 all measured alike with it.
 ROWS_HINT = 5
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 matrix instructions (AVX-512 BF16 or AMX tiles); torch's
+    CPU matmul uses them, and without them it widens bfloat16 to float32 on every call."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 @cache
@@ -55,7 +62,7 @@ def _key(weight: torch.Tensor) -> tuple[int, torch.dtype, int]:
 
 # owner -> (the weight's _key when packed, the packed copy). Keyed by the module that owns the
 # weight (modules hash by identity), so a head shared by two decoders is packed once.
-_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, torch.Tensor]] = (
+_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], torch.Tensor]] = (
     weakref.WeakKeyDictionary()
 )
 _LOCK = threading.Lock()
@@ -90,7 +97,7 @@ def packed_product(
 
 
 @cache
-def _packed_linear_op():
+def _packed_linear_op() -> Callable[..., torch.Tensor]:
     # Resolved once: looking an op up through torch.ops costs a few microseconds a call, and a
     # verifier step makes 211 of them.
     return torch.ops.mkldnn._linear_pointwise

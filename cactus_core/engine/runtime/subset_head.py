@@ -13,8 +13,13 @@ transformers' assisted generation see an ordinary causal LM.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Finite, so that p * log p stays 0 (not NaN) downstream; exp(FILL - max) is exactly 0 in
 # float32, and FILL / temperature stays finite for any temperature above 1e-8.
@@ -28,6 +33,8 @@ class VocabSubsetHead(nn.Module):
     a head of S ids reads S x H weights per token instead of V x H).
     token_ids: [S] distinct ids in [0, V).
     """
+
+    token_ids: torch.Tensor  # [S] the ids it scores (a buffer)
 
     def __init__(self, embedding: torch.Tensor, token_ids: torch.Tensor) -> None:
         super().__init__()
@@ -56,7 +63,7 @@ class VocabSubsetHead(nn.Module):
         return f"subset={self.token_ids.numel()}, vocab={self.out_features}"
 
 
-def attach_subset_head(model: nn.Module, token_ids: torch.Tensor) -> nn.Module:
+def attach_subset_head(model: PreTrainedModel, token_ids: torch.Tensor) -> PreTrainedModel:
     """Replace a causal LM's output head by a VocabSubsetHead over its input embedding."""
     emb = model.get_input_embeddings().weight
     model.lm_head = VocabSubsetHead(emb, token_ids)

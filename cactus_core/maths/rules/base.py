@@ -31,10 +31,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 import torch
 
+from cactus_core.maths.divergence import kl
 from cactus_core.maths.validation import (
     check_int,
     check_number,
@@ -56,13 +57,22 @@ _LOG_MANTISSAS = (
 )
 
 
+# A parameter's value type: a whole number (k_top) or a real one (delta).
+Value = TypeVar("Value", int, float)
+
+
 @dataclass(frozen=True)
-class Param:
-    """One parameter of a rule: how make_rule checks it, how widgets show it, how sweeps vary it."""
+class Param(Generic[Value]):
+    """One parameter of a rule: how make_rule checks it, how widgets show it, how sweeps vary it.
+
+    A rule declares it as a class attribute named like it (`delta = Param("delta", ...)`), which
+    is its one home: the class's `params_spec` lists its parameters in declaration order, and on
+    a rule the attribute reads the rule's value (`make_rule("cactus", delta=1.0).delta` is 1.0,
+    typed like the default), on the class the `Param` itself (`Cactus.delta.grid`)."""
 
     name: str  # keyword of make_rule
     symbol: str  # as labels and widgets write it
-    default: float
+    default: Value
     low: float  # what make_rule accepts
     high: float
     ui: tuple[float, float]  # the widgets' range (inside [low, high])
@@ -79,7 +89,7 @@ class Param:
             return 1.0
         raw = (self.ui[1] - self.ui[0]) / 300
         mag = 10 ** math.floor(math.log10(raw))
-        return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
 
     @property
     def label(self) -> str:
@@ -89,6 +99,11 @@ class Param:
         """'δ=0.5', or 'KL≤0.1' when the symbol is itself a relation."""
         sep = "" if self.symbol[-1] in "≤<=" else "="
         return f"{self.symbol}{sep}{value:g}"
+
+    def coerce(self, value: float) -> Value:
+        """A form's number as this parameter takes it (widgets hand back floats, also for a
+        whole-number parameter)."""
+        return cast(Value, int(value) if self.integer else float(value))
 
     def check(self, rule: str, value: object) -> float | int:
         return check_number(rule, self.name, value, self.low, self.high, self.integer)
@@ -138,6 +153,24 @@ class Param:
         """A widget value as its label writes it: 0.0012, 0.21, 3."""
         return f"{value:g}"
 
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        if attribute != self.name:
+            raise TypeError(
+                f"{owner.__name__}.{attribute} holds the parameter {self.name!r}: a rule's "
+                "parameter attribute is named like its parameter"
+            )
+
+    @overload
+    def __get__(self, rule: None, owner: type | None = None) -> Param[Value]: ...
+
+    @overload
+    def __get__(self, rule: Rule, owner: type | None = None) -> Value: ...
+
+    def __get__(self, rule: Rule | None, owner: type | None = None) -> Param[Value] | Value:
+        if rule is None:
+            return self
+        return cast(Value, rule.params[self.name])
+
     def values(self, count: int) -> list[float]:
         """count values spanning the widget range (log-spaced for `log`), for curves."""
         lo, hi = self.ui
@@ -173,11 +206,20 @@ class Rule:
     # its per-position methods then describe a round with k = 1
     round_level: ClassVar[bool] = False
     tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
-    params_spec: ClassVar[tuple[Param, ...]] = ()
+    # Its parameters (`Param` class attributes), in declaration order, inherited ones first:
+    # set by __init_subclass__, never by hand.
+    params_spec: ClassVar[tuple[Param[Any], ...]] = ()
     # How charts draw it: its family (one marker each) and its own colour, none shared.
     family: ClassVar[str]
     colour: ClassVar[str]
     shown_first: ClassVar[bool] = False  # a chart of every rule opens with it shown
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found: dict[str, Param[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            found |= {k: v for k, v in vars(klass).items() if isinstance(v, Param)}
+        cls.params_spec = tuple(found.values())
 
     def __init__(self, **params: Any) -> None:
         given = {p.name: params.get(p.name, p.default) for p in self.params_spec}
@@ -187,7 +229,7 @@ class Rule:
 
     # -- metadata ------------------------------------------------------------------------------
     @classmethod
-    def swept(cls) -> Param | None:
+    def swept(cls) -> Param[Any] | None:
         """The parameter a sweep varies (the first one), or None for a rule without any."""
         return cls.params_spec[0] if cls.params_spec else None
 
@@ -243,6 +285,11 @@ class Rule:
         """The exact emitted pi [..., V] (no validation: see `emitted_distribution`)."""
         raise NotImplementedError
 
+    def emitted_kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """KL(pi ‖ q) [...] of the exact emitted pi (no validation: see `emitted_kl`). A rule
+        that can get it from less than pi over the whole vocabulary overrides this."""
+        return kl(self.emitted(p, q), q)
+
     def verify_round(
         self,
         p: torch.Tensor,
@@ -263,7 +310,15 @@ class Rule:
     def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._h_n(qn, pn, stats), pn)
 
-    def _target(self, q, p, n, qn, pn, stats: RowStats) -> torch.Tensor:
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
@@ -288,25 +343,31 @@ class Rule:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))
         return q.to(dtype), p.to(dtype), n
 
+    def _prepare_drafted(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, p, _ = self._prepare(q, p, n, validate)
+        return q, p, n.long()
+
     def adjusted_target(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """h^(n) [..., V] for verifier q, draft p [..., V] and drafted ids n [...]."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         return self._target(q, p, n, gather(q, n), gather(p, n), self.position_stats(q, p))
 
     def accept_probs(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """a(n) [...]: the chance of accepting the drafted n."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         return self.accept(gather(q, n), gather(p, n), self.position_stats(q, p))
 
     def residual(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """r_n [..., V]: the normalised distribution sampled when n is rejected."""
-        q, p, n = self._prepare(q, p, n, validate)
+        q, p, n = self._prepare_drafted(q, p, n, validate)
         stats = self.position_stats(q, p)
         w = self.residual_weights(q, p, n, gather(q, n), gather(p, n), stats)
         return w / w.sum(-1, keepdim=True)

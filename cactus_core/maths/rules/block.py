@@ -44,7 +44,7 @@ class Block(SPS):
     round_level = True
 
     @classmethod
-    def decisions_replay_exactly(cls, params, kept):
+    def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
         # S_i sums over whole rows: a replay row's tail changes it
         return False
 

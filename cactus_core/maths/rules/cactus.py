@@ -26,6 +26,7 @@ from cactus_core.maths.rules.base import (
 )
 from cactus_core.maths.rules.cactus_emitted import (
     CactusPrecomputed,
+    DraftSupport,
     cactus_c,
     cactus_monotone_emitted,
     pi_in_rho_order,
@@ -106,41 +107,48 @@ def cactus_target(
     return h.scatter_(-1, n.unsqueeze(-1), hn.unsqueeze(-1))
 
 
-class Cactus(Rule):
-    """Cactus with the paper's closed-form (second-order) h_n."""
+class CactusFamily(Rule):
+    """What the Cactus rules share: drafting n verifies against h^(n), h_n at n and c_n·q
+    elsewhere. A member says how much it spends at a position (`_delta`) and how that makes
+    h_n (`_hfun`: the paper's closed form unless it overrides it)."""
 
-    name = "cactus"
     family = "Cactus"
-    colour = "#008856"
-    shown_first = True
-    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
-    in_words = (
-        "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
-        "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
-        "the text drifts a little from the verifier's."
-    )
     citation = CITATION
-    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
     tunable = True
-    params_spec = (DELTA,)
 
     def _delta(self, stats: RowStats) -> torch.Tensor | float:
-        return self.params["delta"]
+        raise NotImplementedError
 
     def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
         return cactus_h(q, delta)
 
-    def _h_n(self, qn, pn, stats):
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._hfun(qn, self._delta(stats))
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         return cactus_target(q, n, qn, self._h_n(qn, pn, stats))
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         h = self._target(q, p, n, qn, pn, stats)  # fresh: reuse its buffer for h − p
         return fallback_(h.sub_(p).clamp_min_(0.0), p)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._hfun(q, unsqueeze_stat(self._delta(stats))), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -150,7 +158,20 @@ class Cactus(Rule):
         pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
         return pi.to(work_dtype(q))
 
-    def _accept_all_and_emitted(self, p, q):
+    def emitted_kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """KL(pi ‖ q) from the compact rows where p covers part of the vocabulary
+        (`DraftSupport`: the merged token's term is the rest's whole sum)."""
+        p64, q64 = p.double(), q.double()
+        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        support = DraftSupport.of(p64)
+        if support is not None:
+            p64, q64 = support.compact(p64), support.compact(q64)
+        pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
+        return kl(pi, q64).to(work_dtype(q))
+
+    def _accept_all_and_emitted(
+        self, p: torch.Tensor, q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = work_dtype(q)
         p64, q64 = p.double(), q.double()
         delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
@@ -160,11 +181,29 @@ class Cactus(Rule):
         return accept.to(dtype), pi.to(dtype)
 
 
+class Cactus(CactusFamily):
+    """Cactus with the paper's closed-form (second-order) h_n."""
+
+    name = "cactus"
+    colour = "#008856"
+    shown_first = True
+    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
+    in_words = (
+        "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
+        "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
+        "the text drifts a little from the verifier's."
+    )
+    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
+    delta = DELTA
+
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
+        return self.delta
+
+
 class CactusExact(Cactus):
     """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
 
     name = "cactus-exact"
-    family = "Cactus"
     colour = "#0067A5"
     shown_first = True
     description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
@@ -175,11 +214,11 @@ class CactusExact(Cactus):
     )
     guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
-    def _hfun(self, q, delta):
+    def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
         return cactus_exact_h(q, float(delta))
 
 
-class CactusBudget(Cactus):
+class CactusBudget(CactusFamily):
     """Cactus with, per position, the largest delta' whose emitted pi has KL(pi ‖ q) ≤ budget.
 
     A safeguarded secant search on log delta' in [1e-9, 1e9] (`_budget_delta_rows`: delta'
@@ -191,7 +230,6 @@ class CactusBudget(Cactus):
     """
 
     name = "cactus-budget"
-    family = "Cactus"
     colour = "#875692"
     shown_first = True
     description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
@@ -201,13 +239,13 @@ class CactusBudget(Cactus):
     )
     guarantee = "KL(pi ‖ q) ≤ budget at every position"
     needs_rows = True
-    params_spec = (BUDGET,)
+    budget = BUDGET
 
-    def _delta(self, stats):
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
         return stats[0]
 
-    def position_stats(self, q, p):
-        return (budget_delta(p, q, self.params["budget"]).to(q.dtype),)
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        return (budget_delta(p, q, self.budget).to(q.dtype),)
 
 
 # The entropy at which cactus-adaptive spends exactly delta.
@@ -225,7 +263,6 @@ class CactusAdaptive(Cactus):
     """
 
     name = "cactus-adaptive"
-    family = "Cactus"
     colour = "#A1CAF1"
     shown_first = False
     description = "Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)"
@@ -235,14 +272,13 @@ class CactusAdaptive(Cactus):
     )
     citation = CITATION + "; the adaptive budget is this lab's form of the paper's future work"
     guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
-    needs_rows = True
-    params_spec = (DELTA,)  # the same delta (and Playground slider) as cactus, rescaled
+    needs_rows = True  # its delta is cactus's own (and Playground slider), rescaled
 
-    def _delta(self, stats):
+    def _delta(self, stats: RowStats) -> torch.Tensor | float:
         return stats[0]
 
-    def position_stats(self, q, p):
-        return (self.params["delta"] * entropy(q) / REFERENCE_ENTROPY,)
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        return (self.delta * entropy(q) / REFERENCE_ENTROPY,)
 
 
 def budget_delta(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Tensor:
@@ -281,6 +317,9 @@ def _budget_delta_rows(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch
     gets 0 (sps); one where UNBOUNDED fits gets UNBOUNDED.
     """
     p64, q64 = p.double(), q.double()
+    support = DraftSupport.of(p64)
+    if support is not None:  # the same KL from shorter rows (`DraftSupport`)
+        p64, q64 = support.compact(p64), support.compact(q64)
     pre = CactusPrecomputed(p64, q64)
     # c falls as q grows under the closed form: q's descending order sorts c for every delta,
     # and h is elementwise in q, so every step works in the two fixed orders without sorting.
@@ -294,21 +333,21 @@ def _budget_delta_rows(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch
         pi_r = pi_in_rho_order(pre, c_s, p_c, h_c, cactus_h(pre.q_r, delta))
         return torch.log(kl(pi_r, pre.q_r))  # -inf where KL = 0; KL ignores the order
 
-    f64 = {"dtype": torch.float64, "device": q.device}
+    f64, dev = torch.float64, q.device
     n = q.shape[0]
     target = math.log(budget) if budget > 0 else -math.inf
-    hi = torch.full((n,), _LOG_HIGH, **f64)  # does not fit (checked first)
+    hi = torch.full((n,), _LOG_HIGH, dtype=f64, device=dev)  # does not fit (checked first)
     f_hi = log_kl(hi) - target
     if budget <= 0:  # only KL = 0 fits, and then every delta does (p = q)
         return torch.where(f_hi.isnan() | (f_hi <= 0), UNBOUNDED, 0.0).to(torch.float64)
     top = f_hi <= 0
-    lo = torch.full((n,), _LOG_LOW, **f64)  # fits once `seen`
+    lo = torch.full((n,), _LOG_LOW, dtype=f64, device=dev)  # fits once `seen`
     seen = torch.zeros(n, dtype=torch.bool, device=q.device)
     done = top.clone()
     # Before a second point exists, the secant's slope is 1: KL grows like delta while delta is
     # small (pi − q like sqrt(delta), KL like its square).
     x_prev, f_prev = hi, torch.full_like(hi, math.nan)
-    x = torch.full((n,), min(max(target, _LOG_LOW), _LOG_HIGH - 1), **f64)
+    x = torch.full((n,), min(max(target, _LOG_LOW), _LOG_HIGH - 1), dtype=f64, device=dev)
     for _ in range(_MAX_STEPS):
         if bool(done.all()):
             break

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -83,7 +85,25 @@ def cactus_monotone_emitted(
     needs no gather on the c side (and hfun runs once per token, which matters for the
     exact root's Newton solve). A caller that already holds h for every token (h_vocab,
     [..., V] in vocabulary order) passes it instead of hfun.
+
+    Where p has mass on a part of the vocabulary only (a draft whose head covers some of the
+    ids), the rows are first compacted to that part plus one token for the rest
+    (`DraftSupport`): the same pi, from rows a fraction as long.
     """
+    if h_vocab is None and hfun is not None:
+        support = DraftSupport.of(p)
+        if support is not None:
+            pi = _monotone_emitted(support.compact(p), support.compact(q), hfun, None)
+            return support.expand(pi, q)
+    return _monotone_emitted(p, q, hfun, h_vocab)
+
+
+def _monotone_emitted(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    hfun: Callable[[torch.Tensor], torch.Tensor] | None,
+    h_vocab: torch.Tensor | None,
+) -> torch.Tensor:
     pre = CactusPrecomputed(p, q)
     q_c, c_order = sort_nonneg(q, descending=True)  # [..., V]
     if h_vocab is not None:
@@ -97,3 +117,55 @@ def cactus_monotone_emitted(
     h = torch.empty_like(h_c).scatter_(-1, c_order, h_c)
     pi_r = pi_in_rho_order(pre, c_s, p.gather(-1, c_order), h_c, h.gather(-1, pre.rho_order))
     return h.scatter_(-1, pre.rho_order, pi_r)  # h's buffer is free again
+
+
+# Below this vocabulary size compacting saves too little to pay for itself.
+_COMPACT_MIN = 4096
+
+
+@dataclass(frozen=True)
+class DraftSupport:
+    """The ids where some row of p has mass (`cols` [S]), when they are at most half of the
+    vocabulary: a draft with a head over part of the ids (the embedded feature draft scores
+    12,288 of 49,152) gives p = 0 on the rest.
+
+    For the Cactus family every token x with p_x = 0 behaves alike: it is never rejected as a
+    draft (w_x = 0), it counts c·q_x towards every Z_n (max(0, c·q_x − 0) is linear in q_x),
+    and it gets pi_x = q_x · sum over n with c_n > 0 of w_n·c_n, one factor for all of them.
+    So those tokens can stand as one token whose q is their total: `compact` rows [..., S + 1]
+    give the same Z_n, the same pi on the support, and pi of the merged token, which
+    `expand` shares out in proportion to q. KL(pi ‖ q) of the compact rows equals the full
+    rows' too: sum of pi_x·log(pi_x / q_x) over the merged tokens is the merged token's term.
+    """
+
+    cols: torch.Tensor  # [S] int64
+    rest: torch.Tensor  # [V] bool: the ids outside the support
+
+    @classmethod
+    def of(cls, p: torch.Tensor) -> DraftSupport | None:
+        v = p.shape[-1]
+        if v < _COMPACT_MIN or p.numel() == 0:
+            return None
+        mass = (p.reshape(-1, v) > 0).any(0)  # [V]
+        cols = mass.nonzero().squeeze(-1)
+        if 2 * cols.numel() > v:
+            return None
+        return cls(cols, ~mass)
+
+    def compact(self, x: torch.Tensor) -> torch.Tensor:
+        """[..., V] -> [..., S + 1]: the support's entries, then the total of the rest."""
+        return torch.cat([x[..., self.cols], self._rest_total(x)], -1)
+
+    def expand(self, pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """pi of compact rows [..., S + 1] -> [..., V], the merged token's mass shared out over
+        the rest in proportion to q."""
+        rest = self.rest.to(pi.dtype)
+        q_rest = self._rest_total(q.to(pi.dtype))
+        scale = torch.where(q_rest > 0, pi[..., -1:] / q_rest.clamp_min(_TINY), 0.0)
+        out = q.to(pi.dtype) * (scale * rest)
+        out[..., self.cols] = pi[..., :-1]
+        return out
+
+    def _rest_total(self, x: torch.Tensor) -> torch.Tensor:
+        rest = torch.linalg.vecdot(x, self.rest.to(x.dtype))
+        return cast(torch.Tensor, rest).unsqueeze(-1)  # [..., 1]

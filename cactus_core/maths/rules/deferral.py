@@ -40,18 +40,34 @@ class Deferral(Rule):
         defers = stats[0].unsqueeze(-1) * (mass > 0).to(q.dtype)
         return h.mul_(defers / mass.clamp_min(_TINY)).addcmul_(q, 1 - defers)
 
-    def _accept(self, qn, pn, stats):
+    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         # deferring: h_n = p_n / mass ≥ p_n on q's support (q_n = 0 is rejected by Rule.accept)
         return torch.where(stats[0] > 0, 1.0, min1_ratio(qn, pn))
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         return self._target_rows(q, p, stats)
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         w = self._target_rows(q, p, stats).sub_(p).clamp_min_(0.0)
         return fallback_(w, q)  # empty only where nothing on q's support is rejected
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._target_rows(q, p, stats), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -75,27 +91,25 @@ class Cascade(Deferral):
     citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
     guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
     tunable = True
-    params_spec = (
-        Param(
-            "alpha",
-            "α",
-            default=0.3,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8),
-            help="Trust the draft where its top probability is at least 1 − alpha.",
-        ),
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.3,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.1, 0.2, 0.4, 0.6, 0.8),
+        help="Trust the draft where its top probability is at least 1 − alpha.",
     )
 
     @classmethod
-    def decisions_replay_exactly(cls, params, kept):
+    def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
         # a(n) is 1 where the position defers (q_n > 0), else min(1, q_n / p_n): it needs max p,
         # which a replay row's top entries keep, and p_n, q_n, which it keeps exactly
         return kept >= 1
 
-    def _defers(self, p, q):
-        return p.amax(-1) >= 1 - self.params["alpha"]
+    def _defers(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return p.amax(-1) >= 1 - self.alpha
 
 
 class Fuzzy(Deferral):
@@ -114,20 +128,18 @@ class Fuzzy(Deferral):
     )
     guarantee = "pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)"
     tunable = True
-    params_spec = (
-        Param(
-            "T",
-            "JS≤",
-            default=0.1,
-            low=0.0,
-            high=1.0,  # JS never exceeds log 2 ≈ 0.69 nats
-            ui=(0.0, 0.7),
-            grid=(0.0, 0.01, 0.03, 0.1, 0.2, 0.4),
-            help="Trust the draft where the Jensen–Shannon divergence of p and q is at most T.",
-            log=True,
-            unit="nats",
-        ),
+    T = Param(
+        "T",
+        "JS≤",
+        default=0.1,
+        low=0.0,
+        high=1.0,  # JS never exceeds log 2 ≈ 0.69 nats
+        ui=(0.0, 0.7),
+        grid=(0.0, 0.01, 0.03, 0.1, 0.2, 0.4),
+        help="Trust the draft where the Jensen–Shannon divergence of p and q is at most T.",
+        log=True,
+        unit="nats",
     )
 
-    def _defers(self, p, q):
-        return js_divergence(p, q) <= self.params["T"]
+    def _defers(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return js_divergence(p, q) <= self.T

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.limit import clip_target, optimal_params, price_params
-from cactus_core.maths.rules.base import NO_STATS, Param, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import NO_STATS, Param, RowStats, Rule, fallback_, min1_ratio
 from cactus_core.maths.rules.cactus import BUDGET
 from cactus_core.maths.validation import work_dtype
 
@@ -37,37 +37,53 @@ class Interp(Rule):
         "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
     )
     tunable = True
-    params_spec = (
-        Param(
-            "alpha",
-            "α",
-            default=0.5,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0),
-            help="h = alpha·p + (1 − alpha)·q.",
-        ),
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.5,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0),
+        help="h = alpha·p + (1 − alpha)·q.",
     )
 
-    def _h_n(self, qn, pn, stats):
-        alpha = self.params["alpha"]
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        alpha = self.alpha
         return alpha * pn + (1 - alpha) * qn  # q_n = 0 is rejected by Rule.accept
 
-    def _target(self, q, p, n, qn, pn, stats):
-        alpha = self.params["alpha"]
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
+        alpha = self.alpha
         # in place on one fresh buffer: torch.where over [B, V] is several times slower on CPU
         return (q > 0).to(p.dtype).mul_(p).mul_(alpha).add_(q, alpha=1 - alpha)
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         w = self._target(q, p, n, qn, pn, stats).sub_(p).clamp_min_(0.0)
         return fallback_(w, q)  # empty only when every kept draft passes: q is a safe draw
 
-    def adjusted_target(self, q, p, n, validate=True):
+    def adjusted_target(
+        self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
+    ) -> torch.Tensor:
         h = super().adjusted_target(q, p, n, validate)
         return h / h.sum(-1, keepdim=True)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return min1_ratio(self._target(q, p, None, None, None, stats), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -79,12 +95,45 @@ class Interp(Rule):
         return kept + rejected.clamp_min(0.0) * w / w.sum(-1, keepdim=True)
 
 
-class Optimal(Rule):
+class ClipTarget(Rule):
+    """What the limit's rules share: verify against pi* = clip(p, B·q, A·q), with (B, A) per
+    position from `position_stats`; the same h for every n, so pi = pi*."""
+
+    family = "fixed target"
+    needs_rows = True
+    tunable = True
+
+    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        lower, upper = stats
+        return clip_target(pn.unsqueeze(-1), qn.unsqueeze(-1), lower, upper).squeeze(-1)
+
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
+        lower, upper = stats
+        return clip_target(p, q, lower, upper)
+
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return min1_ratio(self._target(q, p, None, None, None, stats), p)
+
+    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
+        p64, q64 = p.double(), q.double()
+        pi = clip_target(p64, q64, *self.position_stats(q64, p64))
+        return (pi / pi.sum(-1, keepdim=True)).to(dtype)
+
+
+class Optimal(ClipTarget):
     """Verify against pi* = clip(p, B·q, A·q), the most-accepting pi with KL(pi ‖ q) ≤ budget
     (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
 
     name = "optimal"
-    family = "fixed target"
     colour = "#882D17"
     shown_first = True
     description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
@@ -95,32 +144,13 @@ class Optimal(Rule):
     )
     citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
     guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
-    needs_rows = True
-    tunable = True
-    params_spec = (BUDGET,)
+    budget = BUDGET
 
-    def position_stats(self, q, p):
-        return optimal_params(p, q, self.params["budget"], validate=False)  # (B, A) float64
-
-    def _h_n(self, qn, pn, stats):
-        lower, upper = stats
-        return clip_target(pn.unsqueeze(-1), qn.unsqueeze(-1), lower, upper).squeeze(-1)
-
-    def _target(self, q, p, n, qn, pn, stats):
-        lower, upper = stats
-        return clip_target(p, q, lower, upper)
-
-    def _accept_all(self, p, q, stats):
-        return min1_ratio(self._target(q, p, None, None, None, stats), p)
-
-    def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        dtype = torch.promote_types(work_dtype(q), work_dtype(p))
-        p64, q64 = p.double(), q.double()
-        pi = clip_target(p64, q64, *self.position_stats(q64, p64))
-        return (pi / pi.sum(-1, keepdim=True)).to(dtype)
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        return optimal_params(p, q, self.budget, validate=False)  # (B, A) float64
 
 
-class OptimalPrice(Optimal):
+class OptimalPrice(ClipTarget):
     """Verify against pi*_t = q·clip(p/q, B, B·e^t), B fixed by normalisation per position.
 
     One price t per nat for every position, where `optimal` fixes a budget per position: the
@@ -130,7 +160,6 @@ class OptimalPrice(Optimal):
     """
 
     name = "optimal-price"
-    family = "fixed target"
     colour = "#2B3D26"
     shown_first = False
     description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
@@ -140,20 +169,18 @@ class OptimalPrice(Optimal):
     )
     citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
     guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"
-    params_spec = (
-        Param(
-            "t",
-            "t",
-            default=1.0,
-            low=0.0,
-            high=700.0,  # e^t stays finite in float64; pi = p on q's support long before
-            ui=(0.0, 8.0),
-            grid=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0),
-            help="log(A/B): how far pi may lean from q towards p; 0 is lossless sps.",
-            log=True,
-            unit="nats",
-        ),
+    t = Param(
+        "t",
+        "t",
+        default=1.0,
+        low=0.0,
+        high=700.0,  # e^t stays finite in float64; pi = p on q's support long before
+        ui=(0.0, 8.0),
+        grid=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0),
+        help="log(A/B): how far pi may lean from q towards p; 0 is lossless sps.",
+        log=True,
+        unit="nats",
     )
 
-    def position_stats(self, q, p):
-        return price_params(p, q, float(self.params["t"]))  # (B, A) float64
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        return price_params(p, q, float(self.t))  # (B, A) float64

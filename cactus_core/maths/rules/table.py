@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from cactus_core.maths.rules.base import Param, Rule
 
 
-def _param_cell(param: Param, swept: bool) -> str:
+def _param_cell(param: Param[Any], swept: bool) -> str:
     unit = f" {param.unit}" if param.unit else ""
     grid = ", ".join(f"{v:g}" for v in param.grid) if swept else "held at the default"
     kind = "integer" if param.integer else "number"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.divergence import entropy
-from cactus_core.maths.rules.base import Param, Rule, fallback_
+from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_
 from cactus_core.maths.validation import work_dtype
 
 _CHUNK = 64
@@ -28,7 +28,7 @@ def kth_largest(x: torch.Tensor, k: int) -> torch.Tensor:
     v = x.shape[-1]
     if v % _CHUNK or k * _CHUNK * 4 > v or x.numel() == 0:
         return x.topk(k, dim=-1).values[..., -1]
-    chunks = x.unflatten(-1, (v // _CHUNK, _CHUNK))  # [..., V/64, 64]
+    chunks = x.reshape(*x.shape[:-1], v // _CHUNK, _CHUNK)  # [..., V/64, 64]
     top = chunks.amax(-1).topk(k, dim=-1).indices  # [..., k]
     cand = chunks.gather(-2, top.unsqueeze(-1).expand(*top.shape, _CHUNK))  # [..., k, 64]
     return cand.flatten(-2).topk(k, dim=-1).values[..., -1]
@@ -50,17 +50,37 @@ class _QThreshold(Rule):
         # q_n > 0 as well: at T = 0 the k-th largest q is 0, and the rule must stay exact match
         return (q >= threshold) & (q > 0)
 
-    def _accept(self, qn, pn, stats):
+    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._passes(qn, stats[0]).to(qn.dtype)
 
-    def _accept_all(self, p, q, stats):
+    def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
 
-    def _target(self, q, p, n, qn, pn, stats):
+    def _target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        qn: torch.Tensor,
+        pn: torch.Tensor,
+        stats: RowStats,
+    ) -> torch.Tensor:
         drafted = _one_hot(n, q.shape[-1], q.dtype)
         w = self.residual_weights(q, p, n, qn, pn, stats)
         passes = self._passes(qn, stats[0]).unsqueeze(-1)
         return torch.where(passes, drafted, w / w.sum(-1, keepdim=True))
+
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
+        """A threshold rule's residual does not depend on the drafted token (n may be None)."""
+        raise NotImplementedError
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))
@@ -91,39 +111,45 @@ class TAS(_QThreshold):
     )
     citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
     guarantee = "none on the divergence; a rejection emits argmax q"
-    params_spec = (
-        Param(
-            "epsilon",
-            "ε",
-            default=0.09,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.3, 0.09, 0.03, 0.01, 0.003, 0.001),
-            help="Accept if q_n exceeds this…",
-            log=True,
-        ),
-        Param(
-            "alpha",
-            "α",
-            default=0.3,
-            low=0.0,
-            high=1e6,
-            ui=(0.0, 1.0),
-            grid=(0.3,),
-            help="…or alpha·exp(−H(q)), whichever is smaller.",
-        ),
+    epsilon = Param(
+        "epsilon",
+        "ε",
+        default=0.09,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.3, 0.09, 0.03, 0.01, 0.003, 0.001),
+        help="Accept if q_n exceeds this…",
+        log=True,
+    )
+    alpha = Param(
+        "alpha",
+        "α",
+        default=0.3,
+        low=0.0,
+        high=1e6,
+        ui=(0.0, 1.0),
+        grid=(0.3,),
+        help="…or alpha·exp(−H(q)), whichever is smaller.",
     )
 
-    def position_stats(self, q, p):
-        threshold = self.params["alpha"] * torch.exp(-entropy(q))
-        return (torch.clamp_max(threshold, self.params["epsilon"]).to(q.dtype),)
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        threshold = self.alpha * torch.exp(-entropy(q))
+        return (torch.clamp_max(threshold, self.epsilon).to(q.dtype),)
 
     @staticmethod
     def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
         return q > threshold
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         return _one_hot(q.argmax(-1), q.shape[-1], q.dtype)
 
 
@@ -141,29 +167,35 @@ class TopK(_QThreshold):
     )
     citation = "a common lossy baseline: top-k membership under the verifier"
     guarantee = "emits only tokens in q's top k_top"
-    params_spec = (
-        Param(
-            "k_top",
-            "k_top",
-            default=5,
-            low=1,
-            high=2**31 - 1,
-            ui=(1, 100),
-            grid=(1, 2, 5, 10, 20, 50),
-            help="Accept drafts among q's top k_top.",
-            integer=True,
-        ),
+    k_top = Param(
+        "k_top",
+        "k_top",
+        default=5,
+        low=1,
+        high=2**31 - 1,
+        ui=(1, 100),
+        grid=(1, 2, 5, 10, 20, 50),
+        help="Accept drafts among q's top k_top.",
+        integer=True,
     )
 
     @classmethod
-    def decisions_replay_exactly(cls, params, kept):
+    def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
         # the k_top-th largest q is exact whenever the replay row kept that many entries
         return int(params["k_top"]) <= kept
 
-    def position_stats(self, q, p):
-        return (kth_largest(q, min(int(self.params["k_top"]), q.shape[-1])),)
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        return (kth_largest(q, min(int(self.k_top), q.shape[-1])),)
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         inside = self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
         # no mass only if the draft is certain of the one passing token (never rejected then)
         return fallback_((inside - p).clamp_min_(0.0), inside)
@@ -194,39 +226,45 @@ class RelaxedTopK(_QThreshold):
     citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
     guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
     tunable = True
-    params_spec = (
-        Param(
-            "delta_r",
-            "δ_r",
-            default=0.1,
-            low=0.0,
-            high=1.0,
-            ui=(0.0, 1.0),
-            grid=(0.0, 0.02, 0.05, 0.1, 0.2, 0.5),
-            help="Accept a draft whose q_n is within delta_r of the verifier's top probability…",
-        ),
-        Param(
-            "K",
-            "K",
-            default=10,
-            low=1,
-            high=2**31 - 1,
-            ui=(1, 100),
-            grid=(10,),
-            help="…and among the verifier's K most likely tokens.",
-            integer=True,
-        ),
+    delta_r = Param(
+        "delta_r",
+        "δ_r",
+        default=0.1,
+        low=0.0,
+        high=1.0,
+        ui=(0.0, 1.0),
+        grid=(0.0, 0.02, 0.05, 0.1, 0.2, 0.5),
+        help="Accept a draft whose q_n is within delta_r of the verifier's top probability…",
+    )
+    K = Param(
+        "K",
+        "K",
+        default=10,
+        low=1,
+        high=2**31 - 1,
+        ui=(1, 100),
+        grid=(10,),
+        help="…and among the verifier's K most likely tokens.",
+        integer=True,
     )
 
     @classmethod
-    def decisions_replay_exactly(cls, params, kept):
+    def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
         # the K-th largest and the largest q are exact whenever the replay row kept K entries
         return int(params["K"]) <= kept
 
-    def position_stats(self, q, p):
-        kth = kth_largest(q, min(int(self.params["K"]), q.shape[-1]))
-        floor = q.amax(-1) - self.params["delta_r"]
+    def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
+        kth = kth_largest(q, min(int(self.K), q.shape[-1]))
+        floor = q.amax(-1) - self.delta_r
         return (torch.maximum(kth, floor),)
 
-    def residual_weights(self, q, p, n, qn, pn, stats):
+    def residual_weights(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor | None,
+        qn: torch.Tensor | None,
+        pn: torch.Tensor | None,
+        stats: RowStats,
+    ) -> torch.Tensor:
         return q.clone()

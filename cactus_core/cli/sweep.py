@@ -10,17 +10,19 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from cactus_core import cli
-from cactus_core.cli import (
+from cactus_core.cli.common import (
     add_sampling_args,
+    add_tree_args,
     check_output_path,
     check_seed_range,
     sampling_from_args,
+    text_progress,
+    tree_from_args,
 )
-from cactus_core.cli_models import add_model_args, pair_kwargs_from_args
+from cactus_core.cli.models import add_model_args, pair_kwargs_from_args
+from cactus_core.cli.reference import cmd_reference
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES, RULES, rule_class
 
 
@@ -57,7 +59,7 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="use the first N (default 20; with --reference all the built-in prompts)",
     )
     add_sampling_args(p, max_new_tokens=64)
-    cli.add_tree_args(p, "draft a tree each round instead of a chain (prompts one by one)")
+    add_tree_args(p, "draft a tree each round instead of a chain (prompts one by one)")
     p.add_argument("--chunk-size", type=int, default=5, help="prompts per batched call")
     p.add_argument(
         "--no-limit",
@@ -93,11 +95,11 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     add_backend_args(p)
     add_model_args(p)
-    p.set_defaults(handler=cmd_sweep)
+    p.set_defaults(handler=cmd_sweep, sweep_parser=p)
 
 
 def add_reference_args(p: argparse.ArgumentParser) -> None:
-    """--reference and its flags: rebuilding the shipped reference sweep (cli_reference)."""
+    """--reference and its flags: rebuilding the shipped reference sweep (`reference`)."""
     p.add_argument(
         "--reference",
         action="store_true",
@@ -180,7 +182,7 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         chunk_size=args.chunk_size,
         limit=not args.no_limit,
         tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
-        tree=cli.tree_from_args(args),
+        tree=tree_from_args(args),
     )
 
 
@@ -200,33 +202,12 @@ def _read_prompts(path: str) -> tuple[list[str], list[str]]:
     return parse_tagged_prompt_file(path, data)
 
 
-def text_progress(stream: Any, width: int = 30) -> Callable[[Any], None]:
-    """A one-line progress bar for a terminal (carriage returns; a newline at the end)."""
-    start = time.perf_counter()
-
-    def show(p: Any) -> None:
-        filled = int(width * p.fraction)
-        bar = "#" * filled + "." * (width - filled)
-        where = "cached" if p.cached else "ran"
-        elapsed = time.perf_counter() - start
-        workers = f" {p.workers} workers" if p.workers > 1 else ""
-        stream.write(
-            f"\r[{bar}] {p.done}/{p.total} chunks{workers} {elapsed:5.0f}s  {p.setting} ({where})"
-        )
-        stream.write(" " * 8 + ("\n" if p.done == p.total else ""))
-        stream.flush()
-
-    return show
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
     from cactus_core.experiments.sweep import run_sweep
     from cactus_core.experiments.sweep_cache import SweepCache
 
     if args.reference:
-        from cactus_core.cli_reference import cmd_reference
-
         return cmd_reference(args)
     config = sweep_config_from_args(args)
     for path, flag in ((args.output, "--output"), (args.html, "--html"), (args.export, "--export")):
@@ -245,9 +226,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pair_kwargs_from_args(args), workers=args.workers, address=args.ray_address
         )
     else:
-        # Through the module, read at call time: cli.main loads this module lazily, and a
-        # name bound at that import would keep whatever cli held then.
-        pair = cli.load_pair_from_args(args)
+        pair = args.load_pair(args)
     try:
         result = run_sweep(
             pair, config, cache, on_progress=text_progress(sys.stderr), backend=backend

@@ -116,7 +116,7 @@ def draft_parameters(cfg: LlamaConfig, feature_layers: int) -> int:
     attention += 2 * d * cfg.num_key_value_heads * head_dim
     layer = attention + 3 * d * inner + 2 * d
     fuse = (feature_layers + 1) * d * d if feature_layers else 0
-    return cfg.num_hidden_layers * layer + 2 * d * d + d + fuse
+    return int(cfg.num_hidden_layers * layer + 2 * d * d + d + fuse)
 
 
 def check_weights(path: Path, expected: dict[str, torch.Tensor], head_key: str, vocab: int) -> None:

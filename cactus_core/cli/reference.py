@@ -9,8 +9,7 @@ import shlex
 import sys
 import time
 
-from cactus_core import cli
-from cactus_core.cli_sweep import text_progress
+from cactus_core.cli.common import check_output_path, flag, text_progress, torch_threads
 from cactus_core.maths.sampling import SamplingSettings
 
 
@@ -21,16 +20,16 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from cactus_core.experiments.sweep_cache import SweepCache
 
     check_reference_args(args)
-    cli.check_output_path(args.output, "--output")
+    check_output_path(args.output, "--output")
     if args.n_prompts is not None and args.n_prompts < 1:
         raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
     prompts = tuple(builtin_prompts()[: args.n_prompts])
-    pair = cli.load_pair_from_args(args)
+    pair = args.load_pair(args)
     cache = SweepCache(args.cache_dir) if args.cache_dir else SweepCache()
     # The command as run, model flags included, so the file says which pair it measured.
     flags = [a for a in args.argv[1:] if a not in ("--reference", "--force", "--missing-only")]
     if args.threads is None:
-        flags += ["--threads", str(cli._threads())]
+        flags += ["--threads", str(torch_threads())]
     command = shlex.join([*ref.REFERENCE_COMMAND.split(), *flags])
     embedded = args.verifier is None and args.draft is None and args.feature_draft is None
     start = time.perf_counter()
@@ -71,8 +70,8 @@ _REFERENCE_FIXED = (
 def check_reference_args(args: argparse.Namespace) -> None:
     """`sweep --reference` takes only the model, prompt-count, cache and output flags, and
     writes over the shipped file only when told to (--force) or elsewhere (--output)."""
-    parser = cli.build_parser().parse_args(["sweep"])
-    given = [cli._flag(n) for n in _REFERENCE_FIXED if getattr(args, n) != getattr(parser, n)]
+    defaults = args.sweep_parser.parse_args([])  # the sweep command's own defaults
+    given = [flag(n) for n in _REFERENCE_FIXED if getattr(args, n) != getattr(defaults, n)]
     if given:
         raise ValueError(
             f"--reference fixes the rules, sampling, prompts and scoring; leave out "

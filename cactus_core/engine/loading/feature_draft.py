@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -55,12 +56,12 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from cactus_core.engine.drafting.feature_draft_config import (
+from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.loading.feature_draft_config import (
     check_head_ids,
     check_weights,
     read_config,
 )
-from cactus_core.engine.loading.deployment import ModelLoadError
 from cactus_core.engine.runtime.fast_head import linear_scores
 
 FORMAT = "cactus-feature-draft"
@@ -125,6 +126,13 @@ class FeatureDraft(nn.Module):
     (None for the full vocabulary). The input embedding is the verifier's module itself, kept
     outside the module tree so it is neither saved, trained, nor copied by .to(dtype).
     """
+
+    # its buffers and the borrowed embedding, as the methods read them
+    fuse_scales: torch.Tensor
+    norm_weight: torch.Tensor
+    head_ids: torch.Tensor | None
+    head_weight: torch.Tensor
+    embedding: nn.Embedding
 
     def __init__(
         self,
@@ -202,12 +210,13 @@ class FeatureDraft(nn.Module):
         draft.layer.load_state_dict(state)
         d = draft.config.hidden_size
         with torch.no_grad():
+            extra: LlamaDecoderLayer
             for extra in draft.extra_layers:
                 extra.load_state_dict(state)
                 for out in (extra.self_attn.o_proj, extra.mlp.down_proj):
-                    out.weight.zero_()
-                    if out.bias is not None:
-                        out.bias.zero_()
+                    for part in (out.weight, out.bias):
+                        if part is not None:
+                            part.zero_()
             eye = torch.eye(d)
             draft.fc.weight.copy_(torch.cat([0.5 * eye, eye], dim=1))
             draft.fc.bias.zero_()
@@ -239,13 +248,13 @@ class FeatureDraft(nn.Module):
     @classmethod
     def _bare(
         cls,
-        verifier,
-        head_ids,
-        embed_scale,
-        feature_scale,
-        num_layers=1,
-        feature_layers=None,
-        layer_scales=None,
+        verifier: PreTrainedModel,
+        head_ids: torch.Tensor | None,
+        embed_scale: float,
+        feature_scale: float,
+        num_layers: int = 1,
+        feature_layers: list[int] | None = None,
+        layer_scales: list[float] | None = None,
     ) -> FeatureDraft:
         if num_layers < 1:
             raise ValueError(f"a feature draft needs at least one layer, got {num_layers}")
@@ -313,7 +322,9 @@ class FeatureDraft(nn.Module):
         draft.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
         return draft.to(dtype=dtype or head.dtype, device=head.device).eval()
 
-    def save(self, folder: Path, info: dict | None = None, dtype: torch.dtype = torch.float32):
+    def save(
+        self, folder: Path, info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32
+    ) -> None:
         """config.json + model.safetensors (own weights in `dtype`, head ids as int64)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -354,14 +365,15 @@ class FeatureDraft(nn.Module):
     @property
     def input_width(self) -> int:
         """Width of the verifier features this draft reads: (n + 1) D for n feature layers."""
-        return (len(self.feature_layers) + 1) * self.config.hidden_size
+        return (len(self.feature_layers) + 1) * int(self.config.hidden_size)
 
     def fused(self, features: torch.Tensor) -> torch.Tensor:
         """Verifier features [B, T, (n + 1) D] (the feature layers', then the top one) ->
         [B, T, D]; a one-depth draft's [B, T, D] pass through."""
         if self.fuse is None:
             return features
-        return self.fuse(features.to(self.dtype) * self.fuse_scales) / self.feature_scale
+        fused: torch.Tensor = self.fuse(features.to(self.dtype) * self.fuse_scales)
+        return fused / self.feature_scale
 
     def inputs(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """features [B, T, D] (the draft's own predictions) or [B, T, input_width] (the
@@ -376,9 +388,12 @@ class FeatureDraft(nn.Module):
             features = self.fused(features)
         e = self.embedding(next_ids).to(self.dtype) * self.embed_scale  # [B, T, D]
         f = features.to(self.dtype) * self.feature_scale  # [B, T, D]
-        return self.fc(torch.cat([e, f], dim=-1)) / self.feature_scale
+        x: torch.Tensor = self.fc(torch.cat([e, f], dim=-1))
+        return x / self.feature_scale
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor, layer: LlamaDecoderLayer):
+    def qkv(
+        self, x: torch.Tensor, positions: torch.Tensor, layer: LlamaDecoderLayer
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, D], positions [T] -> q [B, H, T, hd], k and v [B, H_kv, T, hd] (RoPE'd)."""
         attn = layer.self_attn
         b, t, _ = x.shape
@@ -397,7 +412,8 @@ class FeatureDraft(nn.Module):
         """Residual stream x [B, T, D] + attention output [B, H, T, hd] -> layer output."""
         b, _, t, _ = attn_out.shape
         x = x + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, t, -1))
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        out: torch.Tensor = x + layer.mlp(layer.post_attention_layernorm(x))
+        return out
 
     def norm(self, features: torch.Tensor) -> torch.Tensor:
         """The verifier's final RMSNorm (computed in float32, as transformers does)."""

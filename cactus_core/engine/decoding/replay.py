@@ -1,0 +1,264 @@
+"""Replaying a trace under another rule: the same drafts, the same coins, another verdict.
+
+Replay (`reverify`) asks what another rule would have decided on each round. It needs p and q
+at the verified positions. Storing them whole (V = 49,152 floats each) would make a trace
+hundreds of MB, so each position keeps its top-M entries of p and of q (M = `replay_top_m`, 128
+by default) plus the drafted token's exact p_n and q_n, and the mass left over (the tail) is
+spread evenly over the other tokens when the rows are rebuilt. Hence:
+- the replay is exact whenever the tails are empty (top-k ≤ M, or a top-p nucleus of ≤ M
+  tokens), which `RoundReplay.exact` reports;
+- otherwise accept decisions are still exact for the rules whose a(n) needs only p_n and q_n
+  (`Rule.needs_rows` False) and for those whose rows-statistic survives the cut (a rule says
+  so in `Rule.decisions_replay_exactly`); the others are approximate, and so is every
+  recovered token (the residual's tail is smeared). `python -m cactus_core rules` lists which.
+Replay judges each round on its own: the later rounds keep the drafts that were actually made.
+
+Every round is replayed the same way: its rows rebuilt (p at the rows with children, q at
+every row), then judged again with its own coins. A chain is judged as a chain (`verify`,
+which also takes the rules that decide on a whole draft); a tree round walks the same tree
+(`maths.tree.verify_tree`): the tree and q at every node do not depend on the rule, only the
+walk does. With a tail, a node's first child is judged from values the cut keeps (p_n, q_n);
+a later candidate's decision and the last token read residuals, which need whole rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace, round_verdict
+from cactus_core.engine.decoding.trace_io import is_num, vocab_size
+from cactus_core.maths.rules import Rule, lossless_rule, make_rule
+from cactus_core.maths.tree import DraftTree, TreeVerdict, children_of, verify_tree
+from cactus_core.maths.verify import verify
+
+# Below this the tail of a kept row is treated as empty (float32 rounding of the kept mass).
+_TAIL_EPS = 1e-6
+_CHAIN_FATES = {"accepted": "accepted", "rejected": "rejected", "unreached": "dropped"}
+
+
+@dataclass
+class RoundReplay:
+    index: int
+    fates_before: list[str]
+    fates_after: list[str]
+    accept_probs_after: list[float]
+    num_accepted_before: int
+    num_accepted_after: int
+    # The token emitted after the accepted drafts (recovered or bonus), before and after.
+    next_before: int
+    next_after: int
+    decisions_exact: bool  # the accept/reject fates are exactly what the full rows give
+    exact: bool  # ... and so is next_after (the kept rows held all the mass)
+    # A tree round: the fates above are per node, and these are the verdicts before and after
+    # (`TreeVerdict.to_dict`). None for a chain round.
+    tree_before: dict[str, Any] | None = None
+    tree_after: dict[str, Any] | None = None
+
+    @property
+    def flipped(self) -> list[int]:
+        """Drafted positions (a tree's nodes) whose fate changed."""
+        pairs = zip(self.fates_before, self.fates_after, strict=True)
+        return [j for j, (a, b) in enumerate(pairs) if a != b]
+
+    @property
+    def flipped_slots(self) -> list[int]:
+        """Emitted slots of the run whose drafted token's fate changed (a tree: the nodes on
+        the run's path)."""
+        if self.tree_before is None:
+            return self.flipped
+        flipped = set(self.flipped)
+        return [j for j, node in enumerate(self.tree_before["path"]) if node in flipped]
+
+    @property
+    def tokens_before(self) -> int:
+        return self.num_accepted_before + 1
+
+    @property
+    def tokens_after(self) -> int:
+        return self.num_accepted_after + 1
+
+
+@dataclass
+class Replay:
+    rule: str
+    rule_params: dict[str, Any]
+    rounds: list[RoundReplay]
+
+    @property
+    def flips(self) -> int:
+        return sum(len(r.flipped) for r in self.rounds)
+
+    @property
+    def tokens_per_call_before(self) -> float:
+        return sum(r.tokens_before for r in self.rounds) / max(len(self.rounds), 1)
+
+    @property
+    def tokens_per_call_after(self) -> float:
+        return sum(r.tokens_after for r in self.rounds) / max(len(self.rounds), 1)
+
+    @property
+    def exact(self) -> bool:
+        return all(r.exact for r in self.rounds)
+
+    @property
+    def decisions_exact(self) -> bool:
+        return all(r.decisions_exact for r in self.rounds)
+
+
+def _rebuild(ids: list[int], probs: list[float], vocab: int) -> tuple[torch.Tensor, bool]:
+    """A full row [V] (float64) from its kept entries; the tail is spread over the rest."""
+    row = torch.zeros(vocab, dtype=torch.float64)
+    row[torch.tensor(ids, dtype=torch.long)] = torch.tensor(probs, dtype=torch.float64)
+    tail = 1.0 - float(row.sum())
+    others = vocab - len(set(ids))
+    if tail > _TAIL_EPS and others > 0:
+        kept = torch.zeros(vocab, dtype=torch.bool)
+        kept[torch.tensor(ids, dtype=torch.long)] = True
+        row[~kept] = tail / others
+        return row / row.sum(), False
+    return row / row.sum(), True
+
+
+def position_rows(pos: PositionTrace, vocab: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """p and q [V] (float64) of a drafted position, rebuilt from its replay rows as `reverify`
+    rebuilds them, and whether both are exact (no tail was smeared)."""
+    p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+    q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+    return p, q, ok_p and ok_q
+
+
+def reverify(trace: Trace, rule: Rule | str) -> Replay:
+    """Judge every round's drafts again under `rule`, with the same coins.
+
+    At temperature 0 the decoder verifies by exact match whatever the rule, and so does the
+    replay. See the module docstring for what is exact.
+    """
+    if isinstance(rule, str):
+        rule = make_rule(rule)
+    vocab = vocab_size(trace.meta)
+    temperature = trace.meta.get("temperature")
+    if not is_num(temperature):
+        raise ValueError("not a trace: meta.temperature is missing or not a number")
+    judge = lossless_rule() if temperature == 0 else rule
+    out = []
+    for rnd in trace.rounds:
+        if rnd.sampled:
+            continue
+        if not rnd.positions:
+            raise ValueError("this trace was recorded without positions (record_trace=False)")
+        out.append(replay_round(judge, rnd, vocab))
+    return Replay(rule=rule.name, rule_params=dict(rule.params), rounds=out)
+
+
+def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
+    """One round judged again under `judge` with its own coins (module docstring)."""
+    # A chain is judged as a chain (`verify` takes the round-level rules too), a tree walked.
+    chain = rnd.tree is None
+    before = _checked_verdict(rnd, vocab, chain)
+    kids = children_of(before.parents)
+    p_rows, q_rows, exact = _rows(rnd, kids, vocab)
+    if chain:
+        after = _judge_chain(judge, before, p_rows, q_rows)
+    else:
+        tree = DraftTree(
+            torch.tensor(before.tokens, dtype=torch.long),
+            torch.tensor(before.parents, dtype=torch.long),
+            p_rows,
+        )
+        after = verify_tree(judge, tree, q_rows, before.uniforms.float())
+    firsts = {k[0] for k in kids if k}
+    judged = {i for w in (before, after) for i, f in enumerate(w.fates) if f != "unreached"}
+    kept = len(rnd.positions[0].replay_q_ids)
+    pointwise = judge.decisions_replay_exactly(judge.params, kept) and judged <= firsts
+    # a chain's fates in the trace's words ("dropped"), a tree's in its verdict's
+    names = _CHAIN_FATES if chain else {f: f for f in _CHAIN_FATES}
+    return RoundReplay(
+        index=rnd.index,
+        fates_before=[names[f] for f in before.fates],
+        fates_after=[names[f] for f in after.fates],
+        accept_probs_after=list(after.accept_probs),
+        num_accepted_before=len(before.path),
+        num_accepted_after=len(after.path),
+        next_before=before.emitted[-1],
+        next_after=after.emitted[-1],
+        decisions_exact=exact or pointwise,
+        exact=exact,
+        tree_before=rnd.tree,
+        tree_after=None if chain else after.to_dict(),
+    )
+
+
+def _checked_verdict(rnd: RoundTrace, vocab: int, chain: bool) -> TreeVerdict:
+    """The round's verdict, once its lists fit it: a chain's k drafts, coins and fates, one
+    position per row with its replay rows, token ids inside the vocabulary."""
+    k = rnd.k
+    lists: dict[str, list[Any]] = {
+        "draft_ids": rnd.draft_ids,
+        "accept_coins": rnd.accept_coins,
+        "draft_fates": rnd.draft_fates,
+    }
+    for name, values in lists.items() if chain else ():
+        if len(values) != k:
+            raise ValueError(f"not a trace: round {rnd.index} has k = {k} but {len(values)} {name}")
+    verdict = round_verdict(rnd)
+    rows = len(verdict.tokens) + 1
+    if len(rnd.positions) != rows:
+        raise ValueError(
+            f"not a trace: round {rnd.index} needs the replay rows of its {rows} rows, got "
+            f"{len(rnd.positions)} positions"
+        )
+    if any(not pos.replay_q_ids for pos in rnd.positions):
+        raise ValueError(f"not a trace: round {rnd.index} lacks the replay rows")
+    if any(not 0 <= t < vocab for t in verdict.tokens):
+        raise ValueError(f"not a trace: round {rnd.index} holds a token id outside [0, {vocab})")
+    return verdict
+
+
+def _rows(
+    rnd: RoundTrace, kids: list[list[int]], vocab: int
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """p and q at every row [R, V] float32, rebuilt from the replay rows (a leaf's p, never
+    read, is its q), and whether every rebuilt row was exact."""
+    p_rows, q_rows, exact = [], [], True
+    for r, pos in enumerate(rnd.positions):
+        q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+        p, ok_p = q, True
+        if kids[r]:
+            if not pos.replay_p_ids:
+                raise ValueError(f"not a trace: round {rnd.index} lacks p at row {r}")
+            p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+        p_rows.append(p)
+        q_rows.append(q)
+        exact &= ok_q and ok_p
+    return torch.stack(p_rows).float(), torch.stack(q_rows).float(), exact
+
+
+def _judge_chain(
+    judge: Rule, before: TreeVerdict, p_rows: torch.Tensor, q_rows: torch.Tensor
+) -> TreeVerdict:
+    """A chain judged again as a chain (`verify`), with its coins."""
+    k = len(before.tokens)
+    drafts = torch.tensor([before.tokens], dtype=torch.long)
+    res = verify(
+        judge,
+        p_rows[None, :k],
+        drafts,
+        q_rows[None],
+        uniforms=torch.tensor([before.coins], dtype=torch.float32),
+        sample_uniforms=torch.tensor([before.emit_coin], dtype=torch.float32),
+    )
+    m = int(res.num_accepted[0])
+    nan = [float("nan")] * k
+    return TreeVerdict.of_chain(
+        before.tokens,
+        m,
+        res.output_token_ids[0].tolist(),
+        res.accept_probs[0].tolist(),
+        before.coins,
+        before.emit_coin,
+        nan,
+        nan,
+    )

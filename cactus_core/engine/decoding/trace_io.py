@@ -1,0 +1,129 @@
+"""Reading a trace file strictly: each field of a trace's dataclasses checked against its
+annotation (`checked_fields`), token ids against the vocabulary, before anything is allocated
+from the file's numbers; and writing one as JSON (`finite`: non-finite floats become null).
+
+Errors are ValueErrors that start with "not a trace:" and name the first field that is missing,
+of the wrong type or out of range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+# The largest vocabulary a trace may declare: replay allocates rows of this size, and real
+# models stay far below it (262k for the largest common tokenizers).
+MAX_VOCAB = 1 << 20
+
+# Fields read apart by the caller (nested objects), never by `checked_fields`.
+NESTED = ("positions", "tree")
+
+_KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def is_file(text: str) -> bool:
+    """Whether `text` names an existing file (a short one-line string only)."""
+    try:
+        return len(text) < 4096 and "\n" not in text and Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _as_float(v: Any) -> float:
+    # to_json writes non-finite floats (an infinite KL, a -inf log-probability) as null.
+    return math.nan if v is None else float(v)
+
+
+def _check_value(kind: str, v: Any) -> tuple[bool, Any]:
+    """(valid, value as the dataclass holds it) for a field annotated `kind`."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if v is None and optional:
+        return True, None
+    if base == "int":
+        return is_int(v), v
+    if base == "float":
+        return (v is None or is_num(v)), _as_float(v)
+    if base == "bool":
+        return isinstance(v, bool), v
+    if base == "str":
+        return isinstance(v, str), v
+    if base.startswith("list[") and isinstance(v, list):
+        item = base[5:-1]
+        if item == "int":
+            return all(is_int(x) for x in v), v
+        if item == "float":
+            return all(x is None or is_num(x) for x in v), [_as_float(x) for x in v]
+        if item == "str":
+            return all(isinstance(x, str) for x in v), v
+    return False, v
+
+
+def checked_fields(cls: type, raw: Any, where: str, vocab: int | None) -> dict[str, Any]:
+    """The dataclass's fields (less the `NESTED` ones) from a JSON object, each checked
+    against its annotation; token ids (fields named *_id, *_ids) against the vocabulary."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"not a trace: {where} must be an object")
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in NESTED:
+            continue
+        if f.name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"not a trace: {where} has no {f.name!r}")
+            continue
+        ok, value = _check_value(str(f.type), raw[f.name])
+        if not ok:
+            base = str(f.type).removesuffix(" | None")
+            want = _KIND_TEXT.get(
+                base, f"a list of {base[5:-1]}s" if base.startswith("list[") else base
+            )
+            raise ValueError(f"not a trace: {where}.{f.name} must be {want}")
+        if f.name.endswith(("_id", "_ids")):
+            check_ids(value, f"{where}.{f.name}", vocab)
+        out[f.name] = value
+    return out
+
+
+def check_ids(value: Any, where: str, vocab: int | None) -> None:
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    high = vocab if vocab is not None else MAX_VOCAB
+    if any(not 0 <= i < high for i in ids):
+        raise ValueError(f"not a trace: {where} holds a token id outside [0, {high})")
+
+
+def meta_field(meta: dict[str, Any], name: str, kind: type) -> Any:
+    """meta[name], which must be a `kind` (not a bool)."""
+    value = meta.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"not a trace: meta.{name} is missing or not {kind.__name__}")
+    return value
+
+
+def vocab_size(meta: dict[str, Any]) -> int:
+    """meta.vocab_size, an integer in [1, MAX_VOCAB]."""
+    vocab = meta_field(meta, "vocab_size", int)
+    if not 1 <= vocab <= MAX_VOCAB:
+        raise ValueError(f"not a trace: meta.vocab_size must be an integer in [1, {MAX_VOCAB}]")
+    return int(vocab)
+
+
+def finite(x: Any) -> Any:
+    """x with every non-finite float replaced by None (JSON has no infinity)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
