@@ -240,7 +240,8 @@ class SpeculativeDecoder:
         if not isinstance(prompt, str):
             raise ValueError("rounds() takes a single prompt string")
         rows = self._rows([prompt], max_new_tokens, seed, chat_template, speculative)
-        return DecodeStream(self._decode(rows, max_new_tokens, speculative))
+        rec = Recorder()  # the stream's consumer pauses it while it holds the stream
+        return DecodeStream(self._decode(rows, max_new_tokens, speculative, rec), rec.pause)
 
     # -- driving ----------------------------------------------------------------------------
     def _drive(
@@ -255,7 +256,7 @@ class SpeculativeDecoder:
         single = isinstance(prompt, str)
         prompts = [prompt] if single else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
-        events = self._decode(rows, max_new_tokens, speculative)
+        events = self._decode(rows, max_new_tokens, speculative, Recorder())
         while True:
             try:
                 row, rnd = next(events)
@@ -300,7 +301,9 @@ class SpeculativeDecoder:
 
     # -- the loop ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, rows: list[DecodeRow], max_new_tokens: int, speculative: bool) -> Events:
+    def _decode(
+        self, rows: list[DecodeRow], max_new_tokens: int, speculative: bool, recorder: Recorder
+    ) -> Events:
         """Yields (row index, round) as rounds finish; returns the outputs in prompt order."""
         start = time.perf_counter()
         batch_id = time.time_ns()
@@ -313,7 +316,6 @@ class SpeculativeDecoder:
         active = list(rows)
         clock = LoopClock()
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
-        recorder = Recorder()
         # Rounds committed whose recording may still be running: handed out after the next
         # round (which runs beside it) or at the end.
         waiting: list[tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int]] = []
@@ -471,8 +473,7 @@ class SpeculativeDecoder:
         clock: LoopClock,
         recorder: Recorder,
     ) -> list[RoundEvent]:
-        """One round with a draft tree (`tree_round`): one sequence. Its emitted KL is
-        measured on the worker."""
+        """One round with a draft tree (`tree_round`), one sequence; KL measured on the worker."""
         coins = draw_tree_coins(row.generator, self.tree, self.device)
         out = run_tree_round(self.judge, verifier, draft, row.tokens[-1], coins, self.sampling)
         t0 = time.perf_counter()
