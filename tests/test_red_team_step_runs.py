@@ -106,4 +106,3 @@ def test_the_page_frees_the_run_it_replaces_and_closes_its_run_when_the_session_
         again: StepRun = at.session_state["step_run"]
         assert not again.closed and len(again.rounds) == shown
         assert old() is None
-

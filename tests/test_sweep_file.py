@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from cactus_core.app.sweep_file_view import sweep_file_in_words
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.reference import load_reference
@@ -78,7 +79,8 @@ def test_export_then_open_gives_the_same_frontier_and_tuner_answers(swept, expor
             assert answers_by_task(opened.result, "cactus", budget) == answers_by_task(
                 swept, "cactus", budget
             )
-    assert "6 prompts" in opened.caption() and "cpu" in opened.caption()
+    words = sweep_file_in_words(opened)
+    assert "6 prompts" in words and "cpu" in words
 
 
 def test_the_task_split_keeps_every_prompt_once_and_its_numbers(swept):
