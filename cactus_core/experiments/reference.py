@@ -181,10 +181,12 @@ def _load(path: str, _stamp: int) -> Reference:
         )
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError) as err:
         reason = str(err) or type(err).__name__
-        raise ValueError(
-            f"cannot read the reference sweep {path} ({reason}); regenerate it with "
-            f"`{REFERENCE_COMMAND} --force`"
-        ) from None
+    except RecursionError:
+        reason = "its JSON is nested too deeply"
+    raise ValueError(
+        f"cannot read the reference sweep {path} ({reason}); regenerate it with "
+        f"`{REFERENCE_COMMAND} --force`"
+    ) from None
 
 
 def _read_capped(path: str) -> bytes:
@@ -256,6 +258,8 @@ def _check_shape(data: object) -> None:
             raise ValueError(f"{where}.rows is not a list")
         for j, row in enumerate(rows):
             _check_row(row, f"{where}.rows[{j}]")
+        if not any(row["rule"] in RULES for row in rows):
+            raise ValueError(f"{where}.rows has no rule's row to draw")
         lim = sw.get("limit")
         if lim is not None:
             if not isinstance(lim, dict) or not isinstance(lim.get("count"), int):
