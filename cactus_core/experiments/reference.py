@@ -20,8 +20,8 @@ import gzip
 import json
 import math
 import os
+import secrets
 import subprocess
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -500,11 +500,14 @@ def write_reference(data: dict[str, Any], path: Path | str | None = None) -> Pat
     """Store the reference as gzipped JSON (deterministic bytes: no timestamp in the gzip).
 
     Written to a temporary file beside it and moved into place, so an interrupted write leaves
-    the old file whole instead of a truncated one that every page would read."""
+    the old file whole instead of a truncated one that every page would read. The file gets the
+    mode any new file gets (0666 less the umask), not a temporary file's 0600: a server
+    running as another user reads it."""
     path = Path(path) if path is not None else REFERENCE_FILE
     raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(gzip.compress(raw, mtime=0))
