@@ -121,17 +121,16 @@ def _where() -> tuple[int, int]:
 
 # The buttons' callbacks read the run from the session state rather than taking it as an
 # argument: Streamlit keeps a widget's callback arguments, which would keep a replaced run (its
-# decoder and KV caches) alive after the page let go of it.
-def _run() -> StepRun:
-    return st.session_state[RUN_KEY]
-
-
+# decoder and KV caches) alive after the page let go of it. A click that arrives when there is
+# no run (its decoding failed since the button was drawn) does nothing.
 def next_step() -> None:
-    _set(*step_after(_run(), *_where()))
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        _set(*step_after(run, *_where()))
 
 
 def back() -> None:
-    _set(*step_before(_run(), *_where()))
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        _set(*step_before(run, *_where()))
 
 
 def next_round() -> None:
@@ -139,10 +138,10 @@ def next_round() -> None:
 
 
 def finish() -> None:
-    run = _run()
-    run.finish()
-    last = len(run.rounds) - 1
-    _set(last, len(round_steps(run, last)) - 1)
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        run.finish()
+        last = len(run.rounds) - 1
+        _set(last, len(round_steps(run, last)) - 1)
 
 
 def locate(run: StepRun) -> tuple[int, list[Step], int]:

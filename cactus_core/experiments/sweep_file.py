@@ -55,9 +55,11 @@ from cactus_core.maths.sampling import SamplingSettings
 
 FORMAT = "cactus-lab-sweep"
 VERSION = 1
-MAX_FILE_BYTES = 64 * 2**20  # a 1,000-prompt sweep of 100 settings is about 30 MB of JSON
-# A public server is shared: a visitor's file may hold a few hundred MB of Python objects at
-# most (a 16 MB file is a sweep of about 500 prompts × 20 settings).
+# A run of one prompt under one setting (64 tokens, chunks of 5, with the limit) takes about
+# 2 kB of JSON: 64 MB holds some 30,000 runs (say 1,000 prompts × 30 settings).
+MAX_FILE_BYTES = 64 * 2**20
+# A public server is shared, so a visitor's file is smaller: 16 MB holds some 8,000 runs, more
+# than the app's own sweeps make (limits.MAX_SWEEP_RUNS).
 PUBLIC_MAX_FILE_BYTES = 16 * 2**20
 # Bytes of JSON per object at the least: the lab's files spend about 450-800 bytes per object
 # or list and about 18 per value of any kind; `[{},{},…]` spends 3 and `[0,0,…]` 2.
