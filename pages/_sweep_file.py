@@ -76,8 +76,8 @@ def sweep_file_section() -> None:
     """ "Open a sweep file": its frontier, table and per-task tuner, as if it had run here."""
     st.subheader("Open a sweep file")
     upload = st.file_uploader(
-        'A sweep file: the "Sweep file" download above, or `python -m cactus_core sweep '
-        "--export FILE` (.json or .json.gz)",
+        'A sweep file: the "Sweep file (.json)" download of a sweep run here, or '
+        "`python -m cactus_core sweep --export FILE` (.json or .json.gz)",
         type=["json", "gz"],
         key="fr_file_upload",
     )
