@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import random
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -219,6 +220,14 @@ def _mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     return bytes(b)
 
 
+def _unzips_to(data: bytes, exported: bytes) -> bool:
+    out = zlib.decompressobj(wbits=31)
+    try:
+        return out.decompress(data) == exported and out.eof and not out.unused_data
+    except zlib.error:
+        return False
+
+
 @pytest.fixture(scope="module")
 def small_file(tiny_pair, tmp_path_factory) -> bytes:
     """Two prompts, one setting, with the limit: every field a file has, in a few kB."""
@@ -241,6 +250,8 @@ def test_ten_thousand_damaged_files_each_give_one_clear_error(small_file):
             data = sf.frame(canonical_json(_mutate_structure(body_text, rng)))
         else:
             data = _mutate_bytes(zipped if n % 4 == 1 else exported, rng)
+            if n % 4 == 1 and _unzips_to(data, exported):
+                continue  # a flipped bit deflate ignores: the same file, not a damaged one
         with pytest.raises(sf.SweepFileError) as err:
             sf.load_sweep_file(data, "bad.json")
         text = str(err.value)
