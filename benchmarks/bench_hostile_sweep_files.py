@@ -3,7 +3,7 @@
 the address space capped at 4 GB so that a file that would exhaust the machine ends in a
 MemoryError instead.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_hostile_sweep_files.py [CODE_DIR]
+    .venv/bin/python benchmarks/bench_hostile_sweep_files.py [CODE_DIR]
 
 CODE_DIR (default: this checkout) is the lab whose loader is measured, e.g. an older checkout
 to compare against. The files:
@@ -18,8 +18,6 @@ Python allocations during the load alone (tracemalloc, in a second process: it s
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +25,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the hostile files the tests open
+from hostile_sweep_files import bomb, empty_sweep  # noqa: E402
+
 MEMORY_CAP = 4 * 2**30
 
 MEASURE = """
@@ -49,28 +51,6 @@ seconds = time.perf_counter() - start
 peak = tracemalloc.get_traced_memory()[1] if traced else 0
 print(said, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak)
 """
-
-
-def empty_sweep(n_prompts: int, n_settings: int) -> bytes:
-    from cactus_core.experiments.sweep_cache import canonical_json, code_version
-    from cactus_core.experiments.sweep_config import Setting
-    from cactus_core.experiments.sweep_file import frame
-    from cactus_core.maths.sampling import SamplingSettings
-
-    settings = [Setting.of("cactus", delta=round(0.001 * (i + 1), 6)).id for i in range(n_settings)]
-    cfg = {**SamplingSettings().to_dict(), "max_new_tokens": 8, "chat_template": True,
-           "chunk_size": 1, "limit": False, "own_estimate": False,
-           "settings": settings}  # fmt: skip
-    prov = {"command": "c", "commit": "x", "date": "2026-01-01", "machine": "m", "device": "cpu",
-            "backend": "local", "workers": 1}  # fmt: skip
-    body = {"pair": "p", "config": cfg, "prompts": [{"text": "a", "task": ""}] * n_prompts,
-            "code": code_version(), "provenance": prov, "chunks": []}  # fmt: skip
-    return frame(canonical_json(json.loads(json.dumps(body))))
-
-
-def json_bomb(n_bytes: int = 64 * 2**20 - 16) -> bytes:
-    count = n_bytes // 3
-    return gzip.compress(b"[" + b"{}," * (count - 1) + b"{}]", 9, mtime=0)
 
 
 def measure(code: Path, path: Path, public: bool, traced: bool) -> tuple[str, float, int, int]:
@@ -99,8 +79,8 @@ def main() -> None:
         "0 bytes (the imports alone)": (b"", False),
         "48 kB": (empty_sweep(1000, 1000), False),
         "107 kB": (empty_sweep(1000, 4000), False),
-        "JSON bomb": (json_bomb(), False),
-        "bomb, public": (json_bomb(), True),
+        "JSON bomb": (bomb(64 * 2**20 - 16), False),
+        "bomb, public": (bomb(64 * 2**20 - 16), True),
     }
     print(f"loader of {code}")
     print("| file | bytes | answer | s | peak RSS (MB) | peak allocated by the load (MB) |")

@@ -6,19 +6,19 @@ room to spare); none times anything."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import tracemalloc
 from types import SimpleNamespace
 
 import pytest
+from hostile_sweep_files import bomb, empty_sweep
 from test_sweep_file_page import tagged_sweep
 
 from cactus_core.engine.loading.deployment import PUBLIC_ENV
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments import sweep_plan
 from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache, canonical_json, code_version
+from cactus_core.experiments.sweep_cache import SweepCache, canonical_json
 from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -46,22 +46,8 @@ def keys_built(monkeypatch) -> list[int]:
     return built
 
 
-def empty_body(n_prompts: int, n_settings: int) -> dict:
-    """A sweep of n_prompts × n_settings in chunks of one prompt, with no records at all: the
-    48 kB file (1,000 × 1,000) once took 56 s and 1.66 GB to refuse, 4,000 settings ran out of
-    memory."""
-    settings = [Setting.of("cactus", delta=round(0.001 * (i + 1), 6)).id for i in range(n_settings)]
-    cfg = {**SamplingSettings().to_dict(), "max_new_tokens": 8, "chat_template": True,
-           "chunk_size": 1, "limit": False, "own_estimate": False,
-           "settings": settings}  # fmt: skip
-    prov = {"command": "c", "commit": "x", "date": "2026-01-01", "machine": "m", "device": "cpu",
-            "backend": "local", "workers": 1}  # fmt: skip
-    return {"pair": "p", "config": cfg, "prompts": [{"text": "a", "task": ""}] * n_prompts,
-            "code": code_version(), "provenance": prov, "chunks": []}  # fmt: skip
-
-
 def test_a_few_kb_claiming_a_million_chunks_is_refused_before_planning(keys_built):
-    data = sf.frame(canonical_json(empty_body(1000, 1000)))
+    data = empty_sweep(1000, 1000)
     assert len(data) < 48_000
     tracemalloc.start()
     try:
@@ -75,7 +61,7 @@ def test_a_few_kb_claiming_a_million_chunks_is_refused_before_planning(keys_buil
 
 
 def test_more_settings_than_a_file_may_hold_are_refused_before_any_is_read(keys_built, monkeypatch):
-    data = sf.frame(canonical_json(empty_body(1000, 4000)))  # about 110 kB
+    data = empty_sweep(1000, 4000)  # about 110 kB
     read = []
     monkeypatch.setattr(sf.Setting, "from_id", lambda text: read.append(text) or Setting(text))
     with pytest.raises(sf.SweepFileError, match="more than 1,000 settings"):
@@ -122,12 +108,6 @@ def test_chunk_keys_are_built_only_for_the_records_read(one_prompt, keys_built):
     with pytest.raises(sf.SweepFileError, match="chunk record 3 is 'cactus:delta=3'"):
         sf.load_sweep_file(sf.frame(canonical_json(body)))
     assert keys_built[0] == 3  # not 800: the plan stopped where the records did
-
-
-def bomb(n_bytes: int, unit: bytes = b"{},") -> bytes:
-    """gzip of `[{},{},…]` (or of another unit) unpacking to about n_bytes."""
-    count = n_bytes // len(unit)
-    return gzip.compress(b"[" + unit * (count - 1) + unit.rstrip(b",") + b"]", 9, mtime=0)
 
 
 @pytest.fixture
