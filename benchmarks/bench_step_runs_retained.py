@@ -3,7 +3,7 @@ decodes 2 rounds and is then let go (every other one closed first, as the page c
 replaces; the rest only dropped, as a session's state is when it ends), with the cyclic garbage
 collector off, as between its rare full collections on a server.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_step_runs_retained.py [CODE_DIR]
+    .venv/bin/python benchmarks/bench_step_runs_retained.py [CODE_DIR]
 
 CODE_DIR (default: this checkout) is the lab measured, e.g. an older checkout to compare with.
 Prints the runs and recording threads still alive after the 12 tabs, the process's RSS growth
