@@ -6,12 +6,14 @@ cactus_core.experiments (sweep_file, tasks) and the figures from cactus_core.app
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from cactus_core.app import frontier_figures as ff
 from cactus_core.app.settings import AppSettings, tunable_rules
+from cactus_core.app.sweep_file_view import sweep_file_in_words
 from cactus_core.app.task_view import answer_rows, task_frontier_chart
 from cactus_core.experiments.sweep_file import SweepFile, SweepFileError, load_sweep_file
 from cactus_core.experiments.tasks import answers_by_task, spread
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from cactus_core.experiments.sweep import SweepResult
     from cactus_core.experiments.sweep_ray import RayBackend
 
-OPENED_KEY = "fr_file"  # (name, size, SweepFile) of the opened sweep file
+OPENED_KEY = "fr_file"  # ((name, SHA-256), SweepFile or its error) of the file last opened
 
 
 def task_tuner(result: SweepResult, key: str) -> None:
@@ -54,24 +56,28 @@ def task_tuner(result: SweepResult, key: str) -> None:
 
 
 def _opened(name: str, data: bytes) -> SweepFile | None:
+    """The file opened, or None with its error shown. Remembered by the bytes' SHA-256 (a file
+    changed at the same size is another file), failures too: a rerun reads nothing again."""
+    key = (name, hashlib.sha256(data).hexdigest())
     memo = st.session_state.get(OPENED_KEY)
-    if memo is not None and memo[:2] == (name, len(data)):
-        return memo[2]
-    try:
-        opened = load_sweep_file(data, name)
-    except SweepFileError as err:
-        st.session_state.pop(OPENED_KEY, None)
-        st.error(str(err))
+    if memo is None or memo[0] != key:
+        try:
+            memo = (key, load_sweep_file(data, name))
+        except SweepFileError as err:
+            memo = (key, str(err))
+        st.session_state[OPENED_KEY] = memo
+    if isinstance(memo[1], str):
+        st.error(memo[1], icon=":material/error:")
         return None
-    st.session_state[OPENED_KEY] = (name, len(data), opened)
-    return opened
+    return memo[1]
 
 
 def sweep_file_section() -> None:
     """ "Open a sweep file": its frontier, table and per-task tuner, as if it had run here."""
     st.subheader("Open a sweep file")
     upload = st.file_uploader(
-        "A sweep file from `python -m cactus_core sweep --export FILE` (.json or .json.gz)",
+        'A sweep file: the "Sweep file (.json)" download of a sweep run here, or '
+        "`python -m cactus_core sweep --export FILE` (.json or .json.gz)",
         type=["json", "gz"],
         key="fr_file_upload",
     )
@@ -82,7 +88,8 @@ def sweep_file_section() -> None:
     if opened is None:
         return
     result = opened.result
-    st.caption(opened.caption() + " Pair: " + opened.pair)
+    # Every word of it comes from the file: plain text, never Markdown.
+    st.container(key="fr_file_provenance").text(sweep_file_in_words(opened))
     fig = ff.frontier_chart(result.rows(), "tokens_per_call",
                             title="sweep file: tokens per call vs emitted KL")  # fmt: skip
     st.plotly_chart(fig, key="fr_file_tpc")

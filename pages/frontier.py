@@ -8,6 +8,7 @@ metadata.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -18,6 +19,7 @@ from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_swee
 from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import pair_in_words, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
+from cactus_core.app.sweep_file_view import page_sweep_file
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
     Reference,
@@ -53,6 +55,7 @@ SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 TUNED_KEY = "fr_tuned"  # (sweep key, TuneResult)
 OWN_TUNER_KEY = "fr_own_tuner"  # whether the last run showed the user's own tuner
 PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
+BACKEND_KEY = "fr_ran_on"  # (config, backend, workers) of the last Run sweep
 CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
 DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
@@ -197,11 +200,20 @@ def sweep(
     cache: SweepCache,
     run: bool,
     cancelled: bool,
-    backend: Any = None,
+    backend: Callable[[], Any] | None = None,
 ) -> SweepResult | None:
-    """Run (or resume) the sweep when asked, or read it whole from the cache; None until then."""
+    """Run (or resume) the sweep when asked, or read it whole from the cache; None until then.
+    backend gives the operator's Ray backend (or None: this process), asked for only on Run
+    sweep, so an operator's Ray setting that does not work stops that and nothing else."""
     done, total = cached_chunks(pair.identity, config, cache)
     if run:
+        try:
+            chosen = backend() if backend is not None else None
+        except ValueError as err:  # RayBackendError: Ray not installed, a malformed setting
+            st.error(f"The sweep cannot start on this server's Ray cluster: {err}.")
+            return None
+        ran_on = ("ray", chosen.n_workers) if chosen is not None else ("local", 1)
+        st.session_state[BACKEND_KEY] = (config, *ran_on)
         bar = st.progress(done / total, text=f"{done} / {total} chunks already cached")
         try:
             return run_sweep(
@@ -209,7 +221,7 @@ def sweep(
                 config,
                 cache,
                 on_progress=lambda p: bar.progress(p.fraction, _progress_text(p)),
-                backend=backend,  # the operator's Ray cluster, or None: this process
+                backend=chosen,
             )
         except SweepCancelled as err:
             st.warning(str(err))
@@ -316,12 +328,21 @@ TABLE_COLUMNS = {
 }
 
 
-def table(result: SweepResult) -> None:
+def table(result: SweepResult, pair: ModelPair) -> None:
     rows = [{name: r[key] for key, name in TABLE_COLUMNS.items()} for r in result.rows()]
     st.dataframe(rows, hide_index=True, key="fr_table")
+    ran = st.session_state.get(BACKEND_KEY)
+    backend, workers = ran[1:] if ran is not None and ran[0] == result.config else ("local", 1)
     d1, d2, _ = st.columns([1, 1, 3])
     d1.download_button(
-        "Sweep as JSON", result.to_json(), "frontier.json", "application/json", key="fr_dl_json"
+        "Sweep file (.json)",
+        lambda: page_sweep_file(result, str(pair.device), backend, workers),
+        "sweep.json",
+        "application/json",
+        key="fr_dl_json",
+        on_click="ignore",
+        help='The whole sweep (prompts, settings, every record): "Open a sweep file" below '
+        "opens it, here or on another server, as `sweep --export` files are.",
     )
     d2.download_button("Sweep as CSV", result.to_csv(), "frontier.csv", "text/csv", key="fr_dl_csv")
 
@@ -473,14 +494,14 @@ def user_sweep(
     if problem:
         st.error(problem)
         return None
-    result = sweep(pair, config, cache, run_clicked, cancelled, ray_backend(s))
+    result = sweep(pair, config, cache, run_clicked, cancelled, lambda: ray_backend(s))
     if result is None:
         return None
     selected = st.session_state.get(SELECTED_KEY)
     if selected not in {r["setting"] for r in result.rows()}:
         selected = None
     trade_off(result, config, selected, reference)
-    table(result)
+    table(result, pair)
     outputs(result, config, selected)
     return pair, config, result, cache
 

@@ -13,7 +13,7 @@ from cactus_core.app.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_R
 from cactus_core.app.narration import round_level_sentence
 from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings, build_rule
 from cactus_core.app.step_figures import step_figures
-from cactus_core.app.step_through import StepRun
+from cactus_core.app.step_through import SessionRun, StepRun
 from cactus_core.app.step_view import (
     Step,
     find_step,
@@ -70,18 +70,29 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
     step can be compared across rules; any other change (seed, prompt, sampling, pair) is
     another text, which starts again at round 1."""
     run: StepRun | None = st.session_state.get(RUN_KEY)
-    if run is not None and run.request == request and run.decoder.pair is pair:
+    if run is not None and run.request == request and run.decoder.pair is pair and not run.closed:
         return run
     # ... unless a link (a tour stop) has just named the round to open.
     if run is not None and not _same_text(run, request, pair) and _where() == _shown():
         _set(0, 0)
+    if run is not None:
+        del st.session_state[RUN_KEY]
+        run.close()  # its KV caches and recording thread go now, not when the session ends
     try:
         run = StepRun.start(pair, request)
     except ValueError as err:
         st.error(f"Could not decode: {err}")
         return None
     st.session_state[RUN_KEY] = run
+    session_run().hold(run)
     return run
+
+
+@st.cache_resource(scope="session", on_release=SessionRun.close, show_spinner=False)
+def session_run() -> SessionRun:
+    """Closes this session's run when the session disconnects (a closed run starts afresh,
+    where it was, if the session comes back)."""
+    return SessionRun()
 
 
 def _same_text(run: StepRun, request: DecodeRequest, pair: ModelPair) -> bool:
@@ -108,22 +119,29 @@ def _where() -> tuple[int, int]:
     return st.session_state.get(STEP_ROUND_KEY, 0), st.session_state.get(STEP_INDEX_KEY, 0)
 
 
-def next_step(run: StepRun) -> None:
-    _set(*step_after(run, *_where()))
+# The buttons' callbacks read the run from the session state rather than taking it as an
+# argument: Streamlit keeps a widget's callback arguments, which would keep a replaced run (its
+# decoder and KV caches) alive after the page let go of it. A click that arrives when there is
+# no run (its decoding failed since the button was drawn) does nothing.
+def next_step() -> None:
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        _set(*step_after(run, *_where()))
 
 
-def back(run: StepRun) -> None:
-    _set(*step_before(run, *_where()))
+def back() -> None:
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        _set(*step_before(run, *_where()))
 
 
-def next_round(run: StepRun) -> None:
+def next_round() -> None:
     _set(_where()[0] + 1, 0)
 
 
-def finish(run: StepRun) -> None:
-    run.finish()
-    last = len(run.rounds) - 1
-    _set(last, len(round_steps(run, last)) - 1)
+def finish() -> None:
+    if (run := st.session_state.get(RUN_KEY)) is not None:
+        run.finish()
+        last = len(run.rounds) - 1
+        _set(last, len(round_steps(run, last)) - 1)
 
 
 def locate(run: StepRun) -> tuple[int, list[Step], int]:
@@ -154,7 +172,6 @@ def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
         icon=":material/arrow_back:",
         key="step_back",
         on_click=back,
-        args=(run,),
         disabled=first,
     )
     b[1].button(
@@ -163,21 +180,18 @@ def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
         icon=":material/arrow_forward:",
         key="step_next",
         on_click=next_step,
-        args=(run,),
     )
     b[2].button(
         "Next round",
         icon=":material/skip_next:",
         key="step_next_round",
         on_click=next_round,
-        args=(run,),
     )
     b[3].button(
         "Finish",
         icon=":material/fast_forward:",
         key="step_finish",
         on_click=finish,
-        args=(run,),
         help="Decode the rest of the run and show its last round.",
     )
     # The run decodes a round only when asked for it, so its length is known once it ends.

@@ -9,10 +9,12 @@ import gzip
 import json
 import math
 import random
+import zlib
 from dataclasses import replace
 
 import pytest
 
+from cactus_core.app.sweep_file_view import sweep_file_in_words
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.reference import load_reference
@@ -78,7 +80,8 @@ def test_export_then_open_gives_the_same_frontier_and_tuner_answers(swept, expor
             assert answers_by_task(opened.result, "cactus", budget) == answers_by_task(
                 swept, "cactus", budget
             )
-    assert "6 prompts" in opened.caption() and "cpu" in opened.caption()
+    words = sweep_file_in_words(opened)
+    assert "6 prompts" in words and "cpu" in words
 
 
 def test_the_task_split_keeps_every_prompt_once_and_its_numbers(swept):
@@ -217,6 +220,14 @@ def _mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     return bytes(b)
 
 
+def _unzips_to(data: bytes, exported: bytes) -> bool:
+    out = zlib.decompressobj(wbits=31)
+    try:
+        return out.decompress(data) == exported and out.eof and not out.unused_data
+    except zlib.error:
+        return False
+
+
 @pytest.fixture(scope="module")
 def small_file(tiny_pair, tmp_path_factory) -> bytes:
     """Two prompts, one setting, with the limit: every field a file has, in a few kB."""
@@ -239,6 +250,8 @@ def test_ten_thousand_damaged_files_each_give_one_clear_error(small_file):
             data = sf.frame(canonical_json(_mutate_structure(body_text, rng)))
         else:
             data = _mutate_bytes(zipped if n % 4 == 1 else exported, rng)
+            if n % 4 == 1 and _unzips_to(data, exported):
+                continue  # a flipped bit deflate ignores: the same file, not a damaged one
         with pytest.raises(sf.SweepFileError) as err:
             sf.load_sweep_file(data, "bad.json")
         text = str(err.value)

@@ -59,7 +59,7 @@ def test_open_a_sweep_file_and_read_the_per_task_tuner(frontier, sweep_file):
     at = frontier
     at.file_uploader(key="fr_file_upload").upload("s.json.gz", data, "application/gzip").run()
     assert not at.exception and not at.error
-    assert any("on cuda (ray, 8 workers)" in c.value for c in at.caption)
+    assert any("on cuda (ray, 8 workers)" in t.value for t in at.text)
     at.number_input(key="fr_file_tune_budget").set_value(0.02).run()
     table = _tuner_table(at)
     assert table is not None

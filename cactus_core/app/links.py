@@ -51,27 +51,27 @@ class LinkField:
             return None
         if self.kind is float and not math.isfinite(value):
             return None
+        # Checked before rounding too: the nearest log step of 1e9 is the top one, and 1e308 ÷
+        # a step overflows to infinity, which round() refuses with an OverflowError.
+        if not self._in_range(value):
+            return None
         # T=1e-300 is T=0 on the slider; a value off its grid would reach the decoder as a
         # setting the widget can never make (and 1e-300 made every probability NaN).
-        if self.kind is float and self.param is not None and self.param.log_steps:
-            # checked before rounding: the nearest log step of 1e9 is the top one
-            if not self.low <= value <= self.high:
-                return None
-            value = self.param.snap(value)
-        elif self.kind is float and self.param is not None:
+        if self.kind is float and self.param is not None:
             value = self.param.snap(value)
         elif self.kind is float and self.step:
             base = self.low or 0.0
             value = round(base + round((value - base) / self.step) * self.step, 10)
-        if self.low is not None and value < self.low:
-            return None
-        if self.high is not None and value > self.high:
+        if not self._in_range(value):
             return None
         if self.choices is not None and value not in self.choices:
             return None
         if self.max_len is not None and len(value) > self.max_len:
             return None
         return value
+
+    def _in_range(self, value: float) -> bool:
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
     def show(self, value: Value) -> str:
         if self.kind is bool:

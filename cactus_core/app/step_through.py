@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,7 @@ class StepRun:
     _decided: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     _texts: dict[int, str] = field(default_factory=dict)
     _ended: bool = False
+    _closing: bool = False  # `close` was called: no more rounds
     # Round index -> its steps (step_view.round_steps), built once: "Next step" only reads.
     step_cache: dict[int, list[Any]] = field(default_factory=dict)
     # Fast clicks overlap script runs on Streamlit's threads; one decodes at a time, and the
@@ -114,21 +116,22 @@ class StepRun:
         from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 
         request.check_length(pair)
-        holder: list[StepRun] = []
+        # The probe writes into this dict, which the run holds too: the decoder never
+        # references the run, so an abandoned run is freed at once by reference counting
+        # (with its KV caches and its recording thread), not at some later cyclic collection.
+        decided: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
         def probe(row: int, index: int, p: torch.Tensor, q: torch.Tensor) -> None:
             # The full rows exist only during the round; keep the decided ones until the
             # round comes out of the stream and names its drafts (a round comes out after
             # the next one ran, once its recording is in: key them by round).
-            holder[0]._decided[index] = (p.detach().clone(), q.detach().clone())
+            decided[index] = (p.detach().clone(), q.detach().clone())
 
         decoder = SpeculativeDecoder(
             pair, request.rule, probe=probe, **request.settings.decoder_kwargs()
         )
         stream = decoder.rounds(request.prompt, **request.generate_kwargs())
-        run = cls(request=request, decoder=decoder, stream=stream)
-        holder.append(run)
-        return run
+        return cls(request=request, decoder=decoder, stream=stream, _decided=decided)
 
     @property
     def judge(self) -> Rule:
@@ -148,12 +151,18 @@ class StepRun:
             self._texts[token_id] = token_display(tok, token_id, eos)
         return self._texts[token_id]
 
+    @property
+    def closed(self) -> bool:
+        """Closed before its end (`close`): it decodes no more; a page starts it afresh (the
+        same seed decodes the same rounds)."""
+        return self._closing
+
     def ensure(self, index: int) -> bool:
         """Decode until round `index` exists (or the run ends); whether it exists."""
         with self._lock:
             if self._events is None:
                 self._events = iter(self.stream)
-            while len(self.rounds) <= index and not self.done:
+            while len(self.rounds) <= index and not self.done and not self._closing:
                 try:
                     rnd = next(self._events)
                 except StopIteration:
@@ -167,11 +176,33 @@ class StepRun:
                         self._ended = True
                     raise
                 self._keep(rnd)
+            if self._closing:
+                self._close_stream()
+            elif not self.done:
+                # A person reads this round now: no recording thread waits meanwhile.
+                self.stream.pause()
             return len(self.rounds) > index
+
+    def close(self) -> None:
+        """Stop decoding (the page replaced the run, or its session ended): the stream ends,
+        and with it the recording thread and the KV caches; the rounds decoded so far stay
+        readable. Never waits for a round being decoded: that thread closes the stream after
+        its round instead."""
+        self._closing = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._close_stream()
+            finally:
+                self._lock.release()
+
+    def _close_stream(self) -> None:
+        if self._events is not None:
+            self._events.close()
+        self.stream.close()
 
     def finish(self) -> None:
         """Decode the rest of the request."""
-        while not self.done:
+        while not self.done and not self._closing:
             self.ensure(len(self.rounds))
 
     def _keep(self, rnd: RoundTrace) -> None:
@@ -187,3 +218,19 @@ class StepRun:
                 rows.residual = residual_rows(self.judge, p[m], q[m], rnd.draft_ids[m], rnd.next_id)
         self.rounds.append(rnd)
         self.rows.append(rows)
+
+
+class SessionRun:
+    """A session's run, held weakly (its session state holds it, and the page closes a run it
+    replaces): `close` closes it if it is still there, for the page's end-of-session hook."""
+
+    def __init__(self) -> None:
+        self._run: weakref.ref[StepRun] | None = None
+
+    def hold(self, run: StepRun) -> None:
+        self._run = weakref.ref(run)
+
+    def close(self) -> None:
+        run = self._run() if self._run is not None else None
+        if run is not None:
+            run.close()

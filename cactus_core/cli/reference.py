@@ -5,6 +5,7 @@ are refused rather than ignored, and the shipped file is overwritten only when a
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -49,8 +50,9 @@ def cmd_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-# What `sweep --reference` fixes itself (its rules, sampling, prompts and scoring); a flag that
-# would change them is refused rather than silently ignored.
+# What `sweep --reference` fixes itself (its rules, sampling, prompts, drafting, scoring, and
+# where it runs: this process, one chain per round); a flag that would change them is refused
+# rather than silently ignored (and recorded in the file's command as if it had applied).
 _REFERENCE_FIXED = (
     "rules",
     "grid",
@@ -64,22 +66,37 @@ _REFERENCE_FIXED = (
     "tune_kl",
     "tune_rule",
     "html",
+    "export",
+    "backend",
+    "ray_address",
+    "workers",
 )
 
 
 def check_reference_args(args: argparse.Namespace) -> None:
     """`sweep --reference` takes only the model, prompt-count, cache and output flags, and
-    writes over the shipped file only when told to (--force) or elsewhere (--output)."""
+    writes over the shipped file only when told to (--force), whatever path names it."""
     defaults = args.sweep_parser.parse_args([])  # the sweep command's own defaults
-    given = [flag(n) for n in _REFERENCE_FIXED if getattr(args, n) != getattr(defaults, n)]
+    fixed = [*_REFERENCE_FIXED, *(n for n in vars(defaults) if n.startswith("tree"))]
+    given = [flag(n) for n in fixed if getattr(args, n) != getattr(defaults, n)]
     if given:
         raise ValueError(
-            f"--reference fixes the rules, sampling, prompts and scoring; leave out "
-            f"{', '.join(given)} (only --n-prompts, the model flags, --cache-dir and --output "
-            "apply)"
+            f"--reference fixes the rules, sampling, prompts, drafting and scoring and runs "
+            f"in this process; leave out {', '.join(given)} (only --n-prompts, the model flags, "
+            "--cache-dir and --output apply)"
         )
-    if args.output is None and not args.force:
+    if args.missing_only and args.n_prompts is not None:
+        raise ValueError(
+            "--missing-only keeps the prompts of the file it adds to; leave out --n-prompts"
+        )
+    if not args.force and (args.output is None or _is_shipped(args.output)):
         raise ValueError(
             "--reference would overwrite the shipped reference file; give --output PATH to "
             "write elsewhere, or --force to replace it"
         )
+
+
+def _is_shipped(path: str) -> bool:
+    from cactus_core.experiments.reference import REFERENCE_FILE
+
+    return os.path.realpath(os.path.expanduser(path)) == os.path.realpath(REFERENCE_FILE)

@@ -20,8 +20,8 @@ import gzip
 import json
 import math
 import os
+import secrets
 import subprocess
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -181,10 +181,12 @@ def _load(path: str, _stamp: int) -> Reference:
         )
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError) as err:
         reason = str(err) or type(err).__name__
-        raise ValueError(
-            f"cannot read the reference sweep {path} ({reason}); regenerate it with "
-            f"`{REFERENCE_COMMAND} --force`"
-        ) from None
+    except RecursionError:
+        reason = "its JSON is nested too deeply"
+    raise ValueError(
+        f"cannot read the reference sweep {path} ({reason}); regenerate it with "
+        f"`{REFERENCE_COMMAND} --force`"
+    ) from None
 
 
 def _read_capped(path: str) -> bytes:
@@ -256,6 +258,8 @@ def _check_shape(data: object) -> None:
             raise ValueError(f"{where}.rows is not a list")
         for j, row in enumerate(rows):
             _check_row(row, f"{where}.rows[{j}]")
+        if not any(row["rule"] in RULES for row in rows):
+            raise ValueError(f"{where}.rows has no rule's row to draw")
         lim = sw.get("limit")
         if lim is not None:
             if not isinstance(lim, dict) or not isinstance(lim.get("count"), int):
@@ -496,11 +500,14 @@ def write_reference(data: dict[str, Any], path: Path | str | None = None) -> Pat
     """Store the reference as gzipped JSON (deterministic bytes: no timestamp in the gzip).
 
     Written to a temporary file beside it and moved into place, so an interrupted write leaves
-    the old file whole instead of a truncated one that every page would read."""
+    the old file whole instead of a truncated one that every page would read. The file gets the
+    mode any new file gets (0666 less the umask), not a temporary file's 0600: a server
+    running as another user reads it."""
     path = Path(path) if path is not None else REFERENCE_FILE
     raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(gzip.compress(raw, mtime=0))

@@ -6,12 +6,18 @@ cluster, tune on a laptop. The file holds every chunk record exactly as the swee
 (`ChunkRecord.to_dict`), each prompt's text and task, the pair's identity, the sampling
 settings, the code version, and provenance (command, commit, date, machine, device, backend).
 
-Reading is strict, as for a trace: the bytes must be at most `MAX_FILE_BYTES` (and as much once
-unzipped), spelt exactly as the lab writes JSON (sorted keys, no spaces), the body must hash to
-the SHA-256 it carries, every object must have exactly its
+Reading is strict, as for a trace: the bytes must be at most `max_file_bytes()` (and as much
+once unzipped; less on a public server), spelt exactly as the lab writes JSON (sorted keys, no
+spaces), the body must hash to the SHA-256 it carries, every object must have exactly its
 fields with their types, and the chunks must be exactly the ones the configuration plans (each
 once). Anything else raises `SweepFileError` with one sentence, and nothing is returned: the
 result is built only after every check passed, so a file is never half loaded.
+
+What a read may cost is bounded by the file's size, checked before the work: the JSON's objects
+are counted (outside strings) before any is built, so a few kB of gzip that unpack into
+millions of `{}` are refused for their count; the records a configuration plans are counted by
+arithmetic before a chunk is planned, and each chunk's key is built only beside a record that
+is there, so a few kB claiming a million chunks is refused for the records it lacks.
 """
 
 from __future__ import annotations
@@ -43,12 +49,23 @@ from cactus_core.experiments.sweep_config import (
     SweepConfig,
     check_task,
 )
+from cactus_core.experiments.sweep_plan import chunk_count, iter_chunks
 from cactus_core.maths.limit import LIMIT_T_GRID, LimitSums
 from cactus_core.maths.sampling import SamplingSettings
 
 FORMAT = "cactus-lab-sweep"
 VERSION = 1
-MAX_FILE_BYTES = 64 * 2**20  # a 1,000-prompt sweep of 100 settings is about 30 MB of JSON
+# A run of one prompt under one setting (64 tokens, chunks of 5, with the limit) takes about
+# 2 kB of JSON: 64 MB holds some 30,000 runs (say 1,000 prompts × 30 settings).
+MAX_FILE_BYTES = 64 * 2**20
+# A public server is shared, so a visitor's file is smaller: 16 MB holds some 8,000 runs, more
+# than the app's own sweeps make (limits.MAX_SWEEP_RUNS).
+PUBLIC_MAX_FILE_BYTES = 16 * 2**20
+# Bytes of JSON per object at the least: the lab's files spend about 450-800 bytes per object
+# or list and about 18 per value of any kind; `[{},{},…]` spends 3 and `[0,0,…]` 2.
+MIN_BYTES_PER_CONTAINER = 64
+MIN_BYTES_PER_VALUE = 8
+MAX_SETTINGS = 1000  # settings in one file (the app runs at most 5,000 settings × prompts)
 SUFFIXES = (".json", ".json.gz")
 
 
@@ -71,15 +88,6 @@ class SweepFile:
     @property
     def pair(self) -> str:
         return self.result.model_identity
-
-    def caption(self) -> str:
-        p, c = self.provenance, self.config
-        return (
-            f"{len(c.settings)} settings × {len(c.prompts)} prompts on {p['device']} "
-            f"({p['backend']}, {p['workers']} worker{'s' if p['workers'] != 1 else ''}), made "
-            f"{p['date'][:10]} on {p['machine']} at commit {p['commit'][:10]} with "
-            f"`{p['command']}`."
-        )
 
 
 # ---------------------------------------------------------------------------- writing
@@ -105,14 +113,9 @@ def sweep_body(result: SweepResult, prov: dict[str, Any]) -> dict[str, Any]:
     records = {s.setting: s.chunks for s in [result.baseline, *result.settings]}
     chunks = []
     for task in plan_chunks(result.model_identity, config):
-        record = records[task.setting][config.chunks().index(task.idx)]
-        chunks.append(
-            {
-                "setting": task.setting.id,
-                "chunk": task.idx[0] // config.chunk_size,
-                "record": record.to_dict(),
-            }
-        )
+        chunk = task.idx[0] // config.chunk_size
+        record = records[task.setting][chunk]
+        chunks.append({"setting": task.setting.id, "chunk": chunk, "record": record.to_dict()})
     cfg = {k: v for k, v in config.to_dict().items() if k not in ("prompts", "tasks")}
     return {
         "pair": result.model_identity,
@@ -165,13 +168,23 @@ def load_sweep_file(data: bytes, name: str = "sweep file") -> SweepFile:
         raise SweepFileError(f"{name}: not a valid sweep ({' '.join(str(err).split())})") from None
 
 
+def max_file_bytes() -> int:
+    """The largest sweep file this process opens, zipped or unzipped: `PUBLIC_MAX_FILE_BYTES`
+    on a public deployment (CACTUS_LAB_PUBLIC), else `MAX_FILE_BYTES`."""
+    from cactus_core.engine.loading.deployment import deployment_policy
+
+    return PUBLIC_MAX_FILE_BYTES if deployment_policy().public else MAX_FILE_BYTES
+
+
 def _load(data: bytes) -> SweepFile:
     if not isinstance(data, bytes | bytearray):
         raise SweepFileError("expected the file's bytes")
-    if len(data) > MAX_FILE_BYTES:
-        raise SweepFileError(f"{len(data) / 2**20:.1f} MB is over the {_mb()} limit")
+    limit = max_file_bytes()
+    if len(data) > limit:
+        raise SweepFileError(f"{len(data) / 2**20:.1f} MB is over the {_mb(limit)} limit")
     if data[:2] == b"\x1f\x8b":
-        data = _gunzip(bytes(data))
+        data = _gunzip(bytes(data), limit)
+    _count_objects(bytes(data), limit)
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as err:
@@ -180,6 +193,12 @@ def _load(data: bytes) -> SweepFile:
         doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise SweepFileError(f"not valid JSON ({err.msg}, line {err.lineno})") from None
+    if isinstance(doc, dict) and "format" not in doc and {"model", "rows"} <= set(doc):
+        raise SweepFileError(
+            "this is a sweep's table of results (as `sweep --output` writes it), not a sweep "
+            "file: open the file that `sweep --export FILE` or the Frontier page's "
+            '"Sweep file" download writes'
+        )
     _keys(doc, {"format", "version", "sha256", "body"}, "the file")
     if doc["format"] != FORMAT:
         raise SweepFileError(f"not a Cactus Lab sweep file (format {doc['format']!r})")
@@ -197,14 +216,13 @@ def _load(data: bytes) -> SweepFile:
     config = _config(body["config"], body["prompts"])
     code = _code(body["code"])
     prov = _provenance(body["provenance"])
-    tasks = plan_chunks(identity, config)
     chunks = _list(body["chunks"], "chunks")
-    if len(chunks) != len(tasks):
+    if len(chunks) != chunk_count(config):
         raise SweepFileError(
-            f"{len(chunks)} chunk records where the configuration plans {len(tasks)}"
+            f"{len(chunks)} chunk records where the configuration plans {chunk_count(config)}"
         )
     pairs = []
-    for n, (task, entry) in enumerate(zip(tasks, chunks, strict=True)):
+    for n, (task, entry) in enumerate(zip(iter_chunks(identity, config), chunks, strict=True)):
         where = f"chunk record {n + 1}"
         _keys(entry, {"setting", "chunk", "record"}, where)
         chunk = task.idx[0] // config.chunk_size
@@ -219,21 +237,39 @@ def _load(data: bytes) -> SweepFile:
     return SweepFile(result, prov, code)
 
 
-def _mb() -> str:
-    return f"{MAX_FILE_BYTES // 2**20} MB"
+def _mb(limit: int) -> str:
+    return f"{limit // 2**20} MB"
 
 
-def _gunzip(data: bytes) -> bytes:
+def _gunzip(data: bytes, limit: int) -> bytes:
     out = zlib.decompressobj(wbits=31)  # gzip header
     try:
-        raw = out.decompress(data, MAX_FILE_BYTES + 1)
+        raw = out.decompress(data, limit + 1)
     except zlib.error as err:
         raise SweepFileError(f"a damaged gzip stream ({err})") from None
-    if len(raw) > MAX_FILE_BYTES or out.unconsumed_tail:
-        raise SweepFileError(f"over the {_mb()} limit once unzipped")
+    if len(raw) > limit or out.unconsumed_tail:
+        raise SweepFileError(f"over the {_mb(limit)} limit once unzipped")
     if not out.eof:
         raise SweepFileError("the gzip stream is cut short")
     return raw
+
+
+# A JSON string, escapes included: what is inside one is not structure.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _count_objects(data: bytes, limit: int) -> None:
+    """Refuse JSON with more objects and lists, or more values, than a sweep file of the
+    largest size allowed holds, before the parser builds any: counted outside strings, each
+    value but the first of an object or list follows a comma."""
+    skeleton = _STRING.sub(b"", data)
+    containers = skeleton.count(b"{") + skeleton.count(b"[")
+    values = containers + skeleton.count(b",")
+    if containers > limit // MIN_BYTES_PER_CONTAINER or values > limit // MIN_BYTES_PER_VALUE:
+        raise SweepFileError(
+            f"{containers:,} JSON objects and lists and {values:,} values are more than a "
+            f"sweep file of {_mb(limit)} holds"
+        )
 
 
 def _no_constant(name: str) -> None:
@@ -327,7 +363,9 @@ def _config(cfg: Any, prompts: Any) -> SweepConfig:
             _num(cfg[name], f"the sampling's {name}")
     sampling = SamplingSettings(**{n: cfg[n] for n in _SAMPLING})  # checks ranges
     settings = []
-    for n, sid in enumerate(_list(cfg["settings"], "the settings")):
+    if len(_list(cfg["settings"], "the settings")) > MAX_SETTINGS:
+        raise SweepFileError(f"more than {MAX_SETTINGS:,} settings")
+    for n, sid in enumerate(cfg["settings"]):
         setting = Setting.from_id(_str(sid, f"setting {n + 1}", empty=False))
         if setting.id != sid:
             raise SweepFileError(f"setting {n + 1} is spelt {sid!r}, not as the lab names it")

@@ -5,7 +5,7 @@ them provides (`SweepBackend`); `sweep.run_sweep` drives it, `sweep.LocalBackend
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -56,12 +56,21 @@ class ChunkTask:
 def plan_chunks(pair_identity: str, config: SweepConfig) -> list[ChunkTask]:
     """Every chunk of the sweep, prompt chunk by prompt chunk, the verifier-only baseline first
     and then every setting on the same prompts (so a speedup compares runs made back to back)."""
+    return list(iter_chunks(pair_identity, config))
+
+
+def iter_chunks(pair_identity: str, config: SweepConfig) -> Iterator[ChunkTask]:
+    """`plan_chunks` one task at a time: a reader of records builds the keys of the records it
+    has, not of every chunk a configuration (perhaps a hostile one) claims."""
     settings = [Setting(BASELINE), *config.settings]
-    pairs = [(idx, s) for idx in config.chunks() for s in settings]
-    return [
-        ChunkTask(n, s, idx, _chunk_payload(pair_identity, config, s, idx))
-        for n, (idx, s) in enumerate(pairs)
-    ]
+    pairs = ((idx, s) for idx in config.chunks() for s in settings)
+    for n, (idx, s) in enumerate(pairs):
+        yield ChunkTask(n, s, idx, _chunk_payload(pair_identity, config, s, idx))
+
+
+def chunk_count(config: SweepConfig) -> int:
+    """How many chunks `plan_chunks` plans, counted without planning them."""
+    return -(-len(config.prompts) // config.chunk_size) * (1 + len(config.settings))
 
 
 @runtime_checkable

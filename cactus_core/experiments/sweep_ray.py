@@ -329,13 +329,13 @@ def ray_address(environ: Mapping[str, str] | None = None) -> str | None:
     """The app's Ray address: CACTUS_LAB_RAY_ADDRESS when the operator set it, and, on a
     public deployment (CACTUS_LAB_PUBLIC), only when CACTUS_LAB_ALLOW_RAY is set as well;
     None otherwise (the app then sweeps in its own process)."""
-    from cactus_core.engine.loading.deployment import DeploymentPolicy, _truthy
+    from cactus_core.engine.loading.deployment import DeploymentPolicy, env_flag
 
     env = os.environ if environ is None else environ
     address = (env.get(RAY_ADDRESS_ENV) or "").strip()
     if not address:
         return None
-    if DeploymentPolicy.from_env(env).public and not _truthy(env.get(RAY_ALLOW_PUBLIC_ENV)):
+    if DeploymentPolicy.from_env(env).public and not env_flag(env, RAY_ALLOW_PUBLIC_ENV):
         return None
     return address
 

@@ -230,7 +230,8 @@ class SpeculativeDecoder:
         if not isinstance(prompt, str):
             raise ValueError("rounds() takes a single prompt string")
         rows = self._rows([prompt], max_new_tokens, seed, chat_template, speculative)
-        return DecodeStream(self._decode(rows, max_new_tokens, speculative))
+        rec = Recorder()  # the stream's consumer pauses it while it holds the stream
+        return DecodeStream(self._decode(rows, max_new_tokens, speculative, rec), rec.pause)
 
     # -- driving ----------------------------------------------------------------------------
     def _drive(
@@ -244,7 +245,7 @@ class SpeculativeDecoder:
     ) -> GenerationOutput | list[GenerationOutput]:
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
-        events = self._decode(rows, max_new_tokens, speculative)
+        events = self._decode(rows, max_new_tokens, speculative, Recorder())
         while True:
             try:
                 row, rnd = next(events)
@@ -289,7 +290,9 @@ class SpeculativeDecoder:
 
     # -- the loop ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, rows: list[DecodeRow], max_new_tokens: int, speculative: bool) -> Events:
+    def _decode(
+        self, rows: list[DecodeRow], max_new_tokens: int, speculative: bool, recorder: Recorder
+    ) -> Events:
         """Yields (row index, round) as rounds finish; returns the outputs in prompt order."""
         start = time.perf_counter()
         batch_id = time.time_ns()
@@ -301,7 +304,6 @@ class SpeculativeDecoder:
         active = list(rows)
         clock = RoundClock(self.device, sync=self.record_trace)
         paused = 0.0  # time spent by the consumer (on_round, a UI) is not decoding time
-        recorder = Recorder()
         # Rounds committed whose recording may still be running: handed out after the next
         # round (which runs beside it) or at the end.
         waiting: list[Committed] = []

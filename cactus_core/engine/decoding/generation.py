@@ -5,7 +5,7 @@ of a streaming generation (`DecodeStream`). The metrics follow DESIGN.md's defin
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -219,10 +219,16 @@ class DecodeStream:
     """Iterator over the rounds of one generation (`SpeculativeDecoder.rounds`); once it is
     exhausted, `.output` holds the GenerationOutput. Every round it yields is complete (its
     trace rows and emitted KL recorded). `close()` stops the decode midway and ends its
-    recording thread; garbage collection of an abandoned stream does the same."""
+    recording thread; garbage collection of an abandoned stream does the same. `pause()` ends
+    the recording thread while the consumer holds the stream between rounds."""
 
-    def __init__(self, events: Generator[tuple[int, RoundTrace], None, Any]) -> None:
+    def __init__(
+        self,
+        events: Generator[tuple[int, RoundTrace], None, Any],
+        pause: Callable[[], None] | None = None,  # the decode's Recorder.pause
+    ) -> None:
         self._events = events
+        self._pause = pause
         self.output: GenerationOutput | None = None
 
     def __iter__(self) -> Iterator[RoundTrace]:
@@ -232,6 +238,13 @@ class DecodeStream:
                 yield rnd
         except StopIteration as stop:
             self.output = stop.value[0]
+
+    def pause(self) -> None:
+        """The consumer will not ask for a round for a while: the recordings already asked for
+        finish and the recording thread ends; the next round starts it again. Call it between
+        rounds, never while a round is being decoded."""
+        if self._pause is not None:
+            self._pause()
 
     def close(self) -> None:
         """Stop decoding (a no-op once the stream is exhausted)."""

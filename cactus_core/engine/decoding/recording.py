@@ -98,6 +98,14 @@ class Recorder:
             with self._lock:
                 self.work_s += time.perf_counter() - start
 
+    def pause(self) -> None:
+        """Finish the jobs submitted (their results stay readable) and end the thread; the
+        next job starts a new one. For a consumer that holds the decode between rounds for
+        as long as a person reads a page: no idle thread waits meanwhile."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def close(self) -> None:
         """Drop the jobs not started, wait for the running one, and end the thread."""
         if self._pool is not None:

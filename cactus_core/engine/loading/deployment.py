@@ -60,8 +60,16 @@ def _real(text: str) -> str:
     return os.path.realpath(os.path.expanduser(text))
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off (or unset); ValueError on anything
+    else, so that `=y` or `=enabled` stops the server rather than meaning "off" in silence."""
+    value = (env.get(name) or "").strip().lower()
+    if value not in (*_ON, *_OFF):
+        raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {value!r:.40}")
+    return value in _ON
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class DeploymentPolicy:
         """The policy from CACTUS_LAB_* variables; ValueError on a malformed value (the
         operator's mistake, so it fails at start-up rather than allowing too much)."""
         env = os.environ if environ is None else environ
-        public = _truthy(env.get(PUBLIC_ENV))
+        public = env_flag(env, PUBLIC_ENV)
         hub_ids: list[str] = []
         paths: list[str] = []
         labels: list[tuple[str, str]] = []

@@ -308,8 +308,14 @@ class FeatureDraft(nn.Module):
             )
 
         weights = folder / WEIGHTS_NAME
-        with torch.device("meta"):  # the tensors' names and shapes, with no memory behind them
-            expected = build(None).state_dict()
+        try:
+            with torch.device("meta"):  # the tensors' names and shapes, with no memory behind
+                expected = build(None).state_dict()
+        except (KeyError, TypeError, ValueError) as err:  # a layer kind transformers refuses
+            reason = " ".join(str(err).split())
+            raise ModelLoadError(
+                f"{folder / CONFIG_NAME}: llama cannot be built ({reason})"
+            ) from None
         check_weights(weights, expected, HEAD_IDS_KEY, cfg.vocab_size)
         tensors = load_file(str(weights))
         head_ids = tensors.pop(HEAD_IDS_KEY, None)

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import safe_open
 from transformers import LlamaConfig, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cactus_core.engine.loading.deployment import ModelLoadError
 
@@ -56,8 +59,9 @@ def read_config(
         raise ModelLoadError(f"{path}: {bad}")
     try:
         cfg = LlamaConfig.from_dict(meta["llama"])
-    except (TypeError, ValueError, KeyError) as err:
-        raise ModelLoadError(f"{path}: llama is not a Llama config ({err})") from None
+    except (TypeError, ValueError, KeyError, StrictDataclassError) as err:
+        reason = " ".join(str(err).split())  # transformers' messages run over several lines
+        raise ModelLoadError(f"{path}: llama is not a Llama config ({reason})") from None
     limit = sum(p.numel() for p in verifier.parameters())
     wanted = draft_parameters(cfg, len(meta.get("feature_layers", [])))
     if wanted > limit:
@@ -98,12 +102,37 @@ def _first_bad_field(meta: dict[str, Any], verifier: PreTrainedModel) -> str | N
         return f"llama.head_dim must be a whole number >= 1, got {llama['head_dim']!r}"
     if llama["num_attention_heads"] % llama["num_key_value_heads"]:
         return "llama.num_attention_heads must be a multiple of num_key_value_heads"
+    bad = _bad_layer_kind(llama)
+    if bad is not None:
+        return bad
     v = verifier.config
     if (llama["hidden_size"], llama["vocab_size"]) != (v.hidden_size, v.vocab_size):
         return (
             f"the draft (hidden {llama['hidden_size']}, vocab {llama['vocab_size']}) does not "
             f"match the verifier (hidden {v.hidden_size}, vocab {v.vocab_size})"
         )
+    return None
+
+
+def _bad_layer_kind(llama: dict[str, Any]) -> str | None:
+    """The activation and the rotary embedding, which transformers checks only when it builds
+    the layers (a KeyError deep in its modules), or not at all."""
+    act = llama.get("hidden_act", "silu")
+    if not isinstance(act, str) or act not in ACT2FN:
+        return f"llama.hidden_act must be one of {', '.join(sorted(ACT2FN))}; got {act!r}"
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = llama.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            return f"llama.{key} must be an object or null, got {rope!r:.60}"
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+            kinds = ", ".join(["default", *ROPE_INIT_FUNCTIONS])
+            return f"llama.{key}.rope_type must be one of {kinds}; got {kind!r:.60}"
+        theta = rope.get("rope_theta", 1.0)
+        if not _real(theta) or theta <= 0:
+            return f"llama.{key}.rope_theta must be a positive number, got {theta!r:.60}"
     return None
 
 
