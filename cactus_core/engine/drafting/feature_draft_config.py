@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from transformers import LlamaConfig, PreTrainedModel
 
 from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.transformers_names import LlamaConfig, PreTrainedModel
 
 MAX_CONFIG_BYTES = 1 << 20  # the shipped config.json is 5 KB
 # The LlamaConfig fields the draft's layers are built from: whole numbers, at least 1.

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface
+
+from cactus_core.engine.transformers_names import (
+    AttentionInterface,
+    AttentionMaskInterface,
+    sdpa_attention_forward,
+)
 
 # The name models are switched to (`use_grouped_attention`); its masks are sdpa's.
 GROUPED_SDPA = "cactus_grouped_sdpa"
