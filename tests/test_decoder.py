@@ -16,6 +16,7 @@ from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, make_rule
 from cactus_core.maths.sampling import SEED_MAX, SamplingSettings, logits_to_probs
+from tests.near_ties import assert_greedy_agrees
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 
@@ -39,20 +40,23 @@ def test_greedy_equals_verifier_greedy_for_every_rule(tiny_pair, rule):
     dec = SpeculativeDecoder(tiny_pair, make_rule(rule), k=4, temperature=0.0, record_trace=False)
     outs = dec.generate(PROMPTS, max_new_tokens=24, seed=3)
     for prompt, out in zip(PROMPTS, outs, strict=True):
-        ref = greedy_reference(tiny_pair.verifier, tiny_pair.encode_prompt(prompt), 24, dec.eos_ids)
-        assert out.token_ids == ref
+        ids = tiny_pair.encode_prompt(prompt)
+        ref = greedy_reference(tiny_pair.verifier, ids, 24, dec.eos_ids)
+        assert_greedy_agrees(out.token_ids, ref, tiny_pair.verifier, ids, dec.eos_ids)
         assert out.stats.mean_emitted_kl == 0.0
     single = dec.generate(PROMPTS[0], max_new_tokens=24, seed=0)
-    assert single.token_ids == outs[0].token_ids
+    ids = tiny_pair.encode_prompt(PROMPTS[0])
+    assert_greedy_agrees(single.token_ids, outs[0].token_ids, tiny_pair.verifier, ids, dec.eos_ids)
 
 
 def test_greedy_autoregressive_and_single_paths(tiny_pair):
     dec = SpeculativeDecoder(tiny_pair, "interp", k=3, temperature=0.0)
     ids = tiny_pair.encode_prompt(PROMPTS[1])
     ref = greedy_reference(tiny_pair.verifier, ids, 20, dec.eos_ids)
-    assert dec.generate_autoregressive(PROMPTS[1], max_new_tokens=20).token_ids == ref
+    own = dec.generate_autoregressive(PROMPTS[1], max_new_tokens=20).token_ids
+    assert_greedy_agrees(own, ref, tiny_pair.verifier, ids, dec.eos_ids)
     out = dec.generate(PROMPTS[1], max_new_tokens=20)
-    assert out.token_ids == ref
+    assert_greedy_agrees(out.token_ids, ref, tiny_pair.verifier, ids, dec.eos_ids)
     # interp at T = 0 would accept mismatches with probability alpha; exact match never does.
     for rnd in out.trace.rounds:
         for pos, fate in zip(rnd.positions, rnd.draft_fates, strict=False):
