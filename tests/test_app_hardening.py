@@ -37,6 +37,7 @@ from cactus_core.engine.loading.deployment import (
 )
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from pages import _common
+from tests.overlap import CountedLock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 SECRET = "SECRET-51c9"  # planted in damaged files; must never reach the page
@@ -206,29 +207,9 @@ def test_pair_cache_is_an_lru_whose_labels_are_its_contents():
     assert "e" not in cache and cache.keys() == ["b", "d"]  # a failure caches nothing
 
 
-class _CountedLock:
-    """A lock that counts the threads that came to take it."""
-
-    def __init__(self) -> None:
-        self._lock, self._arrivals, self.arrived = threading.Lock(), threading.Condition(), 0
-
-    def __enter__(self) -> None:
-        with self._arrivals:
-            self.arrived += 1
-            self._arrivals.notify_all()
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def wait_for(self, n: int) -> bool:
-        with self._arrivals:
-            return self._arrivals.wait_for(lambda: self.arrived >= n, timeout=30)
-
-
 def test_pair_cache_loads_a_key_once_for_concurrent_callers():
     cache: PairCache[int] = PairCache(max_entries=2)
-    key_lock, calls = _CountedLock(), []
+    key_lock, calls = CountedLock(), []
 
     class Loading(dict):  # every key's load lock is the counted one
         def setdefault(self, key, default=None):
