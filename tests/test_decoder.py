@@ -35,6 +35,7 @@ def greedy_reference(model: torch.nn.Module, ids: list[int], n: int, eos: set[in
     return out
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("rule", RULE_NAMES)
 def test_greedy_equals_verifier_greedy_for_every_rule(tiny_pair, rule):
     dec = SpeculativeDecoder(tiny_pair, make_rule(rule), k=4, temperature=0.0, record_trace=False)
@@ -125,6 +126,7 @@ def test_cache_rollback_matches_full_forward(tiny_pair, monkeypatch, k):
     assert rejected > 0  # rollback was exercised
 
 
+@pytest.mark.kernels
 def test_batched_equals_single_tokens(tiny_pair):
     for rule in (make_rule("sps"), make_rule("cactus", delta=1.0), make_rule("topk")):
         dec = SpeculativeDecoder(tiny_pair, rule, k=4, temperature=0.8, top_p=0.95)

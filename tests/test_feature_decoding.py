@@ -96,6 +96,7 @@ def feeds(monkeypatch):
     return calls
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("lazy", [True, False])
 @pytest.mark.parametrize("rule", ["sps", "cactus"])
 def test_greedy_equals_the_verifiers_own_greedy(feature_pair, rule, lazy):

@@ -25,6 +25,8 @@ from cactus_core import SpeculativeDecoder, make_rule
 from tests.conftest import make_tiny_pair
 from tests.near_ties import assert_sampled_agrees, nudged
 
+pytestmark = pytest.mark.kernels
+
 GOLDEN = Path(__file__).with_name("data") / "golden_tokens.json"
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?"]
 # (rule, params, decoder settings): every rule of fae17ec, at the settings the app uses, plus

@@ -22,6 +22,8 @@ from tests.near_ties import (
 from tests.test_decoder import greedy_reference
 from tests.test_golden import CASES, GOLDEN, PROMPTS, _case_id
 
+pytestmark = pytest.mark.kernels
+
 
 def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None

@@ -22,6 +22,7 @@ from cactus_core.engine.decoding.recording import RECORDER_THREAD
 from tests import recording_cases as snap
 
 
+@pytest.mark.kernels
 def test_trace_and_stats_equal_the_inline_recording_bit_for_bit(tiny_pair, monkeypatch) -> None:
     threaded = snap.snapshot(tiny_pair)
 

@@ -104,6 +104,7 @@ def test_the_caches_keep_only_the_accepted_path(feature_pair, monkeypatch):
     assert torch.allclose(row.logits, ref.logits, atol=ATOL)
 
 
+@pytest.mark.kernels
 def test_greedy_tree_decoding_is_the_verifiers_own_greedy(feature_pair, monkeypatch):
     dec = SpeculativeDecoder(feature_pair, "cactus", temperature=0.0, tree=TreeSettings())
     for seed, prompt in enumerate(PROMPTS):
