@@ -11,6 +11,7 @@ the distributions are peaked rather than uniform.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -98,12 +99,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked `cuda` are skipped on machines without a CUDA device.
 
     Under pytest-xdist (`make test` runs two workers with `--dist loadgroup`), tests spread one
-    by one over the workers, except two groups that each stay on one worker: every browser test
-    (the app servers they start take the other core, and their timing ratios were set with one
-    app server running at a time), and the Ray tests (one local cluster for the module)."""
+    by one over the workers, except groups that each stay on one worker: a browser test module
+    (its app server and Chromium are started once for the module), and the Ray tests (one local
+    cluster for the module)."""
     for item in items:
         if "browser" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("browser"))
+            item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         elif item.module.__name__.endswith("test_sweep_ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
     if torch.cuda.is_available():
@@ -123,6 +124,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_component_scan():
+    """Each new AppTest scans every installed package's metadata for Streamlit components
+    (a quarter of a second); the packages do not change while the tests run, so the scan is
+    made once."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", scan)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -340,6 +340,10 @@ def test_draft_assets_fit_the_size_budget():
 # The embedded pair (slow: one real GGUF conversion per session, into a clean cache)
 
 
+# The tests that read `embedded` stay on one worker, so that the conversion runs once.
+EMBEDDED_GROUP = pytest.mark.xdist_group("embedded-conversion")
+
+
 @pytest.fixture(scope="session")
 def embedded(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cactus-cache")
@@ -356,6 +360,7 @@ def embedded(tmp_path_factory):
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
     pair, cache = embedded
     assert pair.verifier_name == cm.EMBEDDED_VERIFIER_NAME
@@ -384,6 +389,7 @@ def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
     pair, _ = embedded
     cfg = json.loads((cm.DRAFT_DIR / "config.json").read_text())
@@ -411,6 +417,7 @@ def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_second_embedded_load_reuses_the_cache(embedded, monkeypatch):
     _, cache = embedded
 
