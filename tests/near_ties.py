@@ -39,17 +39,22 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def float32_tie(top: float) -> float:
+    """How far below the top logit `top` a float32 near-tie reaches."""
+    return FLOAT32_TIE * max(1.0, abs(top))
+
+
 def assert_greedy_agrees(
     got: Sequence[int],
     want: Sequence[int],
     model: torch.nn.Module,
     prompt_ids: Sequence[int],
     eos_ids: set[int] = frozenset(),
-    tie: float = FLOAT32_TIE,
+    tie: Callable[[float], float] = float32_tie,
 ) -> None:
     """got == want, or they agree up to a first difference where both tokens (EOS for a
-    sequence that stopped there) are within `tie` × |top| of the top logit of a plain forward
-    of `model` over the prompt and the common prefix."""
+    sequence that stopped there) are within tie(top) of the top logit of a plain forward of
+    `model` over the prompt and the common prefix."""
     first = first_difference(got, want)
     if first is None:
         return
@@ -57,7 +62,7 @@ def assert_greedy_agrees(
         ids = torch.tensor([[*prompt_ids, *want[:first]]], device=model.device)
         logits = model(input_ids=ids).logits[0, -1].float()
     top = float(logits.max())
-    gap = tie * max(1.0, abs(top))
+    gap = tie(top)
     for seq in (got, want):
         tokens = [seq[first]] if first < len(seq) else sorted(eos_ids)
         near = [t for t in tokens if top - float(logits[t]) <= gap]
