@@ -4,6 +4,8 @@ value and the round's single host sync."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 
 import pytest
@@ -16,7 +18,7 @@ from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, make_rule
 from cactus_core.maths.sampling import SEED_MAX, SamplingSettings, logits_to_probs
-from tests.near_ties import assert_greedy_agrees
+from tests.near_ties import assert_greedy_agrees, assert_sampled_agrees, nudged
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 
@@ -126,6 +128,13 @@ def test_cache_rollback_matches_full_forward(tiny_pair, monkeypatch, k):
     assert rejected > 0  # rollback was exercised
 
 
+def _nudged_tokens(pair, dec, prompt: str, n: int, seed: int, direction: int, sign: float):
+    """`dec`'s tokens for `prompt` alone on the pair's weights nudged (tests/near_ties.py)."""
+    models = {m: nudged(getattr(pair, m), direction, sign) for m in ("verifier", "draft")}
+    moved = SpeculativeDecoder(dataclasses.replace(pair, **models), dec.rule, sampling=dec.sampling)
+    return moved.generate(prompt, max_new_tokens=n, seed=seed).token_ids
+
+
 @pytest.mark.kernels
 def test_batched_equals_single_tokens(tiny_pair):
     for rule in (make_rule("sps"), make_rule("cactus", delta=1.0), make_rule("topk")):
@@ -133,10 +142,13 @@ def test_batched_equals_single_tokens(tiny_pair):
         batch = dec.generate(PROMPTS, max_new_tokens=30, seed=11)
         for i, out in enumerate(batch):
             alone = dec.generate(PROMPTS[i], max_new_tokens=30, seed=11 + i)
-            assert out.token_ids == alone.token_ids
-            assert [r.draft_fates for r in out.trace.rounds] == [
-                r.draft_fates for r in alone.trace.rounds
-            ]
+            # A batched forward rounds differently: a difference only at a measured near-tie
+            rerun = functools.partial(_nudged_tokens, tiny_pair, dec, PROMPTS[i], 30, 11 + i)
+            assert_sampled_agrees(alone.token_ids, out.token_ids, rerun)
+            if out.token_ids == alone.token_ids:
+                assert [r.draft_fates for r in out.trace.rounds] == [
+                    r.draft_fates for r in alone.trace.rounds
+                ]
     ar = dec.generate_autoregressive(PROMPTS, max_new_tokens=20, seed=5)
     for i, out in enumerate(ar):
         assert out.token_ids == dec.generate_autoregressive(PROMPTS[i], 20, seed=5 + i).token_ids
