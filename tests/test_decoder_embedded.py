@@ -12,7 +12,8 @@ from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.maths.rules import DEFAULT_RULE, RULE_NAMES, lossless_rule, make_rule
 from tests.near_ties import assert_greedy_agrees
 
-pytestmark = pytest.mark.slow
+# One worker loads the embedded pair once for the module.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("embedded-decoder")]
 
 
 @pytest.fixture(scope="module")
