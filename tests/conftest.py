@@ -107,12 +107,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         elif item.module.__name__.endswith("test_sweep_ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+    if config.getvalue("loadgroup"):  # a pytest-xdist worker under --dist loadgroup
+        _name_groups(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _name_groups(items: list[pytest.Item]) -> None:
+    """Append "@group" to the node id of each test marked xdist_group: the controller reads the
+    groups from the ids. pytest-xdist 3.8 writes them to `item._nodeid`, which pytest 9 no
+    longer reads (its ids live in `item._id`), so without this every group is split over the
+    workers and each worker starts the group's module fixtures (a Ray cluster, a model)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "x")) for m in marks})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(autouse=True, scope="session")
