@@ -75,9 +75,9 @@ from cactus_core.engine.runtime.fast_head import head_logits
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.engine.runtime.packed_linear import (
     PackedLinear,
+    can_pack,
     pack_linears,
     packed_copy,
-    packing_available,
 )
 from cactus_core.maths.rules import make_rule
 
@@ -450,7 +450,7 @@ def linear_rows(args: argparse.Namespace) -> None:
         runs = {"F.linear": _run_unpacked}
         if packed:
             runs[f"packed ({packed} of {len(linears)})"] = _run_linears
-        elif packing_available():
+        elif can_pack(dtype):  # oneDNN refuses bfloat16 on a CPU without AVX-512
             runs["oneDNN packed (the decoder does not pack these)"] = _run_onednn
         for label, run in runs.items():
             cells = []

@@ -11,6 +11,7 @@ the distributions are peaked rather than uniform.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -98,20 +99,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked `cuda` are skipped on machines without a CUDA device.
 
     Under pytest-xdist (`make test` runs two workers with `--dist loadgroup`), tests spread one
-    by one over the workers, except two groups that each stay on one worker: every browser test
-    (the app servers they start take the other core, and their timing ratios were set with one
-    app server running at a time), and the Ray tests (one local cluster for the module)."""
+    by one over the workers, except groups that each stay on one worker: a browser test module
+    (its app server and Chromium are started once for the module), and the Ray tests (one local
+    cluster for the module)."""
     for item in items:
         if "browser" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("browser"))
+            item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         elif item.module.__name__.endswith("test_sweep_ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+    if config.getvalue("loadgroup"):  # a pytest-xdist worker under --dist loadgroup
+        _name_groups(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _name_groups(items: list[pytest.Item]) -> None:
+    """Append "@group" to the node id of each test marked xdist_group: the controller reads the
+    groups from the ids. pytest-xdist 3.8 writes them to `item._nodeid`, which pytest 9 no
+    longer reads (its ids live in `item._id`), so without this every group is split over the
+    workers and each worker starts the group's module fixtures (a Ray cluster, a model)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "x")) for m in marks})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -123,6 +141,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_component_scan():
+    """Each new AppTest scans every installed package's metadata for Streamlit components
+    (a quarter of a second); the packages do not change while the tests run, so the scan is
+    made once."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", scan)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from cactus_core.app.decode_view import LiveStats, live_stats
-from cactus_core.app.links import TOP_P
+from cactus_core.app.links import EMBEDDED_DRAFT_LABELS, TOP_P
 from cactus_core.app.transcript import round_tokens
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
@@ -248,13 +248,13 @@ def test_measured_speedup_belongs_to_the_run_it_measured(pair_dirs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "choice",
-    ["default", "feature draft, bfloat16", "feature draft, float32", "3-layer draft, float32"],
+    "choice", ["feature draft, bfloat16", "feature draft, float32", "3-layer draft, float32"]
 )
 def test_each_embedded_draft_decodes_on_the_page(choice):
-    """The embedded pair's default (the feature draft in this CPU's faster dtype) and each of
-    the sidebar's choices decodes on the Decode page and names its draft, and only a pair other
-    than the reference's (the feature draft in bfloat16) says the reference is another pair's."""
+    """Each of the sidebar's choices decodes on the Decode page and names its draft, and only a
+    pair other than the reference's (the feature draft in bfloat16) says the reference is
+    another pair's. The default choice (the feature draft in this CPU's faster dtype) is
+    reached by picking nothing, so the page's default is tested on the same decode."""
     from cactus_core.engine.loading.embedded_drafts import (
         DEFAULT_EMBEDDED_DRAFT,
         FEATURE_DRAFT_NAME,
@@ -265,7 +265,8 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
 
     _common._PAIRS.clear()
     at = AppTest.from_file(APP, default_timeout=300)
-    picked = {} if choice == "default" else {"sb_embedded_draft": choice}
+    assert choice in EMBEDDED_DRAFT_LABELS
+    picked = {} if choice == DEFAULT_EMBEDDED_DRAFT else {"sb_embedded_draft": choice}
     set_state(
         at, sb_source="Embedded pair (offline)", sb_device="cpu", dec_max_new=MAX_NEW, **picked
     )
@@ -274,12 +275,11 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     assert not at.exception
     generate(at, open_rounds=False)
     run = at.session_state["decode_run"]
-    label = DEFAULT_EMBEDDED_DRAFT if choice == "default" else choice
-    feature = label.startswith("feature draft")
+    feature = choice.startswith("feature draft")
     assert run.trace.meta["draft"] == (FEATURE_DRAFT_NAME if feature else embedded_draft_name())
     # The default prompt may end at the end token before MAX_NEW.
     assert 0 < len(run.output.token_ids) <= MAX_NEW
     # The reference frontier beside the rule is the default pair's; the page says when not.
     other_pair = any("not on the pair you picked" in c.value for c in at.caption)
-    assert other_pair == (label != REFERENCE_EMBEDDED_DRAFT)
+    assert other_pair == (choice != REFERENCE_EMBEDDED_DRAFT)
     _common._PAIRS.clear()

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cactus_core.engine.runtime import packed_linear
 from cactus_core.engine.runtime.grouped_attention import GROUPED_SDPA, use_grouped_attention
 from cactus_core.engine.runtime.packed_linear import PackedLinear, pack_linears, packing_available
 from tests.conftest import tiny_llama
+from tests.test_packed_linear import KERNELS, pack_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_compiled_verifier import dynamic_cache_step, plain_copy
@@ -24,11 +24,12 @@ from bench_steps import cache_step
 pytestmark = pytest.mark.skipif(not packing_available(), reason="torch built without oneDNN")
 
 
-@pytest.fixture
-def built(monkeypatch):
-    """A tiny bfloat16 verifier as `load_pair` builds it on a CPU with native bfloat16."""
-    monkeypatch.setattr(packed_linear, "native_bfloat16", lambda: True)
-    model = tiny_llama(259, layers=2, seed=0).to(torch.bfloat16)
+@pytest.fixture(params=KERNELS, ids=str)
+def built(request, monkeypatch):
+    """A tiny verifier as `load_pair` builds a bfloat16 one on a CPU with native bfloat16, in
+    each dtype this CPU's oneDNN packs (tests/test_packed_linear.py)."""
+    pack_dtype(monkeypatch, request.param)
+    model = tiny_llama(259, layers=2, seed=0).to(request.param)
     assert pack_linears(model) == 14
     assert use_grouped_attention(model)
     return model

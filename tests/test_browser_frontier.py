@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -103,10 +101,8 @@ def _sweep_click_and_read(page, url: str) -> None:
     assert page.locator("[data-testid='stException']").count() == 0
 
 
-# What a marker redraw may cost on the server (the fragment's own run: the widgets, the
-# marker's position on the curve and the figure sent to the browser).
-MARKER_BUDGET_MS = 150
-MOVES = 8
+# Moves of delta; how long each redraw takes is a benchmark (benchmarks/bench_frontier_pages.py).
+MOVES = 3
 
 
 def _current_marker(page) -> list[float]:
@@ -122,7 +118,7 @@ def _current_marker(page) -> list[float]:
     )
 
 
-def test_decode_marker_follows_delta_within_budget(server, browser):
+def test_decode_marker_follows_delta(server, browser):
     from playwright.sync_api import expect
 
     url, timing = server
@@ -135,15 +131,13 @@ def test_decode_marker_follows_delta_within_budget(server, browser):
         expect(page.get_by_text("where this setting sits")).to_be_visible(timeout=60_000)
         start = _current_marker(page)
         assert start is not None
-        # The first run goes on to load the pair; a move is measured once the page is idle.
+        # The first run goes on to load the pair; a move is made once the page is idle.
         page.get_by_text("Press Generate to decode the prompt.").wait_for()
         thumb = page.get_by_role("slider", name="δ (nats)")
         before = timing.read_text().count("decode_marker") if timing.exists() else 0
         seen = start
-        client_ms = []
-        for _ in range(MOVES):
+        for moved in range(1, MOVES + 1):
             thumb.focus()
-            t0 = time.perf_counter()
             thumb.press("ArrowRight")  # one step of delta
             page.wait_for_function(
                 "old => { for (const el of document.querySelectorAll('.js-plotly-plot')) {"
@@ -151,25 +145,17 @@ def test_decode_marker_follows_delta_within_budget(server, browser):
                 " if (t && t.x[0] !== old[0]) return true; } return false; }",
                 arg=seen,
             )
-            client_ms.append((time.perf_counter() - t0) * 1000)
             seen = _current_marker(page)
             # Let the rerun finish (it logs after sending the chart) before the next press,
             # which would otherwise interrupt it and leave no timing.
-            done = before + len(client_ms)
             for _ in range(50):
-                if timing.read_text().count("decode_marker") >= done:
+                if timing.read_text().count("decode_marker") >= before + moved:
                     break
                 page.wait_for_timeout(100)
         assert seen[0] > start[0]  # more delta, more KL
         assert page.locator("[data-testid='stException']").count() == 0
         lines = [json.loads(x) for x in timing.read_text().splitlines()]
-        server_ms = [x["ms"] for x in lines if x["name"] == "decode_marker"][before:]
-        assert len(server_ms) == MOVES
-        ARTIFACTS.mkdir(exist_ok=True)
-        (ARTIFACTS / "decode-marker-ms.json").write_text(
-            json.dumps({"server_ms": server_ms, "client_ms": client_ms})
-        )
-        assert statistics.median(server_ms) <= MARKER_BUDGET_MS, server_ms
+        assert len([x for x in lines if x["name"] == "decode_marker"][before:]) == MOVES
     except Exception:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "decode-marker-failure.png"), full_page=True)
@@ -178,77 +164,26 @@ def test_decode_marker_follows_delta_within_budget(server, browser):
         page.close()
 
 
-# The Frontier page's open, against a bare Streamlit page with one Plotly chart opened in the
-# same run. Most of an open is Chromium loading Streamlit's and Plotly's scripts (the bare page
-# alone takes about 5 s on a 2 GHz 2-core machine), which no page can avoid, so the page is held
-# to a ratio of that floor; the absolute times, for the docs' 10 s target, go to test-artifacts/.
-OPEN_RATIO_BUDGET = 2.5
-OPENS = 3
-BARE_PAGE = """
-import plotly.graph_objects as go
-import streamlit as st
-
-st.title("Bare")
-st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 3, 2])), key="bare")
-"""
-
-
-@pytest.fixture(scope="module")
-def bare_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("browser-bare")
-    (root / "bare.py").write_text(BARE_PAGE)
-    with streamlit_app(dict(os.environ), poll_s=0.5, script=root / "bare.py") as app:
-        yield app.url
-
-
-def _open_bare(page, url: str) -> float:
-    t0 = time.perf_counter()
-    page.goto(url)
-    page.locator(".st-key-bare .js-plotly-plot").wait_for(state="visible", timeout=60_000)
-    return time.perf_counter() - t0
-
-
-def _open_frontier(page, url: str) -> float:
-    """Seconds from page.goto to the reference frontier, its chart and the tuner's answer."""
-    t0 = time.perf_counter()
-    page.goto(f"{url}/frontier")
-    page.get_by_text("Reference sweep shipped with the lab").wait_for(timeout=60_000)
-    page.locator(".st-key-fr_ref_tpc .js-plotly-plot").wait_for(state="visible", timeout=60_000)
-    page.get_by_text("estimated tokens per call").wait_for(timeout=60_000)
-    return time.perf_counter() - t0
-
-
-def test_frontier_opens_on_the_reference(server, bare_server, browser):
+def test_frontier_opens_on_the_reference(server, browser):
+    """A first visit (a fresh tab) shows the reference frontier, its chart and the tuner's
+    answer, and the other tabs their content. How long the open takes, against a bare page,
+    is a benchmark (benchmarks/bench_frontier_pages.py)."""
     from playwright.sync_api import expect
 
     url, _ = server
-    # Fresh pages (no cached scripts), as a first visit, the two kinds interleaved so that
-    # anything else on the machine slows both alike; medians of three.
-    bare_s, opened_s = [], []
-    for i in range(OPENS):
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            bare_s.append(_open_bare(page, bare_server))
-        finally:
-            page.close()
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            opened_s.append(_open_frontier(page, url))
-            if i == 0:
-                # The other tabs show their content: the limit chart, then the efficiency table.
-                page.get_by_role("tab", name="acceptance vs the limit").click()
-                limit = page.locator(".st-key-fr_ref_limit .js-plotly-plot")
-                limit.wait_for(state="visible", timeout=60_000)
-                expect(limit.get_by_text("limit (best any rule could reach)")).to_be_visible()
-                page.get_by_role("tab", name="efficiency table").click()
-                panel = page.get_by_role("tabpanel", name="efficiency table")
-                panel.locator("[data-testid='stDataFrame']").wait_for(timeout=60_000)
-                assert page.locator("[data-testid='stException']").count() == 0
-        finally:
-            page.close()
-    ratio = statistics.median(opened_s) / statistics.median(bare_s)
-    ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "frontier-open-s.json").write_text(
-        json.dumps({"open_s": opened_s, "bare_page_s": bare_s, "ratio": ratio})
-    )
-    assert ratio <= OPEN_RATIO_BUDGET, (opened_s, bare_s)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{url}/frontier")
+        page.get_by_text("Reference sweep shipped with the lab").wait_for(timeout=60_000)
+        page.locator(".st-key-fr_ref_tpc .js-plotly-plot").wait_for(state="visible", timeout=60_000)
+        page.get_by_text("estimated tokens per call").wait_for(timeout=60_000)
+        page.get_by_role("tab", name="acceptance vs the limit").click()
+        limit = page.locator(".st-key-fr_ref_limit .js-plotly-plot")
+        limit.wait_for(state="visible", timeout=60_000)
+        expect(limit.get_by_text("limit (best any rule could reach)")).to_be_visible()
+        page.get_by_role("tab", name="efficiency table").click()
+        panel = page.get_by_role("tabpanel", name="efficiency table")
+        panel.locator("[data-testid='stDataFrame']").wait_for(timeout=60_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+    finally:
+        page.close()

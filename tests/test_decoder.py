@@ -4,6 +4,8 @@ value and the round's single host sync."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 
 import pytest
@@ -16,6 +18,7 @@ from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import LOSSLESS_RULE, RULE_NAMES, make_rule
 from cactus_core.maths.sampling import SEED_MAX, SamplingSettings, logits_to_probs
+from tests.near_ties import assert_greedy_agrees, assert_sampled_agrees, nudged
 
 PROMPTS = ["Tell me about cacti.", "Why is the sky blue?", "Write a haiku about rain."]
 
@@ -34,25 +37,29 @@ def greedy_reference(model: torch.nn.Module, ids: list[int], n: int, eos: set[in
     return out
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("rule", RULE_NAMES)
 def test_greedy_equals_verifier_greedy_for_every_rule(tiny_pair, rule):
     dec = SpeculativeDecoder(tiny_pair, make_rule(rule), k=4, temperature=0.0, record_trace=False)
     outs = dec.generate(PROMPTS, max_new_tokens=24, seed=3)
     for prompt, out in zip(PROMPTS, outs, strict=True):
-        ref = greedy_reference(tiny_pair.verifier, tiny_pair.encode_prompt(prompt), 24, dec.eos_ids)
-        assert out.token_ids == ref
+        ids = tiny_pair.encode_prompt(prompt)
+        ref = greedy_reference(tiny_pair.verifier, ids, 24, dec.eos_ids)
+        assert_greedy_agrees(out.token_ids, ref, tiny_pair.verifier, ids, dec.eos_ids)
         assert out.stats.mean_emitted_kl == 0.0
     single = dec.generate(PROMPTS[0], max_new_tokens=24, seed=0)
-    assert single.token_ids == outs[0].token_ids
+    ids = tiny_pair.encode_prompt(PROMPTS[0])
+    assert_greedy_agrees(single.token_ids, outs[0].token_ids, tiny_pair.verifier, ids, dec.eos_ids)
 
 
 def test_greedy_autoregressive_and_single_paths(tiny_pair):
     dec = SpeculativeDecoder(tiny_pair, "interp", k=3, temperature=0.0)
     ids = tiny_pair.encode_prompt(PROMPTS[1])
     ref = greedy_reference(tiny_pair.verifier, ids, 20, dec.eos_ids)
-    assert dec.generate_autoregressive(PROMPTS[1], max_new_tokens=20).token_ids == ref
+    own = dec.generate_autoregressive(PROMPTS[1], max_new_tokens=20).token_ids
+    assert_greedy_agrees(own, ref, tiny_pair.verifier, ids, dec.eos_ids)
     out = dec.generate(PROMPTS[1], max_new_tokens=20)
-    assert out.token_ids == ref
+    assert_greedy_agrees(out.token_ids, ref, tiny_pair.verifier, ids, dec.eos_ids)
     # interp at T = 0 would accept mismatches with probability alpha; exact match never does.
     for rnd in out.trace.rounds:
         for pos, fate in zip(rnd.positions, rnd.draft_fates, strict=False):
@@ -121,16 +128,27 @@ def test_cache_rollback_matches_full_forward(tiny_pair, monkeypatch, k):
     assert rejected > 0  # rollback was exercised
 
 
+def _nudged_tokens(pair, dec, prompt: str, n: int, seed: int, direction: int, sign: float):
+    """`dec`'s tokens for `prompt` alone on the pair's weights nudged (tests/near_ties.py)."""
+    models = {m: nudged(getattr(pair, m), direction, sign) for m in ("verifier", "draft")}
+    moved = SpeculativeDecoder(dataclasses.replace(pair, **models), dec.rule, sampling=dec.sampling)
+    return moved.generate(prompt, max_new_tokens=n, seed=seed).token_ids
+
+
+@pytest.mark.kernels
 def test_batched_equals_single_tokens(tiny_pair):
     for rule in (make_rule("sps"), make_rule("cactus", delta=1.0), make_rule("topk")):
         dec = SpeculativeDecoder(tiny_pair, rule, k=4, temperature=0.8, top_p=0.95)
         batch = dec.generate(PROMPTS, max_new_tokens=30, seed=11)
         for i, out in enumerate(batch):
             alone = dec.generate(PROMPTS[i], max_new_tokens=30, seed=11 + i)
-            assert out.token_ids == alone.token_ids
-            assert [r.draft_fates for r in out.trace.rounds] == [
-                r.draft_fates for r in alone.trace.rounds
-            ]
+            # A batched forward rounds differently: a difference only at a measured near-tie
+            rerun = functools.partial(_nudged_tokens, tiny_pair, dec, PROMPTS[i], 30, 11 + i)
+            assert_sampled_agrees(alone.token_ids, out.token_ids, rerun)
+            if out.token_ids == alone.token_ids:
+                assert [r.draft_fates for r in out.trace.rounds] == [
+                    r.draft_fates for r in alone.trace.rounds
+                ]
     ar = dec.generate_autoregressive(PROMPTS, max_new_tokens=20, seed=5)
     for i, out in enumerate(ar):
         assert out.token_ids == dec.generate_autoregressive(PROMPTS[i], 20, seed=5 + i).token_ids

@@ -5,7 +5,6 @@ and the CLI prints it as one sentence."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,11 +92,9 @@ def test_a_damaged_folder_is_one_model_load_error(case, saved, tiny_pair, tmp_pa
         (folder / f.name).write_bytes(f.read_bytes())
     damage, message = DAMAGE[case]
     damage(folder)
-    start = time.perf_counter()
     with pytest.raises(ModelLoadError, match=message) as err:
         with_feature_draft(tiny_pair, folder)
     assert str(folder) in str(err.value)
-    assert time.perf_counter() - start < 2.0
 
 
 def test_the_good_folder_still_loads(saved, tiny_pair):

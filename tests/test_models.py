@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -173,13 +173,19 @@ def test_hub_ids_load_from_the_local_hub_cache(tiny_dirs, empty_hub_cache, monke
 def test_unreachable_hub_id_fails_fast_with_a_path_hint(
     tiny_dirs, empty_hub_cache, monkeypatch, offline
 ):
-    # Without HF_HUB_OFFLINE the hub is probed with a short timeout (no network in CI, or a
-    # 404 for this name where there is one); either way the error must come within seconds.
+    # Offline, the hub is not asked at all; otherwise once, with a short timeout (played here by
+    # a stand-in that fails as an unreachable hub does), so the error comes within seconds.
     monkeypatch.setenv("HF_HUB_OFFLINE", offline)
-    t0 = time.monotonic()
+    probes = []
+
+    def unreachable(self, repo_id, **kwargs):
+        probes.append(kwargs.get("timeout"))
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", unreachable)
     with pytest.raises(ModelLoadError) as err:
         load_pair("cactus-lab-tests/no-such-model-xyz", tiny_dirs["draft"], device="cpu")
-    assert time.monotonic() - t0 < cm.HUB_PROBE_TIMEOUT_S + 10
+    assert probes == ([] if offline else [cm.HUB_PROBE_TIMEOUT_S])
     msg = str(err.value)
     assert "cactus-lab-tests/no-such-model-xyz" in msg and "local folder" in msg
 
@@ -334,26 +340,29 @@ def test_draft_assets_fit_the_size_budget():
 # The embedded pair (slow: one real GGUF conversion per session, into a clean cache)
 
 
+# The tests that read `embedded` stay on one worker, so that the conversion runs once.
+EMBEDDED_GROUP = pytest.mark.xdist_group("embedded-conversion")
+
+
 @pytest.fixture(scope="session")
 def embedded(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cactus-cache")
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
     try:
-        t0 = time.monotonic()
         pair = load_pair(cache_dir=cache, device="cpu")
-        first = time.monotonic() - t0
     finally:
         if old is None:
             os.environ.pop("HF_HUB_OFFLINE", None)
         else:
             os.environ["HF_HUB_OFFLINE"] = old
-    return pair, cache, first
+    return pair, cache
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
-    pair, cache, _ = embedded
+    pair, cache = embedded
     assert pair.verifier_name == cm.EMBEDDED_VERIFIER_NAME
     assert pair.verifier.config.num_hidden_layers == 30
     assert pair.dtype == torch.float32 and pair.device == torch.device("cpu")
@@ -380,8 +389,9 @@ def test_embedded_pair_loads_offline_from_a_clean_cache(embedded):
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
-    pair, _, _ = embedded
+    pair, _ = embedded
     cfg = json.loads((cm.DRAFT_DIR / "config.json").read_text())
     assert cfg["cactus_tokenizer_sha256"] == cm.tokenizer_fingerprint(pair.tokenizer)
     # One embedding matrix: the draft's input table and head are the verifier's.
@@ -407,16 +417,13 @@ def test_embedded_draft_uses_the_verifiers_tokenizer(embedded):
 
 
 @pytest.mark.slow
+@EMBEDDED_GROUP
 def test_second_embedded_load_reuses_the_cache(embedded, monkeypatch):
-    _, cache, _ = embedded
+    _, cache = embedded
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("the cache should have been reused")
 
     monkeypatch.setattr(cm, "_convert_gguf", no_conversion)
-    t0 = time.monotonic()
-    pair = load_pair(cache_dir=cache, device="cpu")
-    elapsed = time.monotonic() - t0
-    # The target is < 3 s on an idle machine; CI shares its cores, so allow slack here.
-    assert elapsed < 20, elapsed
+    pair = load_pair(cache_dir=cache, device="cpu")  # its time: benchmarks/bench_app.py
     assert pair.identity == embedded[0].identity

@@ -1,7 +1,7 @@
 """Recording off the critical path records the same numbers: the trace rows, the exact
-emitted KL and the stats equal, bit for bit, the snapshot taken with the recording inline
-(tests/recording_snapshot.py); and the per-position acceptance counts equal a brute count of
-the trace's draft fates."""
+emitted KL and the stats equal, bit for bit, those recorded inline in the same process
+(tests/recording_cases.py); and the per-position acceptance counts equal a brute count of the
+trace's draft fates."""
 
 from __future__ import annotations
 
@@ -19,31 +19,30 @@ from cactus_core.engine.decoding import recording
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, summarize
 from cactus_core.engine.decoding.recording import RECORDER_THREAD
-from tests import recording_snapshot as snap
+from tests import recording_cases as snap
 
 
-def _as_recorded(got: Any, want: Any) -> Any:
-    """got, less the fields added since the snapshot (the stats' per-position counts, checked
-    apart; a chain round's empty `tree`), and with special tokens' text as the snapshot wrote
-    it (the trace now names them by a marker such as «end»)."""
-    if isinstance(want, list):
-        return [_as_recorded(g, w) for g, w in zip(got, want, strict=True)]
-    if not isinstance(want, dict):
-        return got
-    out = {k: _as_recorded(v, want[k]) for k, v in got.items() if k in want}
-    if "token_text" in want:
-        special = {i: t for i, t in want["token_text"].items() if t.startswith("<|")}
-        out["token_text"] = {**out["token_text"], **special}
-    return out
+@pytest.mark.kernels
+def test_trace_and_stats_equal_the_inline_recording_bit_for_bit(tiny_pair, monkeypatch) -> None:
+    threaded = snap.snapshot(tiny_pair)
 
+    def inline(self: recording.Recorder, what: str, fn: Any, *args: Any) -> recording.Recorded:
+        return recording.Recorded(self._run(fn, *args))  # on the decoding thread, at once
 
-def test_trace_and_stats_equal_the_inline_recording_bit_for_bit(tiny_pair) -> None:
-    want = snap.load()
-    got = snap.snapshot(tiny_pair)
-    assert set(got) == set(want)
+    monkeypatch.setattr(recording.Recorder, "submit", inline)
+    seen: list[str] = []
+    real = decoder_module.record_round
+    monkeypatch.setattr(
+        decoder_module,
+        "record_round",
+        lambda *a: seen.append(threading.current_thread().name) or real(*a),
+    )
+    want = snap.snapshot(tiny_pair)
+    assert seen and not any(name.startswith(RECORDER_THREAD) for name in seen)
+    assert set(threaded) == set(want)
     for rule, cases in want.items():
         for case, value in cases.items():
-            assert _as_recorded(got[rule][case], value) == value, (rule, case)
+            assert threaded[rule][case] == value, (rule, case)
 
 
 def brute_counts(rounds: list[Any]) -> tuple[list[int], list[int], int]:

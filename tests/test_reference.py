@@ -9,6 +9,7 @@ import pytest
 
 from cactus_core.experiments import reference as ref
 from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_config import Setting
 from cactus_core.maths.rules import RULES
 
 
@@ -95,8 +96,20 @@ def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Referen
         )
 
 
+def _ends_of_each_grid() -> tuple[Setting, ...]:
+    """Every rule at the first and the last of its reference settings."""
+    by_rule: dict[str, list[Setting]] = {}
+    for setting in ref.reference_settings():
+        by_rule.setdefault(setting.rule, []).append(setting)
+    return tuple(s for run in by_rule.values() for s in dict.fromkeys((run[0], run[-1])))
+
+
 def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
+    """Every rule, at both ends of its grid (all 80 settings took 40 s; the grid itself is
+    checked on the shipped file above)."""
     monkeypatch.setattr(ref, "REFERENCE_MAX_NEW_TOKENS", 6)
+    ends = _ends_of_each_grid()
+    monkeypatch.setattr(ref, "reference_settings", lambda: ends)
     prompts = ("Tell me about cacti.", "Name three colours.")
     data = ref.build_reference(tiny_pair, prompts, "test", SweepCache(tmp_path / "cache"))
     path = ref.write_reference(data, tmp_path / "ref.json.gz")

@@ -5,7 +5,6 @@ not decoded yet lands on the last step decoded instead of an IndexError."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -15,13 +14,16 @@ from cactus_core.app.links import STEP_INDEX_KEY, STEP_ROUND_KEY
 from cactus_core.app.step_through import StepRun
 from cactus_core.app.step_view import round_steps, step_after, step_before
 from cactus_core.maths.rules import DEFAULT_RULE
+from tests.overlap import CountedLock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 
 
-def _slow(events, pause: float):
+def _held(events, lock: CountedLock, clicks: int):
     for rnd in events:
-        time.sleep(pause)  # a round that takes a while, as on a loaded server
+        # A round comes out only once every click is queued behind the one decoding it, as
+        # when clicks reach a loaded server faster than it decodes.
+        lock.wait_for(clicks)
         yield rnd
 
 
@@ -29,7 +31,8 @@ def test_overlapping_script_runs_decode_one_round_at_a_time(tiny_pair):
     expected = StepRun.start(tiny_pair, request(DEFAULT_RULE, delta=1.0))
     expected.ensure(3)
     run = StepRun.start(tiny_pair, request(DEFAULT_RULE, delta=1.0))
-    run._events = _slow(iter(run.stream), 0.1)
+    run._lock = lock = CountedLock()
+    run._events = _held(iter(run.stream), lock, clicks=3)
     errors: list[BaseException] = []
 
     def click(index: int) -> None:
@@ -41,10 +44,9 @@ def test_overlapping_script_runs_decode_one_round_at_a_time(tiny_pair):
     threads = [threading.Thread(target=click, args=(i,)) for i in (3, 2, 3)]
     for t in threads:
         t.start()
-        time.sleep(0.03)
     for t in threads:
         t.join()
-    assert errors == []
+    assert errors == [] and lock.arrived == 3  # all three overlapped
     assert run.done == expected.done
     assert [r.next_id for r in run.rounds] == [r.next_id for r in expected.rounds]
     assert run.ensure(len(expected.rounds))  # and it goes on decoding

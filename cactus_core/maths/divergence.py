@@ -75,9 +75,19 @@ def _per_row(
     """fn(rows of x [n, V], a scratch buffer [n, V], *the same rows of others) -> [n], block by
     block of rows: [..., V] -> [...]."""
     if x.dim() > 2 and not all(t.is_contiguous() for t in (x, *others)):
-        # a view such as q[:, :k] would be copied whole by reshape: walk its first dim instead
-        parts = [_per_row(fn, x[i], *(o[i] for o in others)) for i in range(x.shape[0])]
-        return torch.stack(parts) if parts else x.new_empty(x.shape[:-1])
+        # A view such as q[:, :k] would be copied whole by reshape: walk its first dim instead,
+        # one slice at a time, or, when the slices are small (100,000 rounds of one position),
+        # a block of slices at a time, copying one block of about _BLOCK entries.
+        step = _BLOCK // max(x[0].numel(), 1)
+        if step < 8:
+            parts = [_per_row(fn, x[i], *(o[i] for o in others)) for i in range(x.shape[0])]
+            return torch.stack(parts) if parts else x.new_empty(x.shape[:-1])
+        parts = []
+        for i in range(0, x.shape[0], step):
+            block = [t[i : i + step] for t in (x, *others)]
+            flat_block = [b.reshape(-1, b.shape[-1]) for b in block]
+            parts.append(_per_row(fn, *flat_block).reshape(block[0].shape[:-1]))
+        return torch.cat(parts) if parts else x.new_empty(x.shape[:-1])
     v = x.shape[-1]
     flat = x.reshape(-1, v)
     rest = [o.to(x.dtype).reshape(-1, v) for o in others]

@@ -54,7 +54,7 @@ from cactus_core.engine.loading.feature_draft import DraftKVCache, FeatureDraft
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from cactus_core.engine.runtime.transformers_names import PreTrainedModel
 
 
 def final_norm(model: PreTrainedModel) -> nn.Module:

@@ -49,12 +49,6 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import LlamaConfig, PreTrainedModel
-from transformers.models.llama.modeling_llama import (
-    LlamaDecoderLayer,
-    LlamaRotaryEmbedding,
-    apply_rotary_pos_emb,
-)
 
 from cactus_core.engine.loading.deployment import ModelLoadError
 from cactus_core.engine.loading.feature_draft_config import (
@@ -63,6 +57,13 @@ from cactus_core.engine.loading.feature_draft_config import (
     read_config,
 )
 from cactus_core.engine.runtime.fast_head import linear_scores
+from cactus_core.engine.runtime.transformers_names import (
+    LlamaConfig,
+    LlamaDecoderLayer,
+    LlamaRotaryEmbedding,
+    PreTrainedModel,
+    apply_rotary_pos_emb,
+)
 
 FORMAT = "cactus-feature-draft"
 FORMAT_VERSION = 1

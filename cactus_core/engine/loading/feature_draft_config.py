@@ -19,11 +19,14 @@ from typing import Any
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import safe_open
-from transformers import LlamaConfig, PreTrainedModel
-from transformers.activations import ACT2FN
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.runtime.transformers_names import (
+    ACT2FN,
+    ROPE_INIT_FUNCTIONS,
+    LlamaConfig,
+    PreTrainedModel,
+)
 
 MAX_CONFIG_BYTES = 1 << 20  # the shipped config.json is 5 KB
 # The LlamaConfig fields the draft's layers are built from: whole numbers, at least 1.

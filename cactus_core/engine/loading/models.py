@@ -35,13 +35,6 @@ from typing import Any, NamedTuple
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from cactus_core.engine.loading.deployment import (
     DeploymentPolicy,
@@ -74,6 +67,15 @@ from cactus_core.engine.loading.weights import (
 from cactus_core.engine.runtime.grouped_attention import use_grouped_attention
 from cactus_core.engine.runtime.packed_linear import pack_linears
 from cactus_core.engine.runtime.subset_head import attach_subset_head
+from cactus_core.engine.runtime.transformers_names import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    transformers_logging,
+)
 
 # Re-exported: callers and tests import these from here.
 __all__ = [
@@ -482,8 +484,6 @@ def load_embedded_draft(
     """The draft's own layers from the assets; its embedding and its first
     `cactus_shared_verifier_layers` layers are the verifier's own modules (frozen in training,
     so sharing them is exact and saves their memory)."""
-    from transformers.utils import logging as hf_logging
-
     meta = _draft_meta()
     v_embed = verifier.get_input_embeddings().weight
     if tuple(v_embed.shape) != (meta["vocab_size"], meta["hidden_size"]):
@@ -491,14 +491,15 @@ def load_embedded_draft(
             f"the embedded draft needs a {meta['vocab_size']}x{meta['hidden_size']} embedding "
             f"from its verifier, got {tuple(v_embed.shape)}"
         )
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the shared tensors are absent from the file on purpose
+    # The shared tensors are absent from the file on purpose: no warning about them.
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
     try:
         draft, info = LlamaForCausalLM.from_pretrained(
             str(DRAFT_DIR), dtype=dtype, output_loading_info=True, trust_remote_code=False
         )
     finally:
-        hf_logging.set_verbosity(verbosity)
+        transformers_logging.set_verbosity(verbosity)
     check_loading_info(info, "the embedded draft", _shared_keys(meta))
     for i in range(meta.get("cactus_shared_verifier_layers", 0)):
         draft.model.layers[i] = verifier.model.layers[i]
@@ -519,8 +520,6 @@ def _shared_keys(meta: dict[str, Any]) -> set[str]:
 
 
 def _draft_state_keys(meta: dict[str, Any]) -> list[str]:
-    from transformers import LlamaConfig
-
     cfg = LlamaConfig(**{k: v for k, v in meta.items() if not k.startswith("cactus_")})
     with torch.device("meta"):
         return list(LlamaForCausalLM(cfg).state_dict())

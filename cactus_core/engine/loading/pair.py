@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cactus_core.engine.loading.pairing import max_positions
 from cactus_core.engine.loading.weights import state_digest
+from cactus_core.engine.runtime.transformers_names import PreTrainedModel, PreTrainedTokenizerBase
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.feature_draft import FeatureDraft

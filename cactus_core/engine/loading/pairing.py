@@ -9,9 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 from cactus_core.engine.loading.deployment import ModelLoadError
+from cactus_core.engine.runtime.transformers_names import PreTrainedModel, PreTrainedTokenizerBase
 
 # Strings on which two tokenizers must give the same ids: prose, code, digits, whitespace runs,
 # non-Latin scripts, emoji and the chat markers.

@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface
+
+from cactus_core.engine.runtime.transformers_names import (
+    AttentionInterface,
+    AttentionMaskInterface,
+    sdpa_attention_forward,
+)
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from cactus_core.engine.runtime.transformers_names import PreTrainedModel
 
 # The name models are switched to (`use_grouped_attention`); its masks are sdpa's.
 GROUPED_SDPA = "cactus_grouped_sdpa"

@@ -15,9 +15,9 @@ are built on the model's device.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from cactus_core.engine.runtime.fast_head import head_logits
+from cactus_core.engine.runtime.transformers_names import DynamicCache, PreTrainedModel
 
 # Entries of one prefill piece's attention mask (rows × piece width × keys): 2^23 floats are
 # 32 MiB, and the attention scores of the piece are of the same order per head.

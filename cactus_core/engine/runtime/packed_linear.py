@@ -7,9 +7,10 @@ products took 32.3 ms for 1 row and 34.6 ms for 5 through `F.linear`, and 25.6 a
 packed (one thread, an AMX CPU; docs/benchmarks.md, "Step costs"). The packed copy costs the
 weights' size once more in memory.
 
-Only where it pays: bfloat16 weights on a CPU with native bfloat16 (`native_bfloat16`), with no
-gradient to track (oneDNN's packed product has no backward), so training and float32 run as
-before. An LM head stays an nn.Linear: `fast_head` scores it through `packed_product`."""
+Only where it pays: bfloat16 weights on a CPU with native bfloat16 (`native_bfloat16`) whose
+oneDNN packs them (`can_pack`), with no gradient to track (oneDNN's packed product has no
+backward), so training and float32 run as before. An LM head stays an nn.Linear: `fast_head`
+scores it through `packed_product`."""
 
 from __future__ import annotations
 
@@ -43,14 +44,29 @@ def packing_available() -> bool:
     )
 
 
+@cache
+def can_pack(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs linear weights of this dtype on this CPU. It packs float32 on any
+    x86-64, but bfloat16 only with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT, and refuses (a
+    RuntimeError) rather than widen on a CPU without them, an AVX2 one say."""
+    if not packing_available():
+        return False
+    try:
+        with torch.inference_mode():
+            torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=dtype), ROWS_HINT)
+    except RuntimeError:
+        return False
+    return True
+
+
 def packing_pays(weight: torch.Tensor) -> bool:
     """Whether products with this weight run faster packed: bfloat16 on a CPU with native
-    bfloat16."""
+    bfloat16, whose oneDNN packs it."""
     return (
         weight.dtype == torch.bfloat16
         and weight.device.type == "cpu"
         and native_bfloat16()
-        and packing_available()
+        and can_pack(torch.bfloat16)
     )
 
 
@@ -90,7 +106,7 @@ def packed_product(
     packing pays and no gradient is tracked (oneDNN's packed product has no backward). Under
     torch.compile it is F.linear: the packed copy's cache breaks the graph, and inductor packs
     weights itself when it freezes them."""
-    plain = torch.compiler.is_compiling() or x.dtype != torch.bfloat16 or torch.is_grad_enabled()
+    plain = torch.compiler.is_compiling() or x.dtype != weight.dtype or torch.is_grad_enabled()
     if plain or not packing_pays(weight):
         return F.linear(x, weight, bias)
     return _packed_linear_op()(x, packed_copy(owner, weight), bias, "none", [], "")

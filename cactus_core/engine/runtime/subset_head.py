@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from cactus_core.engine.runtime.transformers_names import PreTrainedModel
 
 # Finite, so that p * log p stays 0 (not NaN) downstream; exp(FILL - max) is exactly 0 in
 # float32, and FILL / temperature stays finite for any temperature above 1e-8.

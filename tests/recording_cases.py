@@ -1,19 +1,16 @@
 """What the decoder records (trace rows, exact emitted KL, stats) on the tiny pair for a few
-rules, with the timings left out: tests/test_recording.py compares a run against the snapshot
-stored in tests/data/recording_snapshot.json.gz, so moving the recording off the critical path
-keeps every recorded number bit for bit. `python -m tests.recording_snapshot` rewrites it."""
+rules, with the timings left out. tests/test_recording.py computes it twice in one process,
+with the recording on its worker thread and inline, and compares the two bit for bit: both run
+the same kernels on the same CPU, so any difference is the recording's own."""
 
 from __future__ import annotations
 
-import gzip
 import json
-from pathlib import Path
 from typing import Any
 
 from cactus_core.engine.decoding.decoder import GenerationOutput, SpeculativeDecoder
 from cactus_core.maths.rules import make_rule
 
-SNAPSHOT = Path(__file__).parent / "data" / "recording_snapshot.json.gz"
 PROMPTS = ["Tell me about cacti.", "Name three colours.", "What is 2 + 2?"]
 CASES: dict[str, dict[str, float]] = {
     "sps": {},
@@ -23,7 +20,7 @@ CASES: dict[str, dict[str, float]] = {
 }
 # Short rows keep the file small; the code that fills them is the same at any length.
 TOP_N, TOP_M = 5, 12
-TIMES = ("wall_s", "prefill_s", "draft_s", "verify_s", "record_s", "tokens_per_s")
+TIMES = ("wall_s", "prefill_s", "draft_s", "verify_s", "record_s", "record_work_s", "tokens_per_s")
 
 
 def normalise(out: GenerationOutput) -> dict[str, Any]:
@@ -56,19 +53,3 @@ def snapshot(pair: Any) -> dict[str, Any]:
             case["plain"] = normalise(dec.generate_autoregressive(PROMPTS[2], 12, seed=1))
         out[name] = case
     return out
-
-
-def load() -> dict[str, Any]:
-    with gzip.open(SNAPSHOT, "rt", encoding="utf-8") as f:
-        return json.load(f)
-
-
-if __name__ == "__main__":
-    import torch
-
-    from tests.conftest import make_tiny_pair
-
-    torch.set_num_threads(1)
-    data = json.dumps(snapshot(make_tiny_pair()), separators=(",", ":"))
-    SNAPSHOT.write_bytes(gzip.compress(data.encode(), mtime=0))
-    print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size} bytes)")
