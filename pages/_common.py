@@ -334,14 +334,23 @@ LINK_MEMORY = 64
 LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progress
 
 
+KEPT_VALUES_KEY = "kept_widget_values"  # {widget key: its last value}, plain session state
+
+
 def keep_widget_state(public: bool, offered: Sequence[str] = ()) -> None:
     """Before any widget is drawn: every page's widget values survive a visit to another page.
     Streamlit drops a widget's value on a run that does not draw it (so the Decode prompt
     came back as the default after a look at the Playground); writing each value back to its
-    own key makes it the session's, which Streamlit keeps."""
+    own key makes it the session's, which Streamlit keeps on full runs. A fragment's rerun on
+    another page (the Playground's δ slider) still lost it: the key stays mapped to the
+    undrawn widget, and the rerun's bookkeeping drops it. So each value is also copied under
+    one key no widget owns, and put back from there when Streamlit has dropped it."""
+    kept = st.session_state.setdefault(KEPT_VALUES_KEY, {})
     for key in links.kept_keys(public, offered):
         if key in st.session_state:
-            st.session_state[key] = st.session_state[key]
+            kept[key] = st.session_state[key]
+        if key in kept:
+            st.session_state[key] = kept[key]
 
 
 def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:
