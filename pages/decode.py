@@ -371,7 +371,7 @@ def show_run(run: DecodeRun, pair: ModelPair | None = None) -> None:
     note = run.truncation_caption()
     if note:
         st.caption(note)
-    race_section(run)
+    race_section(run, pair)
     _k_tuner.run_positions(run, pair)
     st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
     col_rounds, col_inspect = st.columns([6, 5], gap="large")

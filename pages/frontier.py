@@ -24,6 +24,7 @@ from cactus_core.experiments.reference import (
     ReferenceSweep,
     load_reference,
 )
+from cactus_core.experiments.speedup import PREDICTED_HELP
 from cactus_core.experiments.sweep import (
     METRIC_LABELS,
     Progress,
@@ -258,30 +259,44 @@ def trade_off(
     result: SweepResult,
     config: SweepConfig,
     selected: str | None,
+    pair: ModelPair,
     reference: ReferenceSweep | None = None,
 ) -> None:
     rows, curve = result.rows(), result.pooled_limit()
     ref_rows = reference.rows if reference is not None else None
     st.subheader("Trade-off")
     st.caption(
-        "Error bars: 95% intervals over prompts (over chunks for tokens/s and speedup). The "
-        "dashed line is the Pareto frontier over all settings. Click a point to read its outputs."
+        "Error bars: 95% intervals over prompts (over chunks for tokens/s). The dashed line is "
+        "the Pareto frontier over all settings. Click a point to read its outputs."
     )
     tabs = st.tabs(
-        ["tokens per call", "speedup", "tokens/s", "acceptance vs the limit", "modelled speedup"]
+        [
+            "tokens per call",
+            "speedup (predicted)",
+            "tokens/s",
+            "acceptance vs the limit",
+            "modelled speedup",
+        ]
     )
     with tabs[0]:
         fig = ff.frontier_chart(rows, "tokens_per_call", selected=selected, reference=ref_rows)
         chart(fig, CHARTS[0])
         st.caption(METRIC_HELP["tokens per call"])
     with tabs[1]:
-        chart(ff.frontier_chart(rows, "speedup", selected=selected), CHARTS[1])
-        st.caption(
-            METRIC_HELP["speedup"] + " Timings exclude the lab's exact-KL bookkeeping; chunks "
-            "read from the cache keep the timings of the run that made them."
-        )
+        costs = _k_tuner.cost_panel(pair, "fr_speedup_costs")
+        if costs is not None:
+            fig = ff.predicted_speedup_chart(rows, costs, config.sampling.k, selected=selected)
+            chart(fig, CHARTS[1])
+            st.caption(
+                PREDICTED_HELP + " Error bars: the interval of tokens per call carried over; "
+                "the costs' own noise is not in them."
+            )
     with tabs[2]:
         chart(ff.frontier_chart(rows, "tokens_per_s", selected=selected), CHARTS[2])
+        st.caption(
+            "Each chunk's prompts decode as one batch, so these are batch throughputs: their "
+            "ratio to verifier-only's is not the speedup (that is one sequence at a time)."
+        )
     with tabs[3]:
         if curve is None:
             st.info("Tick 'Compute the limit' and rerun the sweep to see the limit.")
@@ -308,7 +323,6 @@ TABLE_COLUMNS = {
     "tokens_per_call": "tokens/call",
     "acceptance_rate": "acceptance",
     "tokens_per_s": "tokens/s",
-    "speedup": "speedup",
     "emitted_kl": "emitted KL",
     "nll": "NLL",
     "limit_acceptance": "limit",
@@ -389,7 +403,7 @@ def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: Swee
             st.error(str(err))
     tuned = st.session_state.get(TUNED_KEY)
     if tuned is not None and tuned[0] == sweep_key:
-        _tuner.show_result(tuned[1], "fr_tune")
+        _tuner.show_result(tuned[1], "fr_tune", pair)
     if config.task_names:
         st.markdown("##### Per task")
         task_tuner(result, "fr_task_tune")
@@ -479,7 +493,7 @@ def user_sweep(
     selected = st.session_state.get(SELECTED_KEY)
     if selected not in {r["setting"] for r in result.rows()}:
         selected = None
-    trade_off(result, config, selected, reference)
+    trade_off(result, config, selected, pair, reference)
     table(result)
     outputs(result, config, selected)
     return pair, config, result, cache
@@ -515,9 +529,9 @@ def main() -> None:
         with tuner_slot.container():
             _tuner.reference_tuner(s, *shown)
     if mine is not None:
-        _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
+        _k_tuner.frontier_k(mine[2].rows(), mine[0])
     elif shown is not None:
-        _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
+        _k_tuner.frontier_k(shown[1].rows, get_pair(s))
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

@@ -5,7 +5,7 @@ A task's part of a sweep is the same sweep restricted to that task's prompts: pe
 statistics (tokens per call, acceptance, emitted KL, NLL) are exact. Timings and the limit are
 per chunk (one batched call decodes a chunk's prompts together): a chunk whose prompts are all
 of the task keeps them; a chunk that mixes tasks gives the task its share of the wall time in
-proportion to its tokens (so the chunk's tokens/s and speedup) and no limit sums.
+proportion to its tokens (so the chunk's tokens/s) and no limit sums.
 """
 
 from __future__ import annotations
