@@ -25,10 +25,10 @@ HOW_TIMED = (
     "Both decoders run the same prompt, settings and seed on this server. First each runs once "
     "on the prompt, untimed, so one-time work (kernels for these shapes, caches made on first "
     "use) stays outside the clocks. Then they take turns one round at a time in one thread, "
-    "whichever is behind on its own clock going next; each clock counts only its own decoder's "
-    "work, never the other's or the page's drawing, so a change in the machine's load lands on "
-    "both. Neither records the lab's trace. Each point is a round, placed when its tokens were "
-    "written."
+    "whichever has written fewer tokens going next, so both are at the same point of their "
+    "texts at the same moment and a change in the machine's load lands on both. Each clock "
+    "counts only its own decoder's work, never the other's or the page's drawing; neither "
+    "records the lab's trace. Each point is a round, placed when its tokens were written."
 )
 
 

@@ -1,6 +1,6 @@
 """The race view's pieces without a browser: both lanes decode what the library decodes, take
-turns by their own clocks, and the figure shows every round; every rule keeps its own colour
-on every chart; the reference's pair reads in words; special tokens never show raw."""
+turns by the tokens they have written, and the figure shows every round; every rule keeps its
+own colour on every chart; the reference's pair reads in words; special tokens never show raw."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ def race(tiny_pair):
     race = Race.start(tiny_pair, request, "cactus δ=0.3")
     order = []
     while True:
-        before = {lane.name: lane.clock for lane in race.lanes if not lane.done}
+        before = {lane.name: lane.tokens for lane in race.lanes if not lane.done}
         counts = {lane.name: len(lane.rounds) for lane in race.lanes}
         if not race.step():
             break
         moved = [lane.name for lane in race.lanes if len(lane.rounds) != counts[lane.name]]
         if moved and len(before) == 2:
-            # the lane that moved was the one behind
+            # the lane that moved was the one behind in tokens written
             assert before[moved[0]] == min(before.values())
         order.extend(moved)
     return race, order

@@ -7,13 +7,16 @@ How it is timed (the page says so too; the definition is `experiments.speedup`'s
   one-time work (kernels chosen for these shapes, caches and packed weights made on first use)
   stays out of the race. `Race.events` records it, in order, for the page and the tests.
 - Both decoders then run in this one thread and take turns, one round at a time, always
-  advancing the one whose clock is behind. Each clock counts only its own decoder's work (the
+  advancing the one that has written fewer tokens: the two stay at the same point of their
+  texts (the same context length, so rounds of the same cost) at the same moment, and a swing
+  in the machine's load lands on both. Each clock counts only its own decoder's work (the
   time inside its `next()`: its prefill, then each round), never the other's rounds or the
-  page's drawing, so a swing in the machine's load lands on both.
+  page's drawing.
 - Neither lane records the lab's trace rows or the exact emitted KL: the race times decoding
   as a server runs it (Generate's run holds the trace).
 - The speedup is the two decoders' own decoding tokens/s (the prefill apart), and its spread is
-  taken over stretches of the race (`speedup.spread`).
+  taken over stretches of wall-clock time in which both lanes ran rounds (`speedup.spread`): a
+  stretch pairs the rounds the two decoders ran under the same load.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class RaceRound:
     index: int
     t: float  # seconds of the lane's own decoding time when the round's tokens were written
     seconds: float  # this round's own time (the first round's holds the prefill too)
+    ended: float  # when it ended on the wall clock (perf_counter), shared by both lanes
     tokens: tuple[str, ...]
     accepted: int  # drafts accepted (0 for verifier-only steps)
     drafted: int  # k (0 for verifier-only steps)
@@ -112,13 +116,15 @@ class Lane:
             self.clock += time.perf_counter() - start
             self.done = True
             return
-        took = time.perf_counter() - start
+        ended = time.perf_counter()
+        took = ended - start
         self.clock += took
         self.rounds.append(
             RaceRound(
                 len(self.rounds),
                 self.clock,
                 took,
+                ended,
                 tuple(rnd.emitted_text),
                 rnd.num_accepted,
                 rnd.k,
@@ -126,8 +132,9 @@ class Lane:
         )
 
     def timed_rounds(self) -> list[tuple[float, float]]:
-        """(end, seconds) of every round after the first, whose time holds the prefill."""
-        return [(r.t, r.seconds) for r in self.rounds[1:]]
+        """(wall-clock end, seconds) of every round after the first, whose time holds the
+        prefill."""
+        return [(r.ended, r.seconds) for r in self.rounds[1:]]
 
 
 def warm_up(dec: SpeculativeDecoder, request: DecodeRequest, speculative: bool) -> float:
@@ -183,11 +190,13 @@ class Race:
         return self.speculative.done and self.verifier_only.done
 
     def step(self) -> bool:
-        """Advance the lane that is behind (by its own clock); False once both are done."""
+        """Advance the lane that has written fewer tokens (the speculative one on a tie); False
+        once both are done. Pacing by tokens keeps the two at the same context length at the
+        same moment, so a stretch of wall-clock time pairs rounds of the same cost and load."""
         live = [lane for lane in self.lanes if not lane.done]
         if not live:
             return False
-        lane = min(live, key=lambda x: x.clock)
+        lane = min(live, key=lambda x: x.tokens)
         lane.advance()
         if lane.done:
             self.events.append(RaceEvent("finished", lane.name, lane.clock))

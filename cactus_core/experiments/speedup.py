@@ -99,11 +99,12 @@ def spread(
     steps: Sequence[tuple[float, float]],
     parts: int = SPREAD_PARTS,
 ) -> Spread | None:
-    """The spread of a race. `rounds` and `steps`: (when it ended on its lane's clock, how long
-    it took) for each speculative round and verifier-only step; the clocks take turns, so they
-    advance together. The time both lanes ran is cut into `parts` stretches holding the same
-    number of speculative rounds, and each stretch's speedup is tokens per round × its mean
-    step ÷ its mean round. None when the race is too short for two stretches."""
+    """The spread of a race. `rounds` and `steps`: (when it ended on the wall clock, how long
+    it took) for each speculative round and verifier-only step. The lanes take turns, so in
+    any stretch of wall-clock time both ran rounds under the same load. The time both lanes
+    ran is cut into `parts` stretches holding the same number of speculative rounds, and each
+    stretch's speedup is tokens per round × its mean step ÷ its mean round. None when the race
+    is too short for two stretches."""
     end = min(max((t for t, _ in rounds), default=0.0), max((t for t, _ in steps), default=0.0))
     paired = sorted(r for r in rounds if r[0] <= end)
     parts = min(parts, len(paired) // MIN_ROUNDS_PER_PART)
