@@ -380,7 +380,7 @@ def show_run(run: DecodeRun, pair: ModelPair | None = None) -> None:
     with col_inspect:
         inspector(run)
     replay(run)
-    why_rejected(run.trace.rounds, "dec")
+    why_rejected(run.trace.rounds, "dec", run.trace.text)
     st.subheader("Export")
     st.download_button(
         "Download the trace (JSON)",

@@ -587,6 +587,8 @@ class SpeculativeDecoder:
         for rnd in trace.rounds:
             ids.update(rnd.draft_ids)
             ids.update(rnd.emitted_ids)
+            if rnd.tree is not None:  # every candidate, rejected ones too
+                ids.update(rnd.tree["tokens"])
             for pos in rnd.positions:
                 ids.update(pos.q_ids)
                 ids.update(pos.p_ids)

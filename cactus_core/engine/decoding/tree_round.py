@@ -214,6 +214,10 @@ def count_tree(st: GenerationStats, out: TreeOutcome) -> None:
     st.drafted_tokens += len(out.tree.tokens)
     st.decided_tokens += sum(1 for f in v.fates if f in ("accepted", "rejected"))
     st.accepted_tokens += m
+    # every rejected candidate the verifier gave q_n = 0, as a chain counts its rejected draft
+    st.rejected_q_zero += sum(
+        f == "rejected" and q == 0.0 for f, q in zip(v.fates, v.q, strict=True)
+    )
     if len(st.accepted_histogram) <= m:
         st.accepted_histogram += [0] * (m + 1 - len(st.accepted_histogram))
     st.accepted_histogram[m] += 1
