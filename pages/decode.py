@@ -78,6 +78,7 @@ class Slots:
     counters: DeltaGenerator
     transcript: DeltaGenerator
     body: DeltaGenerator
+    annotated: bool = False  # the transcript with every draft, or the clean text
 
 
 @st.fragment
@@ -205,7 +206,7 @@ def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun
     for rnd in stream:
         rounds.append(rnd)
         show_counters(slots.counters, live_stats(rounds, time.perf_counter() - start))
-        slots.transcript.html(transcript_html("", transcript_tokens(rounds)))
+        slots.transcript.html(transcript_html("", transcript_tokens(rounds), slots.annotated))
     run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1
     st.session_state[RUN_COUNTER_KEY] = run_id
     return DecodeRun(run_id=run_id, request=request, output=stream.output)
@@ -227,7 +228,8 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if run is not None:
         show_counters(slots.counters, final_stats(run.output))
-        slots.transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
+        tokens = transcript_tokens(run.trace.rounds, run.replay)
+        slots.transcript.html(transcript_html("", tokens, slots.annotated))
     if f.compare:
         if run is None:
             return "Generate first: the race decodes the run's prompt both ways."
@@ -406,8 +408,15 @@ def main() -> None:
     _k_tuner.best_k_caption(st.session_state.get(LAST_RUN_KEY), pair)
     if pair is None:
         return
-    st.html(legend_html())
-    slots = Slots(f.counters, st.empty(), st.empty())
+    t1, t2 = st.columns([1, 3], vertical_alignment="center")
+    annotated = t1.toggle(
+        "Show every draft",
+        key="dec_annotated",
+        help="The text as written, or every round as drafted: rejected drafts struck through.",
+    )
+    with t2:
+        st.html(legend_html(annotated))
+    slots = Slots(f.counters, st.empty(), st.empty(), annotated)
     error = act(pair, f, slots)
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if error:
