@@ -312,6 +312,8 @@ def rule_picker(
         help=rules_markdown(),
     )
     st.caption(RULES[name].description)
+    if RULES[name].speed_note:
+        st.caption(f":material/timer: {RULES[name].speed_note}")
     params = {
         param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
         for param in RULES[name].params_spec

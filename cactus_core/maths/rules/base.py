@@ -178,6 +178,9 @@ class Rule:
     family: ClassVar[str]
     colour: ClassVar[str]
     shown_first: ClassVar[bool] = False  # a chart of every rule opens with it shown
+    # Said where the rule is picked when it decodes measurably slower than its family (a
+    # search per position): what it costs, with the benchmark that measured it. "" when not.
+    speed_note: ClassVar[str] = ""
 
     def __init__(self, **params: Any) -> None:
         given = {p.name: params.get(p.name, p.default) for p in self.params_spec}
