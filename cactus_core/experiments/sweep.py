@@ -177,9 +177,9 @@ class SettingResult:
 
     def estimate(self, metric: str) -> Estimate:
         if metric in _PER_PROMPT:
-            return mean_ci([getattr(r, metric) for r in self.prompts])
+            return mean_ci([getattr(r, metric) for r in self.prompts]).clip(*_BOUNDS[metric])
         if metric == "tokens_per_s":
-            return mean_ci([c.tokens_per_s for c in self.chunks])
+            return mean_ci([c.tokens_per_s for c in self.chunks]).clip(0.0)
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
 
     @property
@@ -266,6 +266,13 @@ class SettingResult:
 
 
 _PER_PROMPT = ("tokens_per_call", "acceptance_rate", "emitted_kl", "nll")
+# The values each per-prompt metric can take: its interval is clipped to them.
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "tokens_per_call": (1.0, math.inf),  # the recovered or bonus token at least
+    "acceptance_rate": (0.0, 1.0),
+    "emitted_kl": (0.0, math.inf),
+    "nll": (0.0, math.inf),
+}
 METRICS: tuple[str, ...] = (
     "tokens_per_call",
     "acceptance_rate",
