@@ -1,7 +1,8 @@
-"""Settings survive a visit to another page, in a real browser (Chromium through Playwright,
-`streamlit run` on a free port): a prompt typed and a δ set on Decode, a Generate, a look at the
-Playground whose own δ slider moves (a fragment's rerun), and back on Decode the prompt and δ
-are the ones the user left, beside the run they made."""
+"""Settings and their changes, in a real browser (Chromium through Playwright, `streamlit run`
+on a free port): a prompt typed and a δ set on Decode, a Generate, a look at the Playground
+whose own δ slider moves (a fragment's rerun), and back on Decode the prompt and δ are the ones
+the user left, beside the run they made; a seed change on Step through says why the page
+starts again at round 1."""
 
 from __future__ import annotations
 
@@ -73,6 +74,25 @@ def test_prompt_and_delta_survive_a_playground_visit(server, browser):
         s.page.get_by_text("Run 1:").wait_for()
         assert s.page.get_by_role("textbox", name="Prompt").input_value() == PROMPT
         assert decode_delta(s) == delta
+        s.check()
+    finally:
+        s.close()
+
+
+def test_a_seed_change_on_step_through_says_it_starts_again(server, browser):
+    s = Session(browser, server)
+    try:
+        s.open("step")
+        s.page.get_by_role("button", name="Next round").click()
+        s.idle()
+        s.page.get_by_text("Round 2").first.wait_for()
+        s.set_seed(7)
+        note = "New text (seed 0 → 7 changed): Step through starts again at round 1."
+        s.page.get_by_text(note).wait_for()
+        assert s.page.get_by_text("Round 1").count() >= 1
+        s.page.get_by_role("button", name="Next step").click()
+        s.idle()
+        assert s.page.get_by_text(note).count() == 0  # said once, on the run that restarted
         s.check()
     finally:
         s.close()
