@@ -303,14 +303,10 @@ def rule_picker(
 ) -> tuple[str, dict[str, float | int]]:
     """A rule selectbox and its parameter widgets, all from the rules' metadata; returns
     (name, params)."""
-    names = list(RULES)
-    name = st.selectbox(
-        label,
-        names,
-        index=names.index(default),
-        key=f"{key_prefix}_rule",
-        help=rules_markdown(),
-    )
+    # The start goes into session state, not `index`: a link (a tour stop) sets the key
+    # first, and Streamlit warns about a widget given both.
+    st.session_state.setdefault(f"{key_prefix}_rule", default)
+    name = st.selectbox(label, list(RULES), key=f"{key_prefix}_rule", help=rules_markdown())
     st.caption(RULES[name].description)
     if RULES[name].speed_note:
         st.caption(f":material/timer: {RULES[name].speed_note}")
