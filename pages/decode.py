@@ -28,6 +28,7 @@ from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
 from cactus_core.app.metrics import METRIC_HELP, prob_text
 from cactus_core.app.reference_view import (
     RunPoint,
+    compact_caption,
     compact_frontier,
     log_timing,
     reference_part,
@@ -97,16 +98,13 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     point = own = None
     if run is not None:
         stats = run.output.stats
-        point = RunPoint(stats.mean_emitted_kl or 0.0, stats.tokens_per_call, f"run {run.run_id}")
+        if run.rule_name == rule_name:  # the run's point belongs to its own rule only
+            kl = stats.mean_emitted_kl or 0.0
+            point = RunPoint(kl, stats.tokens_per_call, f"run {run.run_id}")
         own = own_curve(run, rule_name)
     fig = compact_frontier(part, rule_name, rule_params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
-    st.caption(
-        "Circles: the reference sweep's measured settings · line: the rule's curve estimated "
-        "from their positions · ring: this setting"
-        + (" · ×: your last run · dashed: the curve from its own positions" if run else "")
-        + ". Hover a mark for its numbers."
-    )
+    st.caption(compact_caption(point is not None, own is not None))
     if note:
         st.caption(note)
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)
