@@ -275,14 +275,11 @@ def param_widget(
     param: Param, key: str, start: float | None = None, label: str | None = None
 ) -> float | int:
     """A slider over the parameter's widget range (a number box for integers; a log-scale
-    slider over `Param.log_steps` for a log parameter), starting at `start` or the parameter's
+    slider over `Param.options` for a log parameter), starting at `start` or the parameter's
     default. The start goes into session state rather than the widget's `value`, so a preset
     may set the key later without Streamlit's warning about a widget given both."""
     if key not in st.session_state:
         st.session_state[key] = param_value(param, param.default if start is None else start)
-    if param.log_steps and st.session_state[key] not in param.log_steps:
-        # a value no step has (a start between two steps) would be refused by the widget
-        st.session_state[key] = param.snap(st.session_state[key])
     low, high = param.ui
     label = label or param.label
     if param.integer:
@@ -290,8 +287,10 @@ def param_widget(
         value = st.number_input(label, int(low), int(high), step=step, help=param.help, key=key)
         return int(value)
     if param.log_steps:
+        # a value between two steps (a link's, the tuner's, a preset's) joins the steps
+        options = param.options(st.session_state[key])
         value = st.select_slider(
-            label, param.log_steps, format_func=param.show_step, help=param.help, key=key
+            label, options, format_func=param.show_step, help=param.help, key=key
         )
         return float(value)
     value = st.slider(label, float(low), float(high), step=param.step, help=param.help, key=key)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from cactus_core.app.settings import AppSettings, tunable_rules
+from cactus_core.app.links import decode_setting_query
+from cactus_core.app.settings import AppSettings, build_rule, tunable_rules
 from cactus_core.app.tuner_view import range_note, refinement_chart, step_line, step_rows
 from cactus_core.experiments.k_tuner import cached_costs
 from cactus_core.experiments.speedup import PREDICTED_HELP
@@ -56,6 +57,13 @@ def show_result(res: TuneResult, key: str, pair: ModelPair | None = None) -> Non
     if costs is not None:
         st.caption("Predicted speedup: " + PREDICTED_HELP)
     if res.value is not None:
+        setting = build_rule(res.rule, {res.param: res.value})
+        st.page_link(
+            "pages/decode.py",
+            label=f"Use {setting.label} on Decode",
+            icon=":material/arrow_outward:",
+            query_params=decode_setting_query(res.rule, {res.param: res.value}),
+        )
         st.markdown("CLI flags (`python -m cactus_core generate`):")
         st.code(res.cli_flags(), language="bash")
     st.download_button(
