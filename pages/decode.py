@@ -281,14 +281,7 @@ def rounds(run: DecodeRun) -> None:
                     label_visibility="collapsed",
                 )
                 if rnd.k:
-                    st.dataframe(
-                        round_table(rnd),
-                        hide_index=True,
-                        column_config={
-                            c: st.column_config.NumberColumn(format="%.3f", width="small")
-                            for c in ("p_n", "q_n", "a(n)", "u")
-                        },
-                    )
+                    st.dataframe(round_table(rnd), hide_index=True)
 
 
 def inspector(run: DecodeRun) -> None:

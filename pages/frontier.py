@@ -18,6 +18,7 @@ from cactus_core.app.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_swee
 from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import pair_in_words, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
+from cactus_core.app.tables import display_rows
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
     Reference,
@@ -318,6 +319,15 @@ def trade_off(
         st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
 
 
+TABLE_FORMATS = {
+    "tokens_per_call": ".3f",
+    "acceptance_rate": ".3f",
+    "tokens_per_s": ".1f",
+    "emitted_kl": ".4f",
+    "nll": ".3f",
+    "limit_acceptance": ".3f",
+    "efficiency": ".1%",
+}
 TABLE_COLUMNS = {
     "label": "setting",
     "tokens_per_call": "tokens/call",
@@ -331,7 +341,7 @@ TABLE_COLUMNS = {
 
 
 def table(result: SweepResult) -> None:
-    rows = [{name: r[key] for key, name in TABLE_COLUMNS.items()} for r in result.rows()]
+    rows = display_rows(result.rows(), TABLE_COLUMNS, TABLE_FORMATS)
     st.dataframe(rows, hide_index=True, key="fr_table")
     d1, d2, _ = st.columns([1, 1, 3])
     d1.download_button(
@@ -450,9 +460,7 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
     with tabs[2]:
         rows = [r for r in part.rows if r["rule"] != BASELINE]
         st.dataframe(
-            [{name: r.get(key) for key, name in REF_COLUMNS.items()} for r in rows],
-            hide_index=True,
-            key="fr_ref_table",
+            display_rows(rows, REF_COLUMNS, TABLE_FORMATS), hide_index=True, key="fr_ref_table"
         )
     return ref, part
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
-from cactus_core.app.metrics import Headline, SpeedComparison
+from cactus_core.app.metrics import Headline, SpeedComparison, prob_text
 from cactus_core.app.narration import num
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices, trace_row_position
 from cactus_core.app.rescue_view import q_zero_caption, rejected_drafts
 from cactus_core.app.settings import AppSettings, build_rule
+from cactus_core.app.tables import MISSING, cell
 from cactus_core.app.transcript import FATE_LABELS, show_text
 from cactus_core.app.tree_figure import TreeFrame
 from cactus_core.app.tree_view import candidate_lines, tree_bars, tree_row_position
@@ -236,10 +237,10 @@ def round_table(rnd: RoundTrace) -> list[dict[str, object]]:
             {
                 "drafted": show_text(rnd.draft_text[j]),
                 "fate": rnd.draft_fates[j],
-                "p_n": None if pos is None else pos.p_n,
-                "q_n": None if pos is None else pos.q_n,
-                "a(n)": rnd.accept_probs[j],
-                "u": rnd.accept_coins[j],
+                "p_n": MISSING if pos is None or pos.p_n is None else prob_text(pos.p_n),
+                "q_n": MISSING if pos is None or pos.q_n is None else prob_text(pos.q_n),
+                "a(n)": cell(rnd.accept_probs[j]),  # "–" for a draft never judged
+                "u": cell(rnd.accept_coins[j]),
             }
         )
     return rows
