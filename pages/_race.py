@@ -112,4 +112,4 @@ def speed(run: DecodeRun, race: Race, pair: ModelPair | None) -> None:
         if parts is not None:
             st.plotly_chart(parts_chart(parts), key="dec_cost_parts")
             st.caption(explanation(parts))
-        _k_tuner.record_caption(run)
+    _k_tuner.record_caption(run)

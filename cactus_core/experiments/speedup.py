@@ -66,8 +66,20 @@ def decoding_rate(stats: Any) -> float:
 
 def measured(speculative: Any, verifier_only: Any) -> float:
     """The speedup of two runs' GenerationStats (same prompt, settings and seed)."""
-    base = decoding_rate(verifier_only)
-    return decoding_rate(speculative) / base if base > 0 else 0.0
+    return ratio(
+        speculative.new_tokens,
+        decoding_seconds(speculative),
+        verifier_only.new_tokens,
+        decoding_seconds(verifier_only),
+    )
+
+
+def ratio(tokens: int, seconds: float, base_tokens: int, base_seconds: float) -> float:
+    """(tokens ÷ seconds) ÷ (base tokens ÷ base seconds), each over its decoding phase; 0 when
+    either rate is undefined."""
+    if seconds <= 0 or base_seconds <= 0 or base_tokens <= 0:
+        return 0.0
+    return (tokens / seconds) / (base_tokens / base_seconds)
 
 
 def predicted(tokens_per_round: float, round_cost: float, step_cost: float) -> float:

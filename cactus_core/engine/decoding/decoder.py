@@ -585,10 +585,8 @@ class SpeculativeDecoder:
     def _fill_texts(self, trace: Trace) -> None:
         ids = set()
         for rnd in trace.rounds:
-            ids.update(rnd.draft_ids)
-            ids.update(rnd.emitted_ids)
-            if rnd.tree is not None:  # every candidate, rejected ones too
-                ids.update(rnd.tree["tokens"])
+            tree = rnd.tree["tokens"] if rnd.tree is not None else ()  # rejected candidates too
+            ids.update(rnd.draft_ids, rnd.emitted_ids, tree)
             for pos in rnd.positions:
                 ids.update(pos.q_ids)
                 ids.update(pos.p_ids)
