@@ -148,19 +148,6 @@ def cached_costs_for(identity: str, device: str, root: Path | None = None) -> Pa
         return None
 
 
-def pair_costs(
-    pair: ModelPair, root: Path | None = None, refresh: bool = False, **measure: Any
-) -> PairCosts:
-    """The pair's costs: from the cache, or measured (`measure_costs`) and cached."""
-    if not refresh:
-        got = cached_costs(pair, root)
-        if got is not None:
-            return got
-    costs = measure_costs(pair, **measure)
-    store_costs(costs, root)
-    return costs
-
-
 def store_costs(costs: PairCosts, root: Path | None = None) -> Path:
     """Cache measured costs under their pair's identity, device and thread count."""
     path = costs_path(costs.identity, costs.device, costs.threads, root)
