@@ -66,7 +66,7 @@ def _draw(race: Race, chart: DeltaGenerator, texts: list[DeltaGenerator], key: s
 def _lane_text(lane: Lane) -> None:
     state = "done" if lane.done else "running"
     st.markdown(f"**{lane.label}** · {lane.tokens} tokens in {lane.clock:.2f} s ({state})")
-    st.caption(f"{len(lane.rounds)} verifier calls")
+    st.caption(f"{len(lane.rounds)} verifier calls · its own clock, the prefill included")
     st.text(lane.text or "…")
 
 
@@ -83,9 +83,11 @@ def race_section(run: DecodeRun, pair: ModelPair | None) -> None:
         return
     st.subheader("Race: speculative against verifier-only")
     chart = st.empty()
+    verdict = st.container()  # under the chart, above the lanes' texts: in view with it
     texts = [col.empty() for col in st.columns(2)]
     _draw(race, chart, texts, key="dec_race_chart")
-    speed(run, race, pair)
+    with verdict:
+        speed(run, race, pair)
 
 
 def speed(run: DecodeRun, race: Race, pair: ModelPair | None) -> None:

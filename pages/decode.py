@@ -67,7 +67,10 @@ class Form:
     request: DecodeRequest | None  # None: see `problem`
     generate: bool
     compare: bool
-    counters: DeltaGenerator  # under the buttons, in view while the run streams
+    # under the buttons, in view while the run streams: the counters, then the text
+    counters: DeltaGenerator
+    transcript: DeltaGenerator
+    annotated: bool  # the transcript with every draft, or the clean text
     problem: str = "Enter a prompt first."
 
 
@@ -167,13 +170,27 @@ def form(s: AppSettings) -> Form:
             help=METRIC_HELP["speedup"] + " Runs the prompt again both ways and shows the race.",
         )
         counters = st.empty()
+        annotated, transcript = transcript_slot()
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
+    slots = (counters, transcript, annotated)
     try:
         request = DecodeRequest(prompt, s, rule_name, rule_params, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap
-        return Form(None, generate, compare, counters, str(err))
-    return Form(request, generate, compare, counters)
+        return Form(None, generate, compare, *slots, str(err))
+    return Form(request, generate, compare, *slots)
+
+
+def transcript_slot() -> tuple[bool, DeltaGenerator]:
+    """The text's toggle and legend, and the place the text goes: the clean text first, every
+    draft (rejected ones struck through) one click away."""
+    annotated = st.toggle(
+        "Show every draft",
+        key="dec_annotated",
+        help="The text as written, or every round as drafted: rejected drafts struck through.",
+    )
+    st.html(legend_html(annotated))
+    return annotated, st.empty()
 
 
 def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
@@ -399,15 +416,7 @@ def main() -> None:
     _k_tuner.best_k_caption(st.session_state.get(LAST_RUN_KEY), pair)
     if pair is None:
         return
-    t1, t2 = st.columns([1, 3], vertical_alignment="center")
-    annotated = t1.toggle(
-        "Show every draft",
-        key="dec_annotated",
-        help="The text as written, or every round as drafted: rejected drafts struck through.",
-    )
-    with t2:
-        st.html(legend_html(annotated))
-    slots = Slots(f.counters, st.empty(), st.empty(), annotated)
+    slots = Slots(f.counters, f.transcript, st.empty(), f.annotated)
     error = act(pair, f, slots)
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if error:

@@ -337,7 +337,7 @@ def test_frontier_chart_series_front_and_customdata():
     # hidden in the legend still says whose setting it is
     corners = next(t for t in fig.data if t.name == FRONT_NAME and t.mode == "markers")
     assert [c[0] for c in corners.customdata] == ["cactus:x=0.0", "cactus:x=0.5", "cactus:x=1.0"]
-    assert set(corners.marker.line.color) == {rule_colour("cactus")}
+    assert set(corners.marker.color) == {rule_colour("cactus")}
     assert fig.layout.xaxis.title.text.startswith("emitted KL")
 
 

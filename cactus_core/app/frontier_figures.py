@@ -222,11 +222,12 @@ def _add_front(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None
         name=name,
         legendgroup="front",
         showlegend=False,
+        # an open symbol is drawn in the marker's colour: the rule's own
         marker={
             "size": 12,
-            "color": "rgba(0,0,0,0)",
+            "color": [rule_colour(str(r["rule"])) for r in corners],
             "symbol": [_open(style(str(r["rule"])).symbol) for r in corners],
-            "line": {"width": 2, "color": [rule_colour(str(r["rule"])) for r in corners]},
+            "line": {"width": 2},
         },
         customdata=[[r["setting"], r["label"]] for r in corners],
         hovertemplate="frontier corner: <b>%{customdata[1]}</b><extra></extra>",
