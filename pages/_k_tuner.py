@@ -48,8 +48,9 @@ def cost_panel(pair: ModelPair | None, key: str, again: bool = False) -> PairCos
     costs = cached_costs(pair) if pair is not None else None
     if costs is not None:
         st.caption(costs_caption(costs))
-        remeasure = pair is not None and again and not deployment_policy().public
-        if remeasure and st.button("Measure again", key=f"{key}_again", icon=":material/timer:"):
+        offer = again and not deployment_policy().public
+        label, icon = "Measure again", ":material/timer:"
+        if pair is not None and offer and st.button(label, key=f"{key}_again", icon=icon):
             _measure(pair, refresh=True)
         return costs
     if pair is None:
