@@ -321,7 +321,7 @@ PAGES: list[tuple[st.Page, str]] = [
     ),
     (
         st.Page("pages/frontier.py", title="Frontier", icon=":material/show_chart:"),
-        "Sweep rules and their parameters on a prompt set: tokens per call and speedup "
+        "Sweep rules and their parameters on a prompt set: tokens per call and predicted speedup "
         "against emitted KL, the Pareto frontier, the limit, and the delta for a KL budget.",
     ),
 ]

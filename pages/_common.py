@@ -275,14 +275,11 @@ def param_widget(
     param: Param, key: str, start: float | None = None, label: str | None = None
 ) -> float | int:
     """A slider over the parameter's widget range (a number box for integers; a log-scale
-    slider over `Param.log_steps` for a log parameter), starting at `start` or the parameter's
+    slider over `Param.options` for a log parameter), starting at `start` or the parameter's
     default. The start goes into session state rather than the widget's `value`, so a preset
     may set the key later without Streamlit's warning about a widget given both."""
     if key not in st.session_state:
         st.session_state[key] = param_value(param, param.default if start is None else start)
-    if param.log_steps and st.session_state[key] not in param.log_steps:
-        # a value no step has (a start between two steps) would be refused by the widget
-        st.session_state[key] = param.snap(st.session_state[key])
     low, high = param.ui
     label = label or param.label
     if param.integer:
@@ -290,8 +287,10 @@ def param_widget(
         value = st.number_input(label, int(low), int(high), step=step, help=param.help, key=key)
         return int(value)
     if param.log_steps:
+        # a value between two steps (a link's, the tuner's, a preset's) joins the steps
+        options = param.options(st.session_state[key])
         value = st.select_slider(
-            label, param.log_steps, format_func=param.show_step, help=param.help, key=key
+            label, options, format_func=param.show_step, help=param.help, key=key
         )
         return float(value)
     value = st.slider(label, float(low), float(high), step=param.step, help=param.help, key=key)
@@ -303,15 +302,13 @@ def rule_picker(
 ) -> tuple[str, dict[str, float | int]]:
     """A rule selectbox and its parameter widgets, all from the rules' metadata; returns
     (name, params)."""
-    names = list(RULES)
-    name = st.selectbox(
-        label,
-        names,
-        index=names.index(default),
-        key=f"{key_prefix}_rule",
-        help=rules_markdown(),
-    )
+    # The start goes into session state, not `index`: a link (a tour stop) sets the key
+    # first, and Streamlit warns about a widget given both.
+    st.session_state.setdefault(f"{key_prefix}_rule", default)
+    name = st.selectbox(label, list(RULES), key=f"{key_prefix}_rule", help=rules_markdown())
     st.caption(RULES[name].description)
+    if RULES[name].speed_note:
+        st.caption(f":material/timer: {RULES[name].speed_note}")
     params = {
         param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
         for param in RULES[name].params_spec
@@ -334,14 +331,23 @@ LINK_MEMORY = 64
 LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progress
 
 
+KEPT_VALUES_KEY = "kept_widget_values"  # {widget key: its last value}, plain session state
+
+
 def keep_widget_state(public: bool, offered: Sequence[str] = ()) -> None:
     """Before any widget is drawn: every page's widget values survive a visit to another page.
     Streamlit drops a widget's value on a run that does not draw it (so the Decode prompt
     came back as the default after a look at the Playground); writing each value back to its
-    own key makes it the session's, which Streamlit keeps."""
+    own key makes it the session's, which Streamlit keeps on full runs. A fragment's rerun on
+    another page (the Playground's δ slider) still lost it: the key stays mapped to the
+    undrawn widget, and the rerun's bookkeeping drops it. So each value is also copied under
+    one key no widget owns, and put back from there when Streamlit has dropped it."""
+    kept = st.session_state.setdefault(KEPT_VALUES_KEY, {})
     for key in links.kept_keys(public, offered):
         if key in st.session_state:
-            st.session_state[key] = st.session_state[key]
+            kept[key] = st.session_state[key]
+        if key in kept:
+            st.session_state[key] = kept[key]
 
 
 def restore_link(page: str, public: bool, offered: Sequence[str] = ()) -> None:

@@ -1,30 +1,38 @@
-"""Per-position acceptance and the k tuner on the pages: a finished run's acceptance by draft
-position and the k it predicts best (Decode), and predicted speedup against k per rule and
-setting (Frontier). The costs come from the pair's cache; measuring them takes one click."""
+"""Per-position acceptance, the k tuner and the pair's costs on the pages: a finished run's
+acceptance by draft position and the k it predicts best (Decode), predicted speedup against k
+per rule and setting (Frontier), and the one control that measures the pair's costs, wherever a
+prediction needs them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from cactus_core.app.k_view import (
+    COSTS_NEEDED,
+    MEASURE_LABEL,
     POSITION_HELP,
+    costs_caption,
     counts_from_rounds,
     default_k_settings,
     k_chart,
     k_summary,
+    measure_progress_text,
     position_chart,
 )
-from cactus_core.app.speed_view import cost_parts, explanation, parts_chart, record_share
+from cactus_core.app.speed_view import record_share
 from cactus_core.engine.decoding.generation import PositionCounts
+from cactus_core.engine.loading.deployment import deployment_policy
 from cactus_core.experiments.k_tuner import (
-    KPrediction,
+    PairCosts,
     cached_costs,
-    cached_costs_for,
-    pair_costs,
+    measuring_now,
     predict_k,
+    predict_row,
+    shared_costs,
 )
 from cactus_core.maths.rules import DEFAULT_RULE, make_rule
 
@@ -33,14 +41,42 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
 
-def measure_button(pair: ModelPair | None, key: str) -> None:
+def cost_panel(pair: ModelPair | None, key: str, again: bool = False) -> PairCosts | None:
+    """The pair's measured costs on this machine, or, where none are cached yet, the button
+    that measures them (with a progress bar) and None. again: also offer to measure again,
+    except on a public server, whose visitors share one measurement and cannot replace it."""
+    costs = cached_costs(pair) if pair is not None else None
+    if costs is not None:
+        st.caption(costs_caption(costs))
+        offer = again and not deployment_policy().public
+        label, icon = "Measure again", ":material/timer:"
+        if pair is not None and offer and st.button(label, key=f"{key}_again", icon=icon):
+            _measure(pair, refresh=True)
+        return costs
     if pair is None:
-        st.caption("The pair's costs are not measured on this machine yet.")
-        return
-    if st.button("Measure the pair's costs (v(1..13), the draft; about a minute)", key=key):
-        with st.spinner("Timing the verifier at 1..13 tokens and short runs, interleaved…"):
-            pair_costs(pair, refresh=True)
-        st.rerun()
+        st.caption("Predicted speedups need the model pair's costs: load the pair first.")
+        return None
+    st.caption(COSTS_NEEDED)
+    if st.button(MEASURE_LABEL, key=key, type="primary", icon=":material/timer:"):
+        _measure(pair, refresh=False)
+    return None
+
+
+def _measure(pair: ModelPair, refresh: bool) -> None:
+    busy = measuring_now()
+    bar = st.progress(
+        0.0,
+        text="Waiting for the measurement another visitor started…" if busy else "Starting…",
+    )
+    start = time.perf_counter()
+
+    def on_progress(done: int, total: int) -> None:
+        text = measure_progress_text(done, total, time.perf_counter() - start)
+        bar.progress(done / total, text=text)
+
+    shared_costs(pair, refresh=refresh, on_progress=on_progress)
+    bar.empty()
+    st.rerun()
 
 
 def run_positions(run: DecodeRun, pair: ModelPair | None) -> None:
@@ -52,9 +88,8 @@ def run_positions(run: DecodeRun, pair: ModelPair | None) -> None:
         st.plotly_chart(position_chart(counts), key="dec_positions")
         mal = counts.mean_acceptance_length
         st.caption(POSITION_HELP + f" Mean acceptance length here: {mal:.2f}.")
-        costs = cached_costs(pair) if pair is not None else None
+        costs = cost_panel(pair, "dec_measure_costs", again=True)
         if costs is None:
-            measure_button(pair, "dec_measure_costs")
             return
         pred = predict_k(counts.conditional(), costs, reached=counts.reached)
         k = run.settings.k
@@ -64,6 +99,20 @@ def run_positions(run: DecodeRun, pair: ModelPair | None) -> None:
             f"**Best k: {pred.best_k}** (predicted {speed:.2f}×, {tpc:.2f} tokens per call); "
             f"this run used k = {k} (predicted {pred.at(k)[1]:.2f}×). {pred.how()}"
         )
+
+
+def run_prediction(run: DecodeRun, pair: ModelPair | None) -> str | None:
+    """The k tuner's prediction for the run's setting, to read beside the race's measurement
+    (None until the pair's costs are measured)."""
+    costs = cached_costs(pair) if pair is not None else None
+    counts = run.output.stats.positions
+    if costs is None or not counts.rounds:
+        return None
+    speed = predict_k(counts.conditional(), costs, reached=counts.reached).at(run.settings.k)[1]
+    return (
+        f"Predicted for this run's acceptance at k = {run.settings.k} from the pair's measured "
+        f"costs (the k tuner, the Frontier): {speed:.2f}×."
+    )
 
 
 def best_k_caption(run: DecodeRun | None, pair: ModelPair | None) -> None:
@@ -81,56 +130,33 @@ def best_k_caption(run: DecodeRun | None, pair: ModelPair | None) -> None:
     )
 
 
-def speed_parts(run: DecodeRun, c: float) -> None:
-    """Inside the speed section: the recording's own cost and the cost's parts."""
-    cmp = run.comparison
-    raced = cmp is not None and cmp.spec_stats is not None
-    share = record_share(cmp.spec_stats if raced else run.output.stats)
+def record_caption(run: DecodeRun) -> None:
+    """What the shown run's recording (trace rows, exact KL) cost it."""
+    share = record_share(run.output.stats)
     if share is not None:
-        st.caption(share.caption("the race's speculative run" if raced else "the shown run"))
-    parts = None if cmp is None else cost_parts(cmp, c)
-    if parts is None:
-        return
-    st.plotly_chart(parts_chart(parts), key="dec_cost_parts")
-    st.caption(explanation(parts, cmp.speedup))
+        st.caption(share.caption("the shown run"))
 
 
-def row_prediction(row: dict[str, Any], costs: Any) -> KPrediction | None:
-    """A sweep or reference row's k prediction: from its per-position rates when it has
-    them, else from its pooled acceptance (every k then extrapolated)."""
-    rates = row.get("acceptance_by_position")
-    if rates and rates[0] is not None:
-        return predict_k(rates, costs, reached=row.get("position_reached"))
-    acc = row.get("acceptance_rate")
-    if acc is None:
-        return None
-    return predict_k([acc], costs, pooled=True)
-
-
-def frontier_k(rows: Sequence[dict[str, Any]], identity: str, pair: ModelPair | None) -> None:
+def frontier_k(rows: Sequence[dict[str, Any]], pair: ModelPair | None) -> None:
     """Predicted speedup against k for the settings picked, and a setting's positions."""
     st.subheader("Draft length k: predicted speedup per rule and setting")
-    costs = cached_costs_for(identity, "cpu")
-    if costs is None and pair is not None:
-        costs = cached_costs(pair)
     rows = [r for r in rows if r.get("acceptance_rate") is not None]
     if not rows:
         return
     labels = list(dict.fromkeys(r["label"] for r in rows))
     default = default_k_settings(rows, make_rule(DEFAULT_RULE).label)
     picked = st.multiselect("Settings", labels, default=default, key="fr_k_settings")
-    if costs is None:
-        measure_button(pair, "fr_measure_costs")
-        return
-    preds = {}
-    for r in rows:
-        if r["label"] in picked:
-            pred = row_prediction(r, costs)
-            if pred is not None:
-                preds[r["label"]] = pred
-    if preds:
-        st.plotly_chart(k_chart(preds), key="fr_k_chart")
-        st.caption(k_summary(preds))
+    costs = cost_panel(pair, "fr_measure_costs", again=True)
+    if costs is not None:
+        preds = {}
+        for r in rows:
+            if r["label"] in picked:
+                pred = predict_row(r, costs)
+                if pred is not None:
+                    preds[r["label"]] = pred
+        if preds:
+            st.plotly_chart(k_chart(preds), key="fr_k_chart")
+            st.caption(k_summary(preds))
     with_pos = [r for r in rows if r.get("position_reached")]
     if with_pos:
         pick = st.selectbox("Per-position acceptance of", [r["label"] for r in with_pos],

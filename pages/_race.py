@@ -1,6 +1,7 @@
 """The Decode page's race: speculative and verifier-only decoding of the run's prompt streamed
-together on one time axis, then the measured and modelled speedups. Widgets and layout only;
-the lanes and the figure come from cactus_core.app.race."""
+together on one time axis, then the measured speedup with its spread. Widgets and layout only;
+the lanes and the figure come from cactus_core.app.race, the definition from
+cactus_core.experiments.speedup."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from cactus_core.app.metrics import METRIC_HELP, modelled_speedup
+from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.race import Lane, Race, race_figure
+from cactus_core.app.speed_view import cost_parts, explanation, parts_chart
 from pages import _k_tuner
 
 if TYPE_CHECKING:
@@ -20,23 +22,26 @@ if TYPE_CHECKING:
 
 REDRAW_S = 0.25  # how often the live race redraws: often enough to watch, rarely enough to race
 HOW_TIMED = (
-    "Both decoders run the same prompt, settings and seed on this server, taking turns one "
-    "round at a time in one thread: whichever is behind on its own clock goes next. Each "
-    "clock counts only its own decoder's work (its prefill, then its rounds), never the other's "
-    "or the page's drawing, so both see the same machine load. Each point is a round, placed "
-    "when its tokens were written."
+    "Both decoders run the same prompt, settings and seed on this server. First each runs once "
+    "on the prompt, untimed, so one-time work (kernels for these shapes, caches made on first "
+    "use) stays outside the clocks. Then they take turns one round at a time in one thread, "
+    "whichever has written fewer tokens going next, so both are at the same point of their "
+    "texts at the same moment and a change in the machine's load lands on both. Each clock "
+    "counts only its own decoder's work, never the other's or the page's drawing; neither "
+    "records the lab's trace. Each point is a round, placed when its tokens were written."
 )
 
 
 def run_race(pair: ModelPair, run: DecodeRun, slot: DeltaGenerator) -> str | None:
     """Race the run's request live in `slot`; the error to show instead, if any."""
-    try:
-        race = Race.start(pair, run.request, run.trace.meta["rule_label"])
-    except ValueError as err:
-        return f"Could not decode: {err}"
     with slot.container():
         st.subheader("Race: speculative against verifier-only")
         st.caption(HOW_TIMED)
+        try:
+            with st.spinner("Warming up both decoders on the prompt (untimed)…"):
+                race = Race.start(pair, run.request, run.trace.meta["rule_label"])
+        except ValueError as err:
+            return f"Could not decode: {err}"
         chart = st.empty()
         cols = st.columns(2)
         texts = [col.empty() for col in cols]
@@ -60,61 +65,53 @@ def _draw(race: Race, chart: DeltaGenerator, texts: list[DeltaGenerator], key: s
 
 def _lane_text(lane: Lane) -> None:
     state = "done" if lane.done else "running"
-    rate = lane.tokens / lane.clock if lane.clock > 0 else 0.0
     st.markdown(f"**{lane.label}** · {lane.tokens} tokens in {lane.clock:.2f} s ({state})")
-    st.caption(f"{rate:.1f} tokens/s · {len(lane.rounds)} verifier calls")
+    st.caption(f"{len(lane.rounds)} verifier calls · its own clock, the prefill included")
     st.text(lane.text or "…")
 
 
-def race_section(run: DecodeRun) -> None:
-    """The finished race (if any) and the speedups, measured and modelled."""
+def race_section(run: DecodeRun, pair: ModelPair | None) -> None:
+    """The finished race (if any) and its measured speedup."""
     race: Race | None = run.race
     if race is None:
         st.subheader("Speed")
         st.caption(
-            "Press “Race against verifier-only” to decode the prompt both ways on this server "
-            "and watch them side by side."
+            "Press “Race against verifier-only” to decode the prompt both ways on this server, "
+            "watch them side by side, and measure the speedup."
         )
-    else:
-        st.subheader("Race: speculative against verifier-only")
-        st.caption(HOW_TIMED)
-        chart = st.empty()
-        texts = [col.empty() for col in st.columns(2)]
-        _draw(race, chart, texts, key="dec_race_chart")
-    speed(run)
+        _k_tuner.record_caption(run)
+        return
+    st.subheader("Race: speculative against verifier-only")
+    chart = st.empty()
+    verdict = st.container()  # under the chart, above the lanes' texts: in view with it
+    texts = [col.empty() for col in st.columns(2)]
+    _draw(race, chart, texts, key="dec_race_chart")
+    with verdict:
+        speed(run, race, pair)
 
 
-@st.fragment
-def speed(run: DecodeRun) -> None:
-    """Measured and modelled speedup; c redraws this part alone."""
-    c_value = st.number_input(
-        "c: the cost of one draft step relative to one verifier step (for the model)",
-        min_value=0.0,
-        max_value=2.0,
-        value=0.05,
-        step=0.01,
-        format="%.3f",
-        key="dec_c",
-        help="0.02–0.1 is typical for a draft 10–50× smaller than the verifier on a GPU.",
-    )
-    modelled = modelled_speedup(run.output.stats.tokens_per_call, run.settings.k, c_value)
-    m1, m2 = st.columns(2)
-    m1.metric(
-        "modelled speedup (not measured)", f"{modelled:.2f}×", help=METRIC_HELP["modelled speedup"]
-    )
+def speed(run: DecodeRun, race: Race, pair: ModelPair | None) -> None:
+    """The measured speedup, its verdict and spread, the k tuner's prediction beside it, and
+    how the race was run."""
     cmp = run.comparison
     if cmp is None:
-        m2.metric("measured speedup", "–", help=METRIC_HELP["speedup"])
-        _k_tuner.speed_parts(run, c_value)
         return
-    m2.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
-    (st.warning if cmp.speedup < 1 else st.success)(cmp.verdict())
-    st.caption(
-        f"Measured c on this machine: {cmp.c_measured:.3f} (draft forward ÷ verifier forward). "
-        f"The model with it: {cmp.modelled_with_measured_c:.2f}×. The model counts forward "
-        "passes only; the race also pays for everything else a round does."
-    )
-    _k_tuner.speed_parts(run, c_value)
-    with st.popover("Metric definitions"):
-        for name, text in METRIC_HELP.items():
-            st.markdown(f"**{name}**: {text}")
+    m1, m2 = st.columns([1, 3])
+    m1.metric("measured speedup", f"{cmp.speedup:.2f}×", help=METRIC_HELP["speedup"])
+    spread = cmp.spread
+    box = st.success if cmp.speedup >= 1 else st.warning
+    if spread is not None and spread.covers(1.0):
+        box = st.info
+    with m2:
+        box(cmp.verdict())
+        predicted = _k_tuner.run_prediction(run, pair)
+        if predicted:
+            st.caption(predicted)
+    with st.expander("How the race was run, and where a round's time goes"):
+        st.caption(HOW_TIMED)
+        st.markdown("  \n".join(f"{i + 1}. {e.text()}" for i, e in enumerate(race.events)))
+        parts = cost_parts(cmp)
+        if parts is not None:
+            st.plotly_chart(parts_chart(parts), key="dec_cost_parts")
+            st.caption(explanation(parts))
+    _k_tuner.record_caption(run)

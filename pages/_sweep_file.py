@@ -14,9 +14,9 @@ import streamlit as st
 from cactus_core.app import frontier_figures as ff
 from cactus_core.app.settings import AppSettings, tunable_rules
 from cactus_core.app.sweep_file_view import sweep_file_in_words
-from cactus_core.app.task_view import answer_rows, task_frontier_chart
+from cactus_core.app.task_view import answer_rows, task_frontier_chart, tasks_caption
 from cactus_core.experiments.sweep_file import SweepFile, SweepFileError, load_sweep_file
-from cactus_core.experiments.tasks import answers_by_task, spread
+from cactus_core.experiments.tasks import answers_by_task
 
 if TYPE_CHECKING:
     from cactus_core.experiments.sweep import SweepResult
@@ -42,15 +42,8 @@ def task_tuner(result: SweepResult, key: str) -> None:
         st.error(str(err))
         return
     st.dataframe(answer_rows(answers), hide_index=True, key=f"{key}_table")
-    gap = spread(answers)
-    tasks = len(answers) - 1
-    st.caption(
-        "Interpolated between the sweep's settings; the interval comes from each setting's 95% "
-        "interval of emitted KL over the task's prompts. "
-        + (f"The {tasks} tasks' answers span {gap:.3g} in {answers[0].param}." if tasks > 1 and
-           gap == gap else "Tag prompts with a task to see the answer per task.")
-    )  # fmt: skip
-    if tasks:
+    st.caption(tasks_caption(answers))
+    if len(answers) > 1:
         fig = task_frontier_chart(result, rule)
         st.plotly_chart(fig, key=f"{key}_chart")
 

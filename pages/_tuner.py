@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from cactus_core.app.settings import AppSettings, tunable_rules
+from cactus_core.app.links import decode_setting_query
+from cactus_core.app.settings import AppSettings, build_rule, tunable_rules
 from cactus_core.app.tuner_view import range_note, refinement_chart, step_line, step_rows
+from cactus_core.experiments.k_tuner import cached_costs
+from cactus_core.experiments.speedup import PREDICTED_HELP
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.tune import (
     DEFAULT_MAX_RUNS,
@@ -24,13 +27,14 @@ from cactus_core.maths.rules import rule_class
 from pages._common import get_pair
 
 if TYPE_CHECKING:
+    from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.experiments.reference import Reference, ReferenceSweep
 
 REF_TUNED_KEY = "fr_ref_tuned"  # (rule, budget, top-p, TuneResult)
 STATUS_BOX = {"met": "success", "edge": "info", "runs": "warning", "cancelled": "warning"}
 
 
-def show_result(res: TuneResult, key: str) -> None:
+def show_result(res: TuneResult, key: str, pair: ModelPair | None = None) -> None:
     """The answer, its status in words, the runs as a table and a chart, and the exports."""
     box = getattr(st, STATUS_BOX.get(res.status, "error"))
     box(res.message)
@@ -48,8 +52,18 @@ def show_result(res: TuneResult, key: str) -> None:
         )
         m3.metric("tokens per call", f"{res.tokens_per_call.mean:.2f}")
     st.plotly_chart(refinement_chart(res), key=f"{key}_chart")
-    st.dataframe(step_rows(res), hide_index=True, key=f"{key}_steps")
+    costs = cached_costs(pair) if pair is not None else None
+    st.dataframe(step_rows(res, costs), hide_index=True, key=f"{key}_steps")
+    if costs is not None:
+        st.caption("Predicted speedup: " + PREDICTED_HELP)
     if res.value is not None:
+        setting = build_rule(res.rule, {res.param: res.value})
+        st.page_link(
+            "pages/decode.py",
+            label=f"Use {setting.label} on Decode",
+            icon=":material/arrow_outward:",
+            query_params=decode_setting_query(res.rule, {res.param: res.value}),
+        )
         st.markdown("CLI flags (`python -m cactus_core generate`):")
         st.code(res.cli_flags(), language="bash")
     st.download_button(
@@ -132,7 +146,7 @@ def reference_tuner(s: AppSettings, ref: Reference, part: ReferenceSweep) -> Non
             return
     done = st.session_state.get(REF_TUNED_KEY)
     if done is not None and tuple(done[:3]) == key:
-        show_result(done[3], "fr_ref_tune")
+        show_result(done[3], "fr_ref_tune", get_pair(s))
 
 
 def rule_param(rule: str) -> str:

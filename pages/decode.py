@@ -28,6 +28,7 @@ from cactus_core.app.links import DECODE_MAX_NEW, MAX_NEW
 from cactus_core.app.metrics import METRIC_HELP, prob_text
 from cactus_core.app.reference_view import (
     RunPoint,
+    compact_caption,
     compact_frontier,
     log_timing,
     reference_part,
@@ -66,7 +67,10 @@ class Form:
     request: DecodeRequest | None  # None: see `problem`
     generate: bool
     compare: bool
-    counters: DeltaGenerator  # under the buttons, in view while the run streams
+    # under the buttons, in view while the run streams: the counters, then the text
+    counters: DeltaGenerator
+    transcript: DeltaGenerator
+    annotated: bool  # the transcript with every draft, or the clean text
     problem: str = "Enter a prompt first."
 
 
@@ -78,6 +82,7 @@ class Slots:
     counters: DeltaGenerator
     transcript: DeltaGenerator
     body: DeltaGenerator
+    annotated: bool = False  # the transcript with every draft, or the clean text
 
 
 @st.fragment
@@ -96,16 +101,13 @@ def setting_on_the_frontier(s: AppSettings) -> tuple[str, dict[str, float | int]
     point = own = None
     if run is not None:
         stats = run.output.stats
-        point = RunPoint(stats.mean_emitted_kl or 0.0, stats.tokens_per_call, f"run {run.run_id}")
+        if run.rule_name == rule_name:  # the run's point belongs to its own rule only
+            kl = stats.mean_emitted_kl or 0.0
+            point = RunPoint(kl, stats.tokens_per_call, f"run {run.run_id}")
         own = own_curve(run, rule_name)
     fig = compact_frontier(part, rule_name, rule_params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
-    st.caption(
-        "Circles: the reference sweep's measured settings · line: the rule's curve estimated "
-        "from their positions · ring: this setting"
-        + (" · ×: your last run · dashed: the curve from its own positions" if run else "")
-        + ". Hover a mark for its numbers."
-    )
+    st.caption(compact_caption(point is not None, own is not None))
     if note:
         st.caption(note)
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)
@@ -168,14 +170,28 @@ def form(s: AppSettings) -> Form:
             help=METRIC_HELP["speedup"] + " Runs the prompt again both ways and shows the race.",
         )
         counters = st.empty()
+        annotated, transcript = transcript_slot()
     with right:
         rule_name, rule_params = setting_on_the_frontier(s)
+    slots = (counters, transcript, annotated)
     try:
         rule = build_rule(rule_name, rule_params)
         request = DecodeRequest(prompt, s, rule, max_new, chat_template)
     except ValueError as err:  # empty, or over the app's length cap
-        return Form(None, generate, compare, counters, str(err))
-    return Form(request, generate, compare, counters)
+        return Form(None, generate, compare, *slots, str(err))
+    return Form(request, generate, compare, *slots)
+
+
+def transcript_slot() -> tuple[bool, DeltaGenerator]:
+    """The text's toggle and legend, and the place the text goes: the clean text first, every
+    draft (rejected ones struck through) one click away."""
+    annotated = st.toggle(
+        "Show every draft",
+        key="dec_annotated",
+        help="The text as written, or every round as drafted: rejected drafts struck through.",
+    )
+    st.html(legend_html(annotated))
+    return annotated, st.empty()
 
 
 def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
@@ -206,7 +222,7 @@ def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun
     for rnd in stream:
         rounds.append(rnd)
         show_counters(slots.counters, live_stats(rounds, time.perf_counter() - start))
-        slots.transcript.html(transcript_html("", transcript_tokens(rounds)))
+        slots.transcript.html(transcript_html("", transcript_tokens(rounds), slots.annotated))
     run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1
     st.session_state[RUN_COUNTER_KEY] = run_id
     return DecodeRun(run_id=run_id, request=request, output=stream.output)
@@ -228,7 +244,8 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if run is not None:
         show_counters(slots.counters, final_stats(run.output))
-        slots.transcript.html(transcript_html("", transcript_tokens(run.trace.rounds, run.replay)))
+        tokens = transcript_tokens(run.trace.rounds, run.replay)
+        slots.transcript.html(transcript_html("", tokens, slots.annotated))
     if f.compare:
         if run is None:
             return "Generate first: the race decodes the run's prompt both ways."
@@ -282,14 +299,7 @@ def rounds(run: DecodeRun) -> None:
                     label_visibility="collapsed",
                 )
                 if rnd.k:
-                    st.dataframe(
-                        round_table(rnd),
-                        hide_index=True,
-                        column_config={
-                            c: st.column_config.NumberColumn(format="%.3f", width="small")
-                            for c in ("p_n", "q_n", "a(n)", "u")
-                        },
-                    )
+                    st.dataframe(round_table(rnd), hide_index=True)
 
 
 def inspector(run: DecodeRun) -> None:
@@ -372,7 +382,7 @@ def show_run(run: DecodeRun, pair: ModelPair | None = None) -> None:
     note = run.truncation_caption()
     if note:
         st.caption(note)
-    race_section(run)
+    race_section(run, pair)
     _k_tuner.run_positions(run, pair)
     st.plotly_chart(figures.round_timeline(*timeline(run.trace.rounds)), key="dec_timeline")
     col_rounds, col_inspect = st.columns([6, 5], gap="large")
@@ -381,7 +391,7 @@ def show_run(run: DecodeRun, pair: ModelPair | None = None) -> None:
     with col_inspect:
         inspector(run)
     replay(run)
-    why_rejected(run.trace.rounds, "dec")
+    why_rejected(run.trace.rounds, "dec", run.trace.text)
     st.subheader("Export")
     st.download_button(
         "Download the trace (JSON)",
@@ -407,8 +417,7 @@ def main() -> None:
     _k_tuner.best_k_caption(st.session_state.get(LAST_RUN_KEY), pair)
     if pair is None:
         return
-    st.html(legend_html())
-    slots = Slots(f.counters, st.empty(), st.empty())
+    slots = Slots(f.counters, f.transcript, st.empty(), f.annotated)
     error = act(pair, f, slots)
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if error:

@@ -20,12 +20,14 @@ from cactus_core.app.metrics import METRIC_HELP
 from cactus_core.app.reference_view import pair_in_words, reference_part
 from cactus_core.app.settings import AppSettings, grid_text, swept_rules, tunable_rules
 from cactus_core.app.sweep_file_view import page_sweep_file
+from cactus_core.app.tables import display_rows
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments.reference import (
     Reference,
     ReferenceSweep,
     load_reference,
 )
+from cactus_core.experiments.speedup import PREDICTED_HELP
 from cactus_core.experiments.sweep import (
     METRIC_LABELS,
     Progress,
@@ -270,30 +272,44 @@ def trade_off(
     result: SweepResult,
     config: SweepConfig,
     selected: str | None,
+    pair: ModelPair,
     reference: ReferenceSweep | None = None,
 ) -> None:
     rows, curve = result.rows(), result.pooled_limit()
     ref_rows = reference.rows if reference is not None else None
     st.subheader("Trade-off")
     st.caption(
-        "Error bars: 95% intervals over prompts (over chunks for tokens/s and speedup). The "
-        "dashed line is the Pareto frontier over all settings. Click a point to read its outputs."
+        "Error bars: 95% intervals over prompts (over chunks for tokens/s). The dashed line is "
+        "the Pareto frontier over all settings. Click a point to read its outputs."
     )
     tabs = st.tabs(
-        ["tokens per call", "speedup", "tokens/s", "acceptance vs the limit", "modelled speedup"]
+        [
+            "tokens per call",
+            "speedup (predicted)",
+            "tokens/s",
+            "acceptance vs the limit",
+            "modelled speedup",
+        ]
     )
     with tabs[0]:
         fig = ff.frontier_chart(rows, "tokens_per_call", selected=selected, reference=ref_rows)
         chart(fig, CHARTS[0])
         st.caption(METRIC_HELP["tokens per call"])
     with tabs[1]:
-        chart(ff.frontier_chart(rows, "speedup", selected=selected), CHARTS[1])
-        st.caption(
-            METRIC_HELP["speedup"] + " Timings exclude the lab's exact-KL bookkeeping; chunks "
-            "read from the cache keep the timings of the run that made them."
-        )
+        costs = _k_tuner.cost_panel(pair, "fr_speedup_costs")
+        if costs is not None:
+            fig = ff.predicted_speedup_chart(rows, costs, config.sampling.k, selected=selected)
+            chart(fig, CHARTS[1])
+            st.caption(
+                PREDICTED_HELP + " Error bars: the interval of tokens per call carried over; "
+                "the costs' own noise is not in them."
+            )
     with tabs[2]:
         chart(ff.frontier_chart(rows, "tokens_per_s", selected=selected), CHARTS[2])
+        st.caption(
+            "Each chunk's prompts decode as one batch, so these are batch throughputs: their "
+            "ratio to verifier-only's is not the speedup (that is one sequence at a time)."
+        )
     with tabs[3]:
         if curve is None:
             st.info("Tick 'Compute the limit' and rerun the sweep to see the limit.")
@@ -315,12 +331,20 @@ def trade_off(
         st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
 
 
+TABLE_FORMATS = {
+    "tokens_per_call": ".3f",
+    "acceptance_rate": ".3f",
+    "tokens_per_s": ".1f",
+    "emitted_kl": ".4f",
+    "nll": ".3f",
+    "limit_acceptance": ".3f",
+    "efficiency": ".1%",
+}
 TABLE_COLUMNS = {
     "label": "setting",
     "tokens_per_call": "tokens/call",
     "acceptance_rate": "acceptance",
     "tokens_per_s": "tokens/s",
-    "speedup": "speedup",
     "emitted_kl": "emitted KL",
     "nll": "NLL",
     "limit_acceptance": "limit",
@@ -329,7 +353,7 @@ TABLE_COLUMNS = {
 
 
 def table(result: SweepResult, pair: ModelPair) -> None:
-    rows = [{name: r[key] for key, name in TABLE_COLUMNS.items()} for r in result.rows()]
+    rows = display_rows(result.rows(), TABLE_COLUMNS, TABLE_FORMATS)
     st.dataframe(rows, hide_index=True, key="fr_table")
     ran = st.session_state.get(BACKEND_KEY)
     backend, workers = ran[1:] if ran is not None and ran[0] == result.config else ("local", 1)
@@ -410,7 +434,7 @@ def tuner(pair: ModelPair, config: SweepConfig, result: SweepResult, cache: Swee
             st.error(str(err))
     tuned = st.session_state.get(TUNED_KEY)
     if tuned is not None and tuned[0] == sweep_key:
-        _tuner.show_result(tuned[1], "fr_tune")
+        _tuner.show_result(tuned[1], "fr_tune", pair)
     if config.task_names:
         st.markdown("##### Per task")
         task_tuner(result, "fr_task_tune")
@@ -457,9 +481,7 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
     with tabs[2]:
         rows = [r for r in part.rows if r["rule"] != BASELINE]
         st.dataframe(
-            [{name: r.get(key) for key, name in REF_COLUMNS.items()} for r in rows],
-            hide_index=True,
-            key="fr_ref_table",
+            display_rows(rows, REF_COLUMNS, TABLE_FORMATS), hide_index=True, key="fr_ref_table"
         )
     return ref, part
 
@@ -500,7 +522,7 @@ def user_sweep(
     selected = st.session_state.get(SELECTED_KEY)
     if selected not in {r["setting"] for r in result.rows()}:
         selected = None
-    trade_off(result, config, selected, reference)
+    trade_off(result, config, selected, pair, reference)
     table(result, pair)
     outputs(result, config, selected)
     return pair, config, result, cache
@@ -536,9 +558,9 @@ def main() -> None:
         with tuner_slot.container():
             _tuner.reference_tuner(s, *shown)
     if mine is not None:
-        _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
+        _k_tuner.frontier_k(mine[2].rows(), mine[0])
     elif shown is not None:
-        _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
+        _k_tuner.frontier_k(shown[1].rows, get_pair(s))
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

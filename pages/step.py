@@ -13,7 +13,7 @@ from cactus_core.app.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_R
 from cactus_core.app.narration import round_level_sentence
 from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings, build_rule
 from cactus_core.app.step_figures import step_figures
-from cactus_core.app.step_through import SessionRun, StepRun
+from cactus_core.app.step_through import SessionRun, StepRun, restart_reason
 from cactus_core.app.step_view import (
     Step,
     find_step,
@@ -75,6 +75,7 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
     # ... unless a link (a tour stop) has just named the round to open.
     if run is not None and not _same_text(run, request, pair) and _where() == _shown():
         _set(0, 0)
+        st.info(restart_reason(run.request, request), icon=":material/restart_alt:")
     if run is not None:
         del st.session_state[RUN_KEY]
         run.close()  # its KV caches and recording thread go now, not when the session ends

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -91,6 +92,13 @@ def page_shots(page, url: str, out: Path) -> None:
     # the reference frontier and its tuner open the page: the first look, unscrolled
     page.get_by_text("reference sweep: tokens per call vs emitted KL").wait_for(timeout=TIMEOUT_MS)
     screen(page, out / "6-frontier.png")
+    # the k tuner further down: its chart, or the control that measures the costs it needs
+    section = page.get_by_role("heading", name="Draft length k: predicted speedup")
+    section.wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    section.scroll_into_view_if_needed()
+    page.mouse.wheel(0, -60)
+    screen(page, out / "7-frontier-k.png")
     page.goto(f"{url}/decode")
     idle(page)
     page.locator("button", has_text="Generate").first.click()
@@ -98,10 +106,13 @@ def page_shots(page, url: str, out: Path) -> None:
     idle(page)
     screen(page, out / "2-decode.png")
     page.locator("button", has_text="Race against verifier-only").first.click()
-    page.get_by_text("Speculation is").wait_for(timeout=TIMEOUT_MS)
+    page.get_by_text(re.compile("Speculation is|Neither is clearly")).first.wait_for(
+        timeout=TIMEOUT_MS
+    )
     idle(page)
-    page.get_by_text("Race: speculative against verifier-only").first.scroll_into_view_if_needed()
-    page.mouse.wheel(0, -80)
+    heading = page.get_by_role("heading", name="Race: speculative against verifier-only")
+    heading.first.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.mouse.wheel(0, -40)
     screen(page, out / "3-race.png")
 
 

@@ -49,7 +49,7 @@ def test_playground_renders_the_worked_example(playground):
     assert len(at.latex) >= 4
 
 
-@pytest.mark.parametrize("delta", [0.0, 0.5, 1.3])
+@pytest.mark.parametrize("delta", [0.0, 0.5, 1.5])
 def test_delta_slider_moves_acceptance_as_the_library_says(playground, delta):
     at = playground
     at.select_slider(key="pg_delta").set_value(delta).run()
@@ -148,7 +148,7 @@ def test_decode_rule_picker_is_built_from_the_rules_metadata():
             # a log parameter slides over its log steps, labelled as written
             assert mine[0].type == ("select_slider" if p.log_steps else widget_type(p))
             if p.log_steps:
-                assert mine[0].options == [p.show_step(v) for v in p.log_steps]
+                assert mine[0].options == [p.show_step(v) for v in p.options(p.default)]
             assert mine[0].label == p.label
             assert mine[0].help == p.help
 

@@ -13,6 +13,7 @@ import torch
 from scipy import stats
 
 from cactus_core.app.frontier_figures import (
+    FRONT_NAME,
     acceptance_limit_chart,
     figure_html,
     frontier_chart,
@@ -20,6 +21,7 @@ from cactus_core.app.frontier_figures import (
     modelled_speedup_rows,
     tuner_chart,
 )
+from cactus_core.app.rule_style import rule_colour
 from cactus_core.experiments.frontier import (
     dominance_check,
     interpolate_param_for_budget,
@@ -324,13 +326,18 @@ def test_frontier_chart_series_front_and_customdata():
     fig = frontier_chart(_fake_rows(), "tokens_per_call", selected="cactus:x=0.5")
     names = [t.name for t in fig.data]
     assert names[:3] == ["verifier-only", "cactus", "tas"]
-    assert "Pareto frontier" in names and "selected" in names
+    assert FRONT_NAME in names and "selected" in names
     cactus = fig.data[1]
     assert list(cactus.x) == [0.0, 0.1, 0.3]
     assert [c[0] for c in cactus.customdata] == ["cactus:x=0.0", "cactus:x=0.5", "cactus:x=1.0"]
     assert cactus.error_y.array is not None
-    front = next(t for t in fig.data if t.name == "Pareto frontier")
+    front = next(t for t in fig.data if t.name == FRONT_NAME and t.mode == "lines")
     assert max(front.y) == 2.9 and 2.0 not in front.y  # tas at 0.2 is dominated
+    # each corner of the front is marked in its own rule's colour, so a corner of a rule
+    # hidden in the legend still says whose setting it is
+    corners = next(t for t in fig.data if t.name == FRONT_NAME and t.mode == "markers")
+    assert [c[0] for c in corners.customdata] == ["cactus:x=0.0", "cactus:x=0.5", "cactus:x=1.0"]
+    assert set(corners.marker.color) == {rule_colour("cactus")}
     assert fig.layout.xaxis.title.text.startswith("emitted KL")
 
 
@@ -356,7 +363,7 @@ def test_acceptance_chart_draws_the_limit():
 def test_tuner_chart_and_html_export():
     fig = tuner_chart([0, 0.5, 1], [0, 0.2, 0.5], 0.3, tries=[(0.7, 0.31)], chosen=0.65)
     assert [t.name for t in fig.data] == ["cactus: measured", "budget", "confirming runs"]
-    html = figure_html([fig, frontier_chart(_fake_rows(), "speedup")])
+    html = figure_html([fig, frontier_chart(_fake_rows(), "tokens_per_call")])
     assert html.count("plotly-graph-div") >= 2 and "<script src=" not in html  # offline
     with pytest.raises(ValueError, match="no rows"):
-        frontier_chart([], "speedup")
+        frontier_chart([], "tokens_per_call")

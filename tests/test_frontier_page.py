@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from cactus_core.app.frontier_figures import FRONT_NAME
 from cactus_core.app.pair_cache import PairCache
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
@@ -116,7 +117,7 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
     at = _frontier()
     assert any("Reference sweep shipped with the lab" in c.value for c in at.caption)
     names = _chart_names(at, "fr_ref_tpc")
-    assert {DEFAULT_RULE, LOSSLESS_RULE, "Pareto frontier"} <= names
+    assert {DEFAULT_RULE, LOSSLESS_RULE, FRONT_NAME} <= names
     assert "limit (best any rule could reach)" in _chart_names(at, "fr_ref_limit")
     assert len(at.dataframe[0].value) >= 6 * 2  # every setting's efficiency
     # the tuner answers from the curve, with no run

@@ -15,6 +15,7 @@ from cactus_core.app.links import (
     STEP_JUMP_KEY,
     STEP_ROUND_KEY,
     LinkField,
+    decode_setting_query,
     from_query,
     link,
     page_fields,
@@ -84,6 +85,22 @@ def test_every_log_slider_value_round_trips_exactly(page):
             for value in field.param.log_steps:
                 query = to_query([field], {field.key: value})
                 assert from_query([field], query) == {field.key: value}, (name, query)
+
+
+def test_a_tuned_value_in_a_link_is_kept_not_snapped():
+    """A tuner's δ of 0.05236 is no slider step: the link keeps it (four significant digits)
+    and the slider adds it to its steps, instead of moving it to 0.05 without a word."""
+    got = restore("decode", {"rule": DEFAULT_RULE, DELTA: "0.052361"}, {}, public=False)
+    key = f"dec_{DEFAULT_RULE}_{DELTA}"
+    assert got[key] == 0.05236
+    param = RULES[DEFAULT_RULE].swept()
+    assert 0.05236 not in param.log_steps and 0.05236 in param.options(0.05236)
+
+
+def test_the_tuners_use_on_decode_link_opens_its_exact_value():
+    query = decode_setting_query(DEFAULT_RULE, {DELTA: 0.05236})
+    assert query == {"rule": DEFAULT_RULE, DELTA: "0.05236"}
+    assert restore("decode", query, {}, public=False)[f"dec_{DEFAULT_RULE}_{DELTA}"] == 0.05236
 
 
 def test_bad_values_are_dropped_and_the_rest_kept():

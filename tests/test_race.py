@@ -1,6 +1,6 @@
 """The race view's pieces without a browser: both lanes decode what the library decodes, take
-turns by their own clocks, and the figure shows every round; every rule keeps its own colour
-on every chart; the reference's pair reads in words; special tokens never show raw."""
+turns by the tokens they have written, and the figure shows every round; every rule keeps its
+own colour on every chart; the reference's pair reads in words; special tokens never show raw."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from cactus_core.app.decode_view import DecodeRequest
 from cactus_core.app.frontier_figures import frontier_chart
-from cactus_core.app.race import Race, race_figure
+from cactus_core.app.race import CLOCKS_START, WARM_UP, Race, race_figure
 from cactus_core.app.reference_view import compact_frontier, pair_in_words, reference_part
 from cactus_core.app.rule_comparison_figure import rule_comparison_figure
 from cactus_core.app.rule_style import SHOWN_FIRST, STYLES, rule_colour, style
@@ -31,13 +31,13 @@ def race(tiny_pair):
     race = Race.start(tiny_pair, request, "cactus δ=0.3")
     order = []
     while True:
-        before = {lane.name: lane.clock for lane in race.lanes if not lane.done}
+        before = {lane.name: lane.tokens for lane in race.lanes if not lane.done}
         counts = {lane.name: len(lane.rounds) for lane in race.lanes}
         if not race.step():
             break
         moved = [lane.name for lane in race.lanes if len(lane.rounds) != counts[lane.name]]
         if moved and len(before) == 2:
-            # the lane that moved was the one behind
+            # the lane that moved was the one behind in tokens written
             assert before[moved[0]] == min(before.values())
         order.extend(moved)
     return race, order
@@ -62,6 +62,23 @@ def test_race_lanes_decode_what_the_library_decodes(race, tiny_pair):
     cmp = race.comparison()
     assert cmp.tokens_per_call == pytest.approx(spec.stats.tokens_per_call)
     assert cmp.speedup > 0
+    # the clocks time decoding only: neither lane records the lab's trace rows or exact KL
+    for lane in race.lanes:
+        assert all(not r.positions for r in lane.output.trace.rounds)
+    assert race.speculative.output.stats.mean_emitted_kl is None  # no exact KL measured
+
+
+def test_one_time_work_runs_before_either_clock(race):
+    race, _ = race
+    what = [(e.what, e.lane) for e in race.events]
+    # each decoder ran once on the prompt, untimed, and only then did the clocks start
+    assert what[:3] == [
+        (WARM_UP, "speculative"),
+        (WARM_UP, "verifier only"),
+        (CLOCKS_START, ""),
+    ]
+    assert all(e.seconds > 0 for e in race.events[:2])
+    assert {lane for w, lane in what[3:] if w == "finished"} == {"speculative", "verifier only"}
 
 
 def test_race_figure_has_every_round(race):

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.app.limits import check_prompt_chars, check_prompt_tokens
-from cactus_core.app.metrics import Headline, SpeedComparison
+from cactus_core.app.metrics import Headline, SpeedComparison, prob_text
 from cactus_core.app.narration import num
 from cactus_core.app.playground import compare_rules
 from cactus_core.app.positions import Position, display_indices, trace_row_position
+from cactus_core.app.rescue_view import q_zero_caption, rejected_drafts
 from cactus_core.app.settings import AppSettings, build_rule
+from cactus_core.app.tables import MISSING, cell
 from cactus_core.app.transcript import FATE_LABELS, show_text
 from cactus_core.app.tree_figure import TreeFrame
 from cactus_core.app.tree_view import candidate_lines, tree_bars, tree_row_position
@@ -113,20 +115,27 @@ class DecodeRun:
     def caption(self) -> str:
         stats, meta = self.output.stats, self.trace.meta
         return (
-            f"Run {self.run_id}: {meta['rule_label']} · k = {meta['k']} · "
+            f"Run {self.run_id}: {meta['rule_label']} · {drafting_text(meta)} · "
             f"T = {meta['temperature']:g} · top-k {meta['top_k']} · top-p {meta['top_p']:g} · "
             f"seed {meta['seed']} · {stats.new_tokens} tokens in {stats.rounds} rounds, "
             f"stopped by {stats.stop_reason} · {meta['verifier']} verifying {meta['draft']}"
         )
 
     def truncation_caption(self) -> str | None:
-        stats = self.output.stats
-        if not stats.rejected_tokens:
-            return None
-        return (
-            f"{stats.rejected_q_zero} of {stats.rejected_tokens} rejected drafts sat outside q's "
-            "support (q_n = 0, cut by top-k / top-p): no delta can rescue those."
-        )
+        """How many rejected drafts (every rejected candidate of a tree) had q_n = 0: the
+        same drafts "Why drafts get rejected" lists."""
+        return q_zero_caption(rejected_drafts(self.trace.rounds, self.trace.text))
+
+
+def drafting_text(meta: dict[str, Any]) -> str:
+    """How a run drafted: "k = 4", or its tree's shape."""
+    tree = meta.get("tree")
+    if not tree:
+        return f"k = {meta['k']}"
+    return (
+        f"draft tree of {tree['nodes']} nodes, depth ≤ {tree['depth']} ({tree['root_branch']} "
+        f"at the root, {tree['branch']} per node, {tree['width']} expanded per depth)"
+    )
 
 
 def replay_headlines(replay: Replay) -> list[Headline]:
@@ -229,10 +238,10 @@ def round_table(rnd: RoundTrace) -> list[dict[str, object]]:
             {
                 "drafted": show_text(rnd.draft_text[j]),
                 "fate": rnd.draft_fates[j],
-                "p_n": None if pos is None else pos.p_n,
-                "q_n": None if pos is None else pos.q_n,
-                "a(n)": rnd.accept_probs[j],
-                "u": rnd.accept_coins[j],
+                "p_n": MISSING if pos is None or pos.p_n is None else prob_text(pos.p_n),
+                "q_n": MISSING if pos is None or pos.q_n is None else prob_text(pos.q_n),
+                "a(n)": cell(rnd.accept_probs[j]),  # "–" for a draft never judged
+                "u": cell(rnd.accept_coins[j]),
             }
         )
     return rows

@@ -16,7 +16,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.app.rule_style import rule_colour, shown_first, style
-from cactus_core.experiments.frontier import pareto_front
+from cactus_core.experiments.frontier import Estimate, pareto_front
+from cactus_core.experiments.k_tuner import PairCosts, row_speedup
+from cactus_core.experiments.speedup import PREDICTED_LABEL, predicted_estimate
 from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
 from cactus_core.maths.limit import LimitCurve
 from cactus_core.maths.rules import DEFAULT_RULE
@@ -35,6 +37,8 @@ _LAYOUT = {
 # More rules than this on one chart: open with SHOWN_FIRST and hide the rest in the legend.
 MAX_SHOWN = 5
 FRONT_COLOUR = "#444444"
+FRONT_NAME = "Pareto frontier (every rule, shown or hidden)"
+_LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL, "modelled_speedup": "modelled speedup"}
 LIMIT_COLOUR = "#000000"
 
 
@@ -111,11 +115,11 @@ def frontier_chart(
         )
     if selected is not None:
         _add_ring(fig, rows, selected, metric, x)
-    name = METRIC_LABELS.get(metric, metric)
+    name = _LABELS.get(metric, metric)
     fig.update_layout(
         _LAYOUT,
-        title=title if title is not None else f"{name} vs {METRIC_LABELS.get(x, x)}",
-        xaxis_title=METRIC_LABELS.get(x, x),
+        title=title if title is not None else f"{name} vs {_LABELS.get(x, x)}",
+        xaxis_title=_LABELS.get(x, x),
         yaxis_title=f"{name} (modelled)" if modelled else name,
         clickmode="event+select",
     )
@@ -147,8 +151,8 @@ def _add_rule(
         customdata=[[r["setting"], r["label"]] for r in pts],
         hovertemplate=(
             "<b>%{customdata[1]}</b><br>"
-            + f"{METRIC_LABELS.get(x, x)}: %{{x:.4f}}<br>"
-            + f"{METRIC_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
+            + f"{_LABELS.get(x, x)}: %{{x:.4f}}<br>"
+            + f"{_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
         ),
     )
 
@@ -184,6 +188,8 @@ def _add_ring(fig: go.Figure, rows: Sequence[Row], selected: str, metric: str, x
 
 
 def _add_front(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None:
+    """The step Pareto frontier over every setting, its corners marked in their rule's colour
+    and symbol: a corner of a rule hidden in the legend still shows whose setting it is."""
     xs = [_num(r.get(x)) for r in rows]
     ys = [_num(r.get(metric)) for r in rows]
     idx = pareto_front(xs, ys)
@@ -198,14 +204,38 @@ def _add_front(fig: go.Figure, rows: Sequence[Row], metric: str, x: str) -> None
             fy.append(ys[idx[j - 1]])
         fx.append(xs[i])
         fy.append(ys[i])
+    name = FRONT_NAME
     fig.add_scatter(
         x=fx,
         y=fy,
         mode="lines",
-        name="Pareto frontier",
+        name=name,
+        legendgroup="front",
         line={"color": FRONT_COLOUR, "width": 2, "dash": "dash", "shape": "linear"},
         hoverinfo="skip",
     )
+    corners = [rows[i] for i in idx]
+    fig.add_scatter(
+        x=[xs[i] for i in idx],
+        y=[ys[i] for i in idx],
+        mode="markers",
+        name=name,
+        legendgroup="front",
+        showlegend=False,
+        # an open symbol is drawn in the marker's colour: the rule's own
+        marker={
+            "size": 12,
+            "color": [rule_colour(str(r["rule"])) for r in corners],
+            "symbol": [_open(style(str(r["rule"])).symbol) for r in corners],
+            "line": {"width": 2},
+        },
+        customdata=[[r["setting"], r["label"]] for r in corners],
+        hovertemplate="frontier corner: <b>%{customdata[1]}</b><extra></extra>",
+    )
+
+
+def _open(symbol: str) -> str:
+    return symbol if symbol.endswith("-open") else f"{symbol}-open"
 
 
 def acceptance_limit_chart(
@@ -238,6 +268,38 @@ def acceptance_limit_chart(
             ),
         )
     return fig
+
+
+def predicted_speedup_rows(rows: Sequence[Row], costs: PairCosts, k: int) -> list[dict[str, Any]]:
+    """Rows with the predicted speedup at k (`k_tuner.row_speedup`, what the k tuner and the
+    tuner's table show too) as `speedup`, its interval from tokens per call's
+    (`speedup.predicted_estimate`); rows without per-position rates are left out."""
+    out = []
+    for r in rows:
+        value = row_speedup(r, costs, k)
+        if value is None:
+            continue
+        tokens = Estimate(
+            _num(r.get("tokens_per_call")),
+            _num(r.get("tokens_per_call_lo")),
+            _num(r.get("tokens_per_call_hi")),
+            int(r.get("prompts") or 0),
+        )
+        e = predicted_estimate(value, tokens) if r["rule"] != BASELINE else Estimate(1, 1, 1, 0)
+        out.append({**r, "speedup": e.mean, "speedup_lo": e.lo, "speedup_hi": e.hi})
+    return out
+
+
+def predicted_speedup_chart(
+    rows: Sequence[Row], costs: PairCosts, k: int, selected: str | None = None
+) -> go.Figure:
+    """The predicted speedup of each setting against emitted KL."""
+    return frontier_chart(
+        predicted_speedup_rows(rows, costs, k),
+        "speedup",
+        title=f"{PREDICTED_LABEL} at k = {k}, from the pair's measured costs",
+        selected=selected,
+    )
 
 
 def modelled_speedup_rows(rows: Sequence[Row], k: int, c: float) -> list[dict[str, Any]]:
@@ -321,9 +383,10 @@ def tuner_chart(
 
 
 def report_figures(result: SweepResult) -> list[go.Figure]:
-    """The charts a report shows: tokens per call, speedup, and acceptance against the limit."""
+    """The charts a report shows: tokens per call and acceptance against the limit (a report
+    holds no speedup: that is measured by the race, or predicted from the pair's costs)."""
     rows = result.rows()
-    figs = [frontier_chart(rows, "tokens_per_call"), frontier_chart(rows, "speedup")]
+    figs = [frontier_chart(rows, "tokens_per_call")]
     curve = result.pooled_limit()
     if curve is not None:
         figs.append(acceptance_limit_chart(rows, curve))

@@ -13,8 +13,15 @@ import plotly.graph_objects as go
 from cactus_core.app.rule_style import rule_colour, rule_of_label
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.engine.decoding.trace import RoundTrace
-from cactus_core.experiments.k_tuner import KPrediction
+from cactus_core.experiments.k_tuner import KPrediction, PairCosts, cost_runs
 
+MEASURE_LABEL = "Measure the pair's costs"
+COSTS_NEEDED = (
+    "Predicted speedups need this pair's costs on this machine: the verifier over 1–13 tokens, "
+    f"the draft's step and the loop's overhead, from {cost_runs()} short runs (about two "
+    "minutes on two CPU cores; a bar shows the time left). Measured once, then kept on disk "
+    "for this pair, device and thread count."
+)
 POSITION_HELP = (
     "Conditional acceptance at draft position j: drafts accepted there ÷ drafts that got there "
     "(every earlier draft of the round accepted), with a 95% Wilson interval. The dotted line "
@@ -72,11 +79,17 @@ def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Fig
     ones dotted; the best k of each marked with a star."""
     fig = go.Figure(
         layout={
-            "height": 300,
-            "margin": {"l": 50, "r": 10, "t": 36, "b": 40},
-            "title": {"text": "predicted speedup against k (modelled)", "font": {"size": 12}},
+            "height": 320,
+            # the title sits above the plot's top, clear of the y axis title beneath it
+            "margin": {"l": 60, "r": 10, "t": 56, "b": 40},
+            "title": {
+                "text": "predicted speedup against k (from the pair's measured costs)",
+                "font": {"size": 12},
+                "y": 0.97,
+                "yanchor": "top",
+            },
             "xaxis": {"title": {"text": "k (draft tokens per round)"}, "dtick": 1},
-            "yaxis": {"title": {"text": "predicted speedup vs verifier-only"}},
+            "yaxis": {"title": {"text": "predicted speedup"}},
             "legend": {"orientation": "h", "y": -0.3},
         }
     )
@@ -178,3 +191,19 @@ def default_k_settings(
         if x not in picks:
             picks.append(x)
     return picks[:limit]
+
+
+def costs_caption(costs: PairCosts) -> str:
+    """Which costs a prediction uses, in a line."""
+    return (
+        f"Costs measured on this machine ({costs.device}, {costs.threads} torch threads, "
+        f"medians of {costs.samples} interleaved samples): a verifier-only step "
+        f"{costs.plain_ms:.1f} ms, a draft step {costs.draft_ms:.1f} ms."
+    )
+
+
+def measure_progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """The measurement's progress bar text: runs done and the time left at the pace so far."""
+    left = elapsed_s / done * (total - done) if done else float("nan")
+    eta = f", about {left:.0f} s left" if done else ""
+    return f"Timing run {done} of {total}: {elapsed_s:.0f} s so far{eta}"

@@ -37,7 +37,9 @@ class LinkField:
     choices: tuple[str, ...] | None = None
     max_len: int | None = None
     step: float | None = None  # a slider's step: a float is rounded onto it, as the widget would
-    param: Param | None = None  # a rule parameter's widget: a float goes to its nearest value
+    # a rule parameter's widget: a log parameter's float is kept (Param.keep), a linear one's
+    # goes to its nearest step
+    param: Param | None = None
 
     def parse(self, raw: str) -> Value | None:
         """The widget value the URL's text stands for; None when the text is not one."""
@@ -57,7 +59,9 @@ class LinkField:
             return None
         # T=1e-300 is T=0 on the slider; a value off its grid would reach the decoder as a
         # setting the widget can never make (and 1e-300 made every probability NaN).
-        if self.kind is float and self.param is not None:
+        if self.kind is float and self.param is not None and self.param.log_steps:
+            value = self.param.keep(value)  # the slider adds it to its steps
+        elif self.kind is float and self.param is not None:
             value = self.param.snap(value)
         elif self.kind is float and self.step:
             base = self.low or 0.0
@@ -239,6 +243,14 @@ def to_query(fields: Sequence[LinkField], state: Mapping[str, Any]) -> dict[str,
         if isinstance(value, bool | int | float | str):
             out[f.name] = f.show(value)
     return out
+
+
+def decode_setting_query(rule: str, params: Mapping[str, float | int]) -> dict[str, str]:
+    """The query that opens the Decode page on this rule and these parameter values (the
+    tuner's "Use on Decode"); a log parameter's value is kept as given (`Param.keep`)."""
+    prefix = _PROMPT["decode"]
+    state = {f"{prefix}_rule": rule, **{f"{prefix}_{rule}_{k}": v for k, v in params.items()}}
+    return to_query(page_fields("decode", state), state)
 
 
 def query_fields(

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cactus_core.experiments.speedup import MEASURED_HELP, Spread, decoding_rate
+
 METRIC_HELP: dict[str, str] = {
     "tokens per call": (
         "Emitted tokens ÷ verifier forward passes, including the recovered or bonus token "
@@ -20,10 +22,7 @@ METRIC_HELP: dict[str, str] = {
         "Mean over positions of KL(pi ‖ q) in nats, computed exactly from the full p and q, "
         "not estimated from samples."
     ),
-    "speedup": (
-        "Tokens/s of speculative decoding ÷ tokens/s of verifier-only sampling, same prompt and "
-        "settings, measured back to back here."
-    ),
+    "speedup": MEASURED_HELP,
     "modelled speedup": (
         "Tokens per call ÷ (1 + k·c), c = the cost of a draft step relative to a verifier step. "
         "A model of other hardware, not a measurement."
@@ -60,13 +59,14 @@ class Headline:
 
 @dataclass
 class SpeedComparison:
-    """Speculative against verifier-only decoding, same prompt and settings, back to back."""
+    """Speculative against verifier-only decoding, same prompt and settings, in one race: the
+    measured speedup (`experiments.speedup`) and its spread over stretches of the race."""
 
-    speculative_tokens_per_s: float
+    speculative_tokens_per_s: float  # decoding tokens/s, the prefill apart
     verifier_only_tokens_per_s: float
     tokens_per_call: float
     k: int
-    c_measured: float  # draft step ÷ verifier step, wall time on this machine
+    spread: Spread | None = None
     spec_stats: Any = None  # the two runs' GenerationStats (the cost's parts)
     base_stats: Any = None
 
@@ -76,40 +76,31 @@ class SpeedComparison:
             return 0.0
         return self.speculative_tokens_per_s / self.verifier_only_tokens_per_s
 
-    @property
-    def modelled_with_measured_c(self) -> float:
-        return modelled_speedup(self.tokens_per_call, self.k, self.c_measured)
-
     def verdict(self) -> str:
         s = self.speedup
-        if s < 1:
-            return (
-                f"Speculation is slower here: {s:.2f}× the verifier-only speed "
-                f"({self.speculative_tokens_per_s:.1f} against "
-                f"{self.verifier_only_tokens_per_s:.1f} tokens/s)."
-            )
-        return (
-            f"Speculation is faster here: {s:.2f}× ({self.speculative_tokens_per_s:.1f} against "
-            f"{self.verifier_only_tokens_per_s:.1f} tokens/s)."
+        rates = (
+            f"{self.speculative_tokens_per_s:.1f} against {self.verifier_only_tokens_per_s:.1f} "
+            "tokens/s while decoding"
         )
+        spread = f"; {self.spread.text()}" if self.spread is not None else ""
+        if self.spread is not None and self.spread.covers(1.0):
+            return f"Neither is clearly faster here: {s:.2f}× ({rates}{spread})."
+        if s < 1:
+            slower = f"{s:.2f}× the verifier-only speed"
+            return f"Speculation is slower here: {slower} ({rates}{spread})."
+        return f"Speculation is faster here: {s:.2f}× ({rates}{spread})."
 
 
-def draft_cost_ratio(stats: Any) -> float:
-    """c measured: mean wall time of a draft forward ÷ that of a verifier forward (0 if
-    either is unknown)."""
-    if not (stats.draft_calls and stats.verifier_calls and stats.verify_s > 0):
-        return 0.0
-    return (stats.draft_s / stats.draft_calls) / (stats.verify_s / stats.verifier_calls)
-
-
-def speed_comparison(spec_stats: Any, base_stats: Any, k: int) -> SpeedComparison:
+def speed_comparison(
+    spec_stats: Any, base_stats: Any, k: int, spread: Spread | None = None
+) -> SpeedComparison:
     """The comparison from a speculative and a verifier-only run's GenerationStats."""
     return SpeedComparison(
-        speculative_tokens_per_s=spec_stats.tokens_per_s,
-        verifier_only_tokens_per_s=base_stats.tokens_per_s,
+        speculative_tokens_per_s=decoding_rate(spec_stats),
+        verifier_only_tokens_per_s=decoding_rate(base_stats),
         tokens_per_call=spec_stats.tokens_per_call,
         k=k,
-        c_measured=draft_cost_ratio(spec_stats),
+        spread=spread,
         spec_stats=spec_stats,
         base_stats=base_stats,
     )

@@ -1,18 +1,22 @@
 """The race: speculative decoding and verifier-only sampling of the same prompt, on one time
 axis, each token at the moment its decoder wrote it. No Streamlit here; pages/_race.py draws it.
 
-How it is timed (the page says so too): both decoders run in this one thread and take turns,
-one round at a time, always advancing the one whose clock is behind. Each decoder's clock
-counts only its own work: the time inside its `next()` (its prefill, then each round), never
-the other decoder's rounds or the page's drawing. So both see the same machine load, and a
-token's time is the decoding time its decoder had spent when it wrote it.
+How it is timed (the page says so too; the definition is `experiments.speedup`'s):
 
-The speculative lane is the decoder as Generate runs it, recording on (trace rows and the exact
-emitted KL): its recording thread works beside the decoding, and its clock holds what the
-recording costs the decoding (the waits for that thread, `stats.record_s`). A round comes out
-of it once its recording is in, one round after its tokens were decided, so its points sit one
-round late; the lane's total time is exact. The verifier-only lane records nothing it could
-defer (one top-N of q per token).
+- Before either clock starts, each decoder runs once on the prompt, untimed: the first calls'
+  one-time work (kernels chosen for these shapes, caches and packed weights made on first use)
+  stays out of the race. `Race.events` records it, in order, for the page and the tests.
+- Both decoders then run in this one thread and take turns, one round at a time, always
+  advancing the one that has written fewer tokens: the two stay at the same point of their
+  texts (the same context length, so rounds of the same cost) at the same moment, and a swing
+  in the machine's load lands on both. Each clock counts only its own decoder's work (the
+  time inside its `next()`: its prefill, then each round), never the other's rounds or the
+  page's drawing.
+- Neither lane records the lab's trace rows or the exact emitted KL: the race times decoding
+  as a server runs it (Generate's run holds the trace).
+- The speedup is the two decoders' own decoding tokens/s (the prefill apart), and its spread is
+  taken over stretches of wall-clock time in which both lanes ran rounds (`speedup.spread`): a
+  stretch pairs the rounds the two decoders ran under the same load.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ import plotly.graph_objects as go
 
 from cactus_core.app.figures import FATE_COLOURS
 from cactus_core.app.metrics import SpeedComparison, speed_comparison
+from cactus_core.experiments.speedup import spread
 
 if TYPE_CHECKING:
     from cactus_core.app.decode_view import DecodeRequest
+    from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
     from cactus_core.engine.decoding.trace import RoundTrace
     from cactus_core.engine.loading.pair import ModelPair
@@ -36,6 +42,22 @@ if TYPE_CHECKING:
 SPECULATIVE = "speculative"
 VERIFIER_ONLY = "verifier only"
 LANE_COLOURS = {SPECULATIVE: "#008856", VERIFIER_ONLY: "#848482"}  # rule_style's cactus, sps
+WARM_UP = "warm-up (untimed)"
+CLOCKS_START = "clocks start"
+
+
+@dataclass(frozen=True)
+class RaceEvent:
+    """One thing the race did, in order: a lane's warm-up, the clocks' start, a lane's end."""
+
+    what: str
+    lane: str = ""  # the lane's name; "" for both
+    seconds: float = 0.0  # how long it took (wall time)
+
+    def text(self) -> str:
+        who = f"{self.lane}: " if self.lane else ""
+        took = f" ({self.seconds:.2f} s)" if self.seconds else ""
+        return f"{who}{self.what}{took}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,8 @@ class RaceRound:
 
     index: int
     t: float  # seconds of the lane's own decoding time when the round's tokens were written
+    seconds: float  # this round's own time (the first round's holds the prefill too)
+    ended: float  # when it ended on the wall clock (perf_counter), shared by both lanes
     tokens: tuple[str, ...]
     accepted: int  # drafts accepted (0 for verifier-only steps)
     drafted: int  # k (0 for verifier-only steps)
@@ -92,12 +116,36 @@ class Lane:
             self.clock += time.perf_counter() - start
             self.done = True
             return
-        self.clock += time.perf_counter() - start
+        ended = time.perf_counter()
+        took = ended - start
+        self.clock += took
         self.rounds.append(
             RaceRound(
-                len(self.rounds), self.clock, tuple(rnd.emitted_text), rnd.num_accepted, rnd.k
+                len(self.rounds),
+                self.clock,
+                took,
+                ended,
+                tuple(rnd.emitted_text),
+                rnd.num_accepted,
+                rnd.k,
             )
         )
+
+    def timed_rounds(self) -> list[tuple[float, float]]:
+        """(wall-clock end, seconds) of every round after the first, whose time holds the
+        prefill."""
+        return [(r.ended, r.seconds) for r in self.rounds[1:]]
+
+
+def warm_up(dec: SpeculativeDecoder, request: DecodeRequest, speculative: bool) -> float:
+    """Run the decoder once on the request's prompt, untimed by the race: two rounds at the
+    prompt's own length reach every first call a timed run makes. Returns its seconds."""
+    k = request.settings.k if speculative else 0
+    kw = {**request.generate_kwargs(), "max_new_tokens": min(request.max_new_tokens, 2 * k + 2)}
+    start = time.perf_counter()
+    run = dec.generate if speculative else dec.generate_autoregressive
+    run(request.prompt, **kw)
+    return time.perf_counter() - start
 
 
 @dataclass
@@ -107,20 +155,30 @@ class Race:
     speculative: Lane
     verifier_only: Lane
     k: int
+    events: list[RaceEvent] = field(default_factory=list)
 
     @classmethod
     def start(cls, pair: ModelPair, request: DecodeRequest, rule_label: str) -> Race:
+        """Both decoders built, warmed up on the prompt, and their streams opened: the clocks
+        start at the first `step()`."""
         request.check_length(pair)
-        dec = request.decoder(pair)
         kw = request.generate_kwargs()
-        spec = dec.rounds(request.prompt, **kw)
-        base = request.decoder(pair, record_trace=False, measure_kl=False).rounds(
-            request.prompt, **kw, speculative=False
-        )
+        decoders = {
+            name: request.decoder(pair, record_trace=False, measure_kl=False)
+            for name in (SPECULATIVE, VERIFIER_ONLY)
+        }
+        events = [
+            RaceEvent(WARM_UP, name, warm_up(dec, request, name == SPECULATIVE))
+            for name, dec in decoders.items()
+        ]
+        events.append(RaceEvent(CLOCKS_START))
+        spec = decoders[SPECULATIVE].rounds(request.prompt, **kw)
+        base = decoders[VERIFIER_ONLY].rounds(request.prompt, **kw, speculative=False)
         return cls(
             Lane(SPECULATIVE, f"speculative, {rule_label}", spec),
             Lane(VERIFIER_ONLY, "verifier only", base),
             request.settings.k,
+            events,
         )
 
     @property
@@ -132,11 +190,16 @@ class Race:
         return self.speculative.done and self.verifier_only.done
 
     def step(self) -> bool:
-        """Advance the lane that is behind (by its own clock); False once both are done."""
+        """Advance the lane that has written fewer tokens (the speculative one on a tie); False
+        once both are done. Pacing by tokens keeps the two at the same context length at the
+        same moment, so a stretch of wall-clock time pairs rounds of the same cost and load."""
         live = [lane for lane in self.lanes if not lane.done]
         if not live:
             return False
-        min(live, key=lambda lane: lane.clock).advance()
+        lane = min(live, key=lambda x: x.tokens)
+        lane.advance()
+        if lane.done:
+            self.events.append(RaceEvent("finished", lane.name, lane.clock))
         return not self.done
 
     def run(self) -> Race:
@@ -148,7 +211,11 @@ class Race:
         spec, base = self.speculative.output, self.verifier_only.output
         if spec is None or base is None:
             raise ValueError("the race has not finished")
-        return speed_comparison(spec.stats, base.stats, self.k)
+        per_round = spec.stats.new_tokens / max(spec.stats.rounds, 1)
+        spread_ = spread(
+            per_round, self.speculative.timed_rounds(), self.verifier_only.timed_rounds()
+        )
+        return speed_comparison(spec.stats, base.stats, self.k, spread_)
 
 
 def race_figure(lanes: tuple[Lane, ...], height: int = 320) -> go.Figure:

@@ -186,6 +186,21 @@ def compact_frontier(
     return fig
 
 
+def compact_caption(run_point: bool, own_curve: bool) -> str:
+    """What each mark of `compact_frontier` is, said once under it (the chart has no legend)."""
+    parts = [
+        "Circles: the reference sweep's measured settings (sps and this rule)",
+        "line: the rule's curve estimated from their positions",
+        "dotted: the limit, the most tokens per call any rule reaches at that KL",
+        "ring: this setting",
+    ]
+    if run_point:
+        parts.append("×: your last run (shown while its rule is picked)")
+    if own_curve:
+        parts.append("dashed: this rule's curve on your last run's positions")
+    return " · ".join(parts) + ". Hover a mark for its numbers."
+
+
 def _add_points(fig: go.Figure, rows: Sequence[Mapping[str, Any]], rule: str) -> None:
     pts = sorted(
         (r for r in rows if _finite(r.get("emitted_kl")) and _finite(r.get("tokens_per_call"))),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from cactus_core.app.transcript import show_text
 from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
+from cactus_core.maths.tree_verdict import TreeVerdict, node_depths
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
@@ -61,9 +62,13 @@ def q_rank(pos: PositionTrace) -> int | None:
 def rejected_drafts(
     rounds: Sequence[RoundTrace], text: Callable[[int], str] | None = None
 ) -> list[RejectedDraft]:
-    """The rejected draft of every round that had one, in order."""
+    """The rejected draft of every round that had one, in order; in a tree round, every
+    candidate the walk rejected."""
     out = []
     for rnd in rounds:
+        if rnd.tree is not None:
+            out += _rejected_in_tree(rnd, text)
+            continue
         if not rnd.k or rnd.num_accepted >= rnd.k or len(rnd.positions) <= rnd.num_accepted:
             continue
         m = rnd.num_accepted
@@ -78,6 +83,39 @@ def rejected_drafts(
             )
         )
     return out
+
+
+def _rejected_in_tree(rnd: RoundTrace, text: Callable[[int], str] | None) -> list[RejectedDraft]:
+    """A tree round's rejected candidates: p and q at each from the walk's verdict, its rank
+    in q from its parent row's kept q (when the trace kept rows), slot = its depth − 1. The
+    rescuing delta is the one that accepts it as its row's first candidate (a later one is
+    judged against the residual of those before it)."""
+    v = TreeVerdict.from_dict(rnd.tree)
+    depths = node_depths(v.parents)
+    out = []
+    for i, fate in enumerate(v.fates):
+        if fate != "rejected":
+            continue
+        q_n, p_n = v.q[i], v.p[i]
+        row = v.parents[i] + 1
+        kept = rnd.positions[row].replay_q_probs if row < len(rnd.positions) else []
+        rank = 1 + sum(x > q_n for x in kept) if q_n and kept else None
+        token = text(v.tokens[i]) if text is not None else str(v.tokens[i])
+        out.append(
+            RejectedDraft(rnd.index, depths[i] - 1, token, p_n, q_n, rank, rescue_delta(q_n, p_n))
+        )
+    return out
+
+
+def q_zero_caption(drafts: Sequence[RejectedDraft]) -> str | None:
+    """How many rejected drafts no delta can rescue (q_n = 0), said under a finished run."""
+    if not drafts:
+        return None
+    zero = sum(d.q_n == 0 for d in drafts)
+    return (
+        f"{zero} of {len(drafts)} rejected drafts sat outside q's support (q_n = 0, cut by "
+        "top-k / top-p): no delta can rescue those."
+    )
 
 
 def rescue_grid() -> list[float]:

@@ -15,7 +15,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -234,3 +234,24 @@ class SessionRun:
         run = self._run() if self._run is not None else None
         if run is not None:
             run.close()
+
+
+def restart_reason(old: DecodeRequest, new: DecodeRequest) -> str:
+    """Why a new request starts Step through again at round 1, in words: what changed other
+    than the rule (another seed, prompt, sampling or pair is another text)."""
+    changes = []
+    a, b = old.settings.sampling, new.settings.sampling
+    for name, label in (("seed", "seed"), ("temperature", "T"), ("top_k", "top-k"),
+                        ("top_p", "top-p"), ("k", "k")):  # fmt: skip
+        if getattr(a, name) != getattr(b, name):
+            changes.append(f"{label} {getattr(a, name):g} → {getattr(b, name):g}")
+    if old.prompt != new.prompt:
+        changes.append("the prompt")
+    if old.max_new_tokens != new.max_new_tokens:
+        changes.append(f"max new tokens {old.max_new_tokens} → {new.max_new_tokens}")
+    if old.chat_template != new.chat_template:
+        changes.append("the chat template")
+    if replace(old.settings, sampling=b) != new.settings:
+        changes.append("the model pair or drafting")
+    what = ", ".join(changes) or "the settings"
+    return f"New text ({what} changed): Step through starts again at round 1."

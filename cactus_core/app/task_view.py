@@ -8,7 +8,13 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.experiments.sweep import METRIC_LABELS, SweepResult
-from cactus_core.experiments.tasks import ALL_TASKS, BudgetAnswer, split_by_task
+from cactus_core.experiments.tasks import (
+    ALL_TASKS,
+    MIN_TASK_PROMPTS,
+    BudgetAnswer,
+    split_by_task,
+    spread,
+)
 
 # Distinct from the rules' palette: here a colour is a task, and every line is one rule.
 TASK_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")
@@ -58,16 +64,57 @@ def task_frontier_chart(
 
 
 def answer_rows(answers: list[BudgetAnswer]) -> list[dict[str, Any]]:
-    """The tuner's answers as rows of a table (a task no setting fits says so)."""
+    """The tuner's answers as rows of a table, every cell filled: a task with too few prompts
+    or that no setting fits says so, and each task's answer says whether it differs from the
+    all-prompts answer."""
     rows = []
     for a in answers:
+        if not a.enough:
+            value = interval = "–"
+            note = f"too few prompts for its own answer (needs {MIN_TASK_PROMPTS})"
+        elif not a.fits:
+            value, interval, note = "–", "none fits", "every swept value is over the budget"
+        else:
+            value, interval = f"{a.value:.4g}", f"{a.low:.4g} – {a.high:.4g}"
+            note = {"": "", "higher": "higher than all prompts'", "lower": "lower than all "
+                    "prompts'", "not distinguishable": "not distinguishable from all prompts'"
+                    }[a.versus_all]  # fmt: skip
         rows.append(
             {
                 "task": a.task,
                 "prompts": a.prompts,
-                a.param: round(a.value, 4) if a.fits else None,
-                "95% interval": f"{a.low:.4g} – {a.high:.4g}" if a.fits else "none fits",
-                "tokens/call": round(a.tokens_per_call, 3),
+                a.param: value,
+                "95% interval": interval,
+                "tokens/call": f"{a.tokens_per_call:.2f}" if a.enough else "–",
+                "against all prompts": note or "–",
             }
         )
     return rows
+
+
+def tasks_caption(answers: list[BudgetAnswer]) -> str:
+    """Under the per-task table: how the answers were read, and how far apart the tasks with
+    an answer of their own are (or why none has one)."""
+    out = (
+        "Interpolated between the sweep's settings; the interval comes from each setting's 95% "
+        "interval of emitted KL over the task's prompts (tokens per call kept ≥ 1). "
+    )
+    tasks = answers[1:]
+    if not tasks:
+        return out + "Tag prompts with a task to see the answer per task."
+    answered = [a for a in tasks if a.answered]
+    if len(answered) >= 2:
+        gap = spread(answers)
+        out += f"The {len(answered)} tasks' answers span {gap:.3g} in {answers[0].param}."
+    elif not any(a.enough for a in tasks):
+        out += (
+            f"No task has the {MIN_TASK_PROMPTS} prompts an answer of its own needs: sweep "
+            "more prompts of each task."
+        )
+    same = [a.task for a in answered if a.versus_all == "not distinguishable"]
+    if same:
+        out += (
+            f" {', '.join(same)}: not distinguishable from the all-prompts answer at these "
+            "prompt counts; use that one."
+        )
+    return out

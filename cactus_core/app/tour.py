@@ -73,8 +73,10 @@ def tour() -> list[TourStop]:
         ),
         TourStop(
             "The same coins under Cactus",
-            "The same round, same coins, under Cactus: the first draft it accepts where "
-            "lossless sampling, on the very same coin, would have rejected.",
+            "The same prompt, seed and coins, now under Cactus (δ = 1): the page opens at the "
+            "run's first draft Cactus accepts where lossless sampling, on the very same coin, "
+            "rejects it. That is usually a later round than the last stop's; the round number "
+            "is above the step.",
             "step",
             {"rule": DEFAULT_RULE, delta: "1", "jump": "rescue", **same_coins},
             "step_card",

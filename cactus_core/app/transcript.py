@@ -32,6 +32,14 @@ FATE_LABELS: dict[str, str] = {
     "sampled": "sampled by the verifier alone",
     "dropped": "dropped (drafted after a rejection, never judged)",
 }
+# The clean text: the emitted tokens only, each underlined in its fate's colour (no struck
+# drafts, no fills), in the page's own font, so it reads as the answer it is.
+CLEAN_STYLE: dict[str, str] = {
+    "accepted": "border-bottom:2px solid #009E73;",
+    "recovered": "border-bottom:2px solid #E69F00;",
+    "bonus": "border-bottom:2px solid #0072B2;",
+    "sampled": "border-bottom:2px solid #999999;",
+}
 _LEGEND_FATES = ("accepted", "rejected", "recovered", "bonus")
 _CHIP_COLOUR = {
     "accepted": "green",
@@ -74,11 +82,13 @@ def _visible(text: str, fate: str) -> str:
     return html.escape(text) if text else "∅"
 
 
-def legend_html() -> str:
-    """The fate legend, styled like the transcript."""
+def legend_html(annotated: bool = True) -> str:
+    """The fate legend, styled like the transcript (the clean text's has no rejected drafts)."""
+    styles = FATE_STYLE if annotated else CLEAN_STYLE
     items = [
-        f'<span style="{FATE_STYLE[f]}padding:1px 4px;border-radius:3px;">{FATE_LABELS[f]}</span>'
+        f'<span style="{styles[f]}padding:1px 4px;border-radius:3px;">{FATE_LABELS[f]}</span>'
         for f in _LEGEND_FATES
+        if f in styles
     ]
     items.append(
         '<span style="outline:2px dashed #6a1b9a;padding:1px 4px;border-radius:3px;">'
@@ -91,11 +101,14 @@ def legend_html() -> str:
     )
 
 
-def transcript_html(prompt_text: str, tokens: Sequence[TokenView]) -> str:
-    """The decoded text with every token coloured by fate (a block of HTML, no scripts)."""
+def transcript_html(prompt_text: str, tokens: Sequence[TokenView], annotated: bool = True) -> str:
+    """The decoded text with every token coloured by fate (a block of HTML, no scripts).
+    annotated: every round as drafted, rejected drafts struck through, in a monospace font;
+    otherwise the clean text, the emitted tokens only, each underlined by how it came."""
+    font = "ui-monospace,SFMono-Regular,Menlo,monospace" if annotated else "inherit"
     parts = [
         '<div class="cactus-transcript" style="white-space:pre-wrap;overflow-wrap:anywhere;'
-        "line-height:1.9;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;"
+        f"line-height:1.9;font-family:{font};"
         "font-size:0.92em;padding:10px 12px;"
         'border:1px solid #dfe5da;border-radius:8px;background:#ffffff;">'
     ]
@@ -105,13 +118,15 @@ def transcript_html(prompt_text: str, tokens: Sequence[TokenView]) -> str:
         style = FATE_STYLE.get(t.fate)
         if style is None:
             raise ValueError(f"unknown fate {t.fate!r}; expected one of {', '.join(FATE_STYLE)}")
+        if not annotated:
+            if t.fate not in CLEAN_STYLE:
+                continue  # a rejected or dropped draft was never written
+            style = CLEAN_STYLE[t.fate]
         if t.flipped:
             style += "outline:2px dashed #6a1b9a;"
         title = html.escape(f"round {t.round + 1}, slot {t.slot + 1}: {FATE_LABELS[t.fate]}")
-        parts.append(
-            f'<span title="{title}" style="{style}border-radius:3px;">{_visible(t.text, t.fate)}'
-            "</span>"
-        )
+        text = _visible(t.text, t.fate) if annotated else html.escape(t.text)
+        parts.append(f'<span title="{title}" style="{style}border-radius:3px;">{text}</span>')
     parts.append("</div>")
     return "".join(parts)
 

@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.app.frontier_figures import rule_colour
+from cactus_core.experiments.k_tuner import PairCosts, row_speedup
 from cactus_core.experiments.sweep import METRIC_LABELS
 from cactus_core.experiments.tune import TuneResult, TuneStep
 from cactus_core.maths.rules import rule_class
@@ -17,24 +18,29 @@ from cactus_core.maths.rules import rule_class
 SOURCE_LABELS = {"run": "run now", "sweep": "your sweep", "reference": "reference"}
 
 
-def step_rows(res: TuneResult) -> list[dict[str, Any]]:
-    """One row per measured point, runs numbered in order, the chosen one marked."""
+def step_rows(res: TuneResult, costs: PairCosts | None = None) -> list[dict[str, Any]]:
+    """One row per measured point, runs numbered in order, the chosen one marked; with the
+    pair's costs, each point's predicted speedup (`k_tuner.row_speedup`, what the Frontier and
+    the k tuner show for the same setting). No cell is left empty: a point from before the
+    runs reads "–" in the run column."""
+    k = int(res.sampling.get("k", 0))
     rows, n = [], 0
     for s in res.steps:
         n += s.source == "run"
-        rows.append(
-            {
-                "run": n if s.source == "run" else None,
-                "source": SOURCE_LABELS.get(s.source, s.source),
-                res.param: s.value,
-                "emitted KL": _num(s.kl.mean),
-                "95% interval": f"{s.kl.lo:.4f}–{s.kl.hi:.4f}",
-                "fits": s.fits(res.kl_budget),
-                "tokens/call": _num(s.tokens_per_call.mean),
-                "speedup": _num(s.speedup.mean),
-                "chosen": res.value is not None and s.value == res.value and s.source == "run",
-            }
-        )
+        row = {
+            "run": str(n) if s.source == "run" else "–",
+            "source": SOURCE_LABELS.get(s.source, s.source),
+            res.param: s.value,
+            "emitted KL": _cell(s.kl.mean, ".4f"),
+            "95% interval": f"{s.kl.lo:.4f}–{s.kl.hi:.4f}",
+            "fits": s.fits(res.kl_budget),
+            "tokens/call": _cell(s.tokens_per_call.mean, ".2f"),
+        }
+        if costs is not None and k:
+            speed = row_speedup(s.row(), costs, k)
+            row["predicted speedup"] = "–" if speed is None else f"{speed:.2f}×"
+        row["chosen"] = res.value is not None and s.value == res.value and s.source == "run"
+        rows.append(row)
     return rows
 
 
@@ -118,3 +124,7 @@ def refinement_chart(res: TuneResult) -> go.Figure:
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def _cell(x: float, fmt: str) -> str:
+    return format(x, fmt) if math.isfinite(x) else "–"

@@ -4,7 +4,7 @@ Every row decodes the same prompts with the same seeds (prompt i uses seed + i i
 so the rows meet the same coins), one prompt at a time (batch 1). The loop runs prompts outside
 and rows inside, so a burst of load on a shared machine hits every row alike; speedups are the
 median over prompts of the per-prompt ratio against verifier-only sampling, measured in the
-same run.
+same run (`speedup.ratio`: decoding tokens/s, the prefill and the bookkeeping left out).
 
 Rows: verifier-only sampling, our decoder under each rule, and transformers' own assisted
 generation (`generate(assistant_model=...)`, do_sample=True, a constant k assistant tokens,
@@ -25,6 +25,7 @@ import torch
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, acceptance_by_position
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.experiments.speedup import ratio
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,
@@ -83,6 +84,7 @@ class RowResult:
     new_tokens: list[int] = field(default_factory=list)  # per prompt
     wall_s: list[float] = field(default_factory=list)  # per prompt, prefill included
     record_s: list[float] = field(default_factory=list)  # per prompt: exact-KL bookkeeping
+    prefill_s: list[float] = field(default_factory=list)  # per prompt (0 for hf-assisted)
     verifier_calls: int = 0
     decided: int = 0
     accepted: int = 0
@@ -94,21 +96,25 @@ class RowResult:
     draft_s: float = 0.0  # drafting, the feature draft's feed included
     verify_s: float = 0.0
 
+    def decoding_s(self) -> list[float]:
+        """Per prompt: the wall time less the prefill and the bookkeeping."""
+        return [w - r - p for w, r, p in zip(self.wall_s, self.record_s, self.prefill_s,
+                                             strict=True)]  # fmt: skip
+
     def summary(self, base: RowResult | None, k: int, c: float) -> dict[str, Any]:
         """Times exclude the exact-KL bookkeeping (record_s, a measurement a deployed decoder
         would not make); tokens_per_s_raw and record_share keep it visible."""
         tokens = sum(self.new_tokens)
         wall = sum(self.wall_s)
         record = sum(self.record_s)
-        decode = [w - r for w, r in zip(self.wall_s, self.record_s, strict=True)]
         tpc = tokens / self.verifier_calls if self.verifier_calls else None
         ratios = []
         if base is not None:
-            base_decode = [w - r for w, r in zip(base.wall_s, base.record_s, strict=True)]
-            pairs = zip(self.new_tokens, decode, base.new_tokens, base_decode, strict=True)
-            for t, w, bt, bw in pairs:
-                if w > 0 and bw > 0 and bt > 0:
-                    ratios.append((t / w) / (bt / bw))
+            # the speedup as `speedup` defines it: decoding tokens/s, prefill and bookkeeping
+            # left out, prompt by prompt
+            pairs = zip(self.new_tokens, self.decoding_s(), base.new_tokens, base.decoding_s(),
+                        strict=True)  # fmt: skip
+            ratios = [x for x in (ratio(*p) for p in pairs) if x > 0]
         rejected = self.decided - self.accepted
         speculative = self.label != VERIFIER_ONLY
         return {
@@ -132,10 +138,12 @@ class RowResult:
                 1e3 * self.draft_s / self.rounds if self.rounds and speculative else None
             ),
             "verify_ms_per_round": 1e3 * self.verify_s / self.rounds if self.rounds else None,
-            # Per prompt, bookkeeping left out: rows compared prompt by prompt ran back to back,
-            # so their ratio is robust to load that changes during a long run.
+            # Per prompt, decoding tokens/s (prefill and bookkeeping left out, as `speedup`
+            # counts): rows compared prompt by prompt ran back to back, so their ratio is robust
+            # to load that changes during a long run.
             "prompt_tokens_per_s": [
-                t / w if w > 0 else 0.0 for t, w in zip(self.new_tokens, decode, strict=True)
+                t / w if w > 0 else 0.0
+                for t, w in zip(self.new_tokens, self.decoding_s(), strict=True)
             ],
         }
 
@@ -239,6 +247,7 @@ def run_bench(
                 new, calls = hf_assisted_generate(pair, ids, max_new_tokens, sampling, i)
                 res.wall_s.append(time.perf_counter() - start)
                 res.record_s.append(0.0)
+                res.prefill_s.append(0.0)
                 res.new_tokens.append(len(new))
                 res.verifier_calls += calls
             else:
@@ -252,6 +261,7 @@ def run_bench(
                 )
                 st = out.stats
                 res.wall_s.append(st.wall_s)
+                res.prefill_s.append(st.prefill_s)
                 res.new_tokens.append(st.new_tokens)
                 res.verifier_calls += st.verifier_calls
                 res.decided += st.decided_tokens

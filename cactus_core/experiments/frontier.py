@@ -46,6 +46,12 @@ class Estimate:
         return {"mean": _finite(self.mean), "lo": _finite(self.lo), "hi": _finite(self.hi),
                 "n": self.n}  # fmt: skip
 
+    def clip(self, low: float, high: float = math.inf) -> Estimate:
+        """The interval cut to the values the quantity can take (a t interval over a few
+        prompts reached −2 tokens per call, which cannot be below 1)."""
+        return Estimate(self.mean, min(max(self.lo, low), high), max(min(self.hi, high), low),
+                        self.n)  # fmt: skip
+
 
 def _finite(x: float) -> float | None:
     # JSON has no inf/nan; None reads as "not defined" in both JSON and the UI.

@@ -16,7 +16,8 @@ with v(w) the verifier's forward over w tokens, d one draft step, f the draft's 
 round (reading the accepted path back in), and o the rest of a round (the verifier's
 probabilities and the rule, the coins, the host sync, the Python of the loop); verifier-only
 decoding takes v(1) + o_1 per token. So speedup(k) = E(k)·(v(1) + o_1) / T(k): the decoding
-phase's speedup, with the prefill (the same whatever k) left out. `PairCosts` measures v(1..13),
+phase's speedup, with the prefill (the same whatever k) left out, as `speedup` defines it
+(`speedup.predicted`). `PairCosts` measures v(1..13),
 f, d, o and o_1 once per pair, device and thread count and caches them on disk with the pair's
 identity.
 
@@ -40,12 +41,16 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from cactus_core.experiments.speedup import decoding_seconds, predicted
+from cactus_core.experiments.sweep_config import BASELINE
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
@@ -143,19 +148,6 @@ def cached_costs_for(identity: str, device: str, root: Path | None = None) -> Pa
         return None
 
 
-def pair_costs(
-    pair: ModelPair, root: Path | None = None, refresh: bool = False, **measure: Any
-) -> PairCosts:
-    """The pair's costs: from the cache, or measured (`measure_costs`) and cached."""
-    if not refresh:
-        got = cached_costs(pair, root)
-        if got is not None:
-            return got
-    costs = measure_costs(pair, **measure)
-    store_costs(costs, root)
-    return costs
-
-
 def store_costs(costs: PairCosts, root: Path | None = None) -> Path:
     """Cache measured costs under their pair's identity, device and thread count."""
     path = costs_path(costs.identity, costs.device, costs.threads, root)
@@ -202,23 +194,27 @@ class CostProbe:
 def _per_round_ms(stats: Any) -> tuple[float, float, float]:
     """(verify pass, draft, the rest) per round of one run, in ms, the prefill left out."""
     rounds = max(stats.rounds, 1)
-    decode = stats.wall_s - stats.prefill_s - stats.record_s
-    rest = decode - stats.verify_s - stats.draft_s
+    rest = decoding_seconds(stats) - stats.verify_s - stats.draft_s
     return tuple(1000 * x / rounds for x in (stats.verify_s, stats.draft_s, rest))  # type: ignore[return-value]
 
 
-def cost_sample(probe: CostProbe, seed: int = 0) -> CostSample:
+def cost_sample(
+    probe: CostProbe, seed: int = 0, on_run: Callable[[], None] | None = None
+) -> CostSample:
     """One pass: a short verifier-only run and a short sps run at every k (forward on one pass,
     backward on the next, so that a drift in the load does not pile onto the long drafts); each
     run's per-round verify pass is v(k + 1) (v(1) from the verifier-only run)."""
     order = probe.ks if probe.passes % 2 == 0 else probe.ks[::-1]
     probe.passes += 1
     dec = probe.decoders[1]
+    tick = on_run or (lambda: None)
     plain = dec.generate_autoregressive(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed)
+    tick()
     v1, _, plain_rest = _per_round_ms(plain.stats)
     got = {}
     for k in order:
         out = probe.decoders[k].generate(probe.prompt, max_new_tokens=probe.new_tokens, seed=seed)
+        tick()
         got[k] = _per_round_ms(out.stats)
     return CostSample(
         verify_ms=(v1, *(got[k][0] for k in probe.ks)),
@@ -275,16 +271,55 @@ def monotone(xs: Sequence[float]) -> tuple[float, ...]:
     return tuple(t / c for t, c in blocks for _ in range(int(c)))
 
 
+def cost_runs(max_width: int = 13, reps: int = 5) -> int:
+    """The short runs `measure_costs` makes: a warm-up, then per sample one verifier-only run
+    and one sps run at each k = 1 .. max_width - 1."""
+    return 1 + reps * max_width
+
+
 def measure_costs(
     pair: ModelPair,
     max_width: int = 13,
     reps: int = 5,
     prompt: str | None = None,
     new_tokens: int = 16,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> PairCosts:
-    """The medians of `reps` interleaved `cost_sample`s: v(1..max_width), f, d, o and o_1."""
+    """The medians of `reps` interleaved `cost_sample`s: v(1..max_width), f, d, o and o_1.
+    on_progress(runs done, runs in all) after each of the `cost_runs` short runs."""
+    total, done = cost_runs(max_width, reps), 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_progress is not None:
+            on_progress(done, total)
+
     probe = CostProbe(pair, prompt, new_tokens, max_width)
-    return combine_costs(pair, [cost_sample(probe, seed=i) for i in range(reps)])
+    tick()  # the probe's warm-up
+    return combine_costs(pair, [cost_sample(probe, seed=i, on_run=tick) for i in range(reps)])
+
+
+_MEASURING = threading.Lock()
+
+
+def shared_costs(
+    pair: ModelPair,
+    refresh: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+    root: Path | None = None,
+) -> PairCosts:
+    """The pair's costs for everyone on this server: one measurement at a time, and a caller
+    that waited for another's finds its result in the cache instead of measuring again (two
+    visitors clicking at once cost one measurement). refresh measures even when cached."""
+    with _MEASURING:
+        if not refresh:
+            got = cached_costs(pair, root)
+            if got is not None:
+                return got
+        costs = measure_costs(pair, on_progress=on_progress)
+        store_costs(costs, root)
+        return costs
 
 
 # ------------------------------------------------------------------------------ prediction
@@ -396,5 +431,33 @@ def predict_k(
         raise ValueError(f"k must be >= 1, got {ks}")
     full, measured = extend_rates(rates, max(ks), reached)
     tpc = tuple(expected_tokens(full, k) for k in ks)
-    speed = tuple(t * costs.plain_ms / costs.round_ms(k) for t, k in zip(tpc, ks, strict=True))
+    speed = tuple(
+        predicted(t, costs.round_ms(k), costs.plain_ms) for t, k in zip(tpc, ks, strict=True)
+    )
     return KPrediction(ks, full, measured, tpc, speed, pooled)
+
+
+def predict_row(row: Mapping[str, Any], costs: PairCosts) -> KPrediction | None:
+    """A sweep or reference row's k prediction: from its per-position rates when it has
+    them, else from its pooled acceptance (every k then extrapolated); None without either."""
+    rates = row.get("acceptance_by_position")
+    if rates and rates[0] is not None:
+        return predict_k(rates, costs, reached=row.get("position_reached"))
+    acc = row.get("acceptance_rate")
+    if acc is None or not math.isfinite(float(acc)):
+        return None
+    return predict_k([float(acc)], costs, pooled=True)
+
+
+def row_speedup(row: Mapping[str, Any], costs: PairCosts, k: int) -> float | None:
+    """The predicted speedup of a row's setting at its own k: what the Frontier, the tuner's
+    table and the k tuner all show for it. None for verifier-only or a row without rates."""
+    if row.get("rule") == BASELINE:
+        return 1.0
+    pred = predict_row(row, costs)
+    return None if pred is None else pred.at(k)[1]
+
+
+def measuring_now() -> bool:
+    """Whether a `shared_costs` measurement is running in this process."""
+    return _MEASURING.locked()

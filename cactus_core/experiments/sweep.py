@@ -7,14 +7,16 @@ with the same seed, so curves are smooth and comparisons between settings are pa
 finishes, keyed by the full configuration and the model pair's identity, so re-running a
 finished sweep calls no model and an interrupted one redoes only the missing chunks.
 
-Per setting it reports, each with a 95% interval over prompts (over chunks for the timings;
-for the speedup a geometric mean with a log-ratio interval, which stays positive):
-tokens per verifier call, acceptance rate, tokens/s, speedup over verifier-only, emitted KL per
+Per setting it reports, each with a 95% interval over prompts (over chunks for tokens/s):
+tokens per verifier call, acceptance rate, tokens/s of its batched chunks, emitted KL per
 token (exact, the mean of the traces' KL(pi ‖ q)), and the verifier's NLL of the text (from
 the decoder's own verify forwards). While a chunk decodes, a probe sees the full p and q rows
 of every decided position, from which the limit (`maths.limit.limit_sums`) and the rule's exact
 expected acceptance sum_n p(n)·a(n) are accumulated, so nothing re-scores the text afterwards.
 Efficiency is that expected acceptance ÷ the limit at the same positions and the same mean KL.
+A sweep reports no speedup of its own: a ratio of batched throughputs is not the speedup
+(`speedup`); the pages predict it from each setting's per-position acceptance and the pair's
+measured costs (`k_tuner.row_speedup`).
 """
 
 from __future__ import annotations

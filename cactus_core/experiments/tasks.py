@@ -5,7 +5,7 @@ A task's part of a sweep is the same sweep restricted to that task's prompts: pe
 statistics (tokens per call, acceptance, emitted KL, NLL) are exact. Timings and the limit are
 per chunk (one batched call decodes a chunk's prompts together): a chunk whose prompts are all
 of the task keeps them; a chunk that mixes tasks gives the task its share of the wall time in
-proportion to its tokens (so the chunk's tokens/s and speedup) and no limit sums.
+proportion to its tokens (so the chunk's tokens/s) and no limit sums.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from cactus_core.experiments.sweep import ChunkRecord, SettingResult, SweepResul
 from cactus_core.maths.rules import rule_class
 
 ALL_TASKS = "all prompts"
+# A task's own answer needs this many prompts: with fewer, the t interval over its prompts
+# (t = 4.3 at three, 12.7 at two) is wider than the range the answer could take.
+MIN_TASK_PROMPTS = 5
 
 
 def split_by_task(result: SweepResult) -> dict[str, SweepResult]:
@@ -75,6 +78,14 @@ class BudgetAnswer:
     tokens_per_call: float  # interpolated at value
     prompts: int
     fits: bool  # False: even the smallest swept value exceeds the budget on this task
+    enough: bool = True  # the task has MIN_TASK_PROMPTS prompts or more: an answer of its own
+    # against the all-prompts answer: "higher", "lower" (the intervals do not overlap) or
+    # "not distinguishable"; "" for the all-prompts row and for a task without an answer
+    versus_all: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.fits and self.enough
 
     def to_dict(self) -> dict[str, object]:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -114,15 +125,32 @@ def answer_budget(result: SweepResult, rule: str, kl_budget: float, task: str) -
 
 
 def answers_by_task(result: SweepResult, rule: str, kl_budget: float) -> list[BudgetAnswer]:
-    """The answer on all prompts, then on each task's (only the former when untagged)."""
-    tasks = [ALL_TASKS, *result.config.task_names]
-    return [answer_budget(result, rule, kl_budget, t) for t in tasks]
+    """The answer on all prompts, then on each task's (only the former when untagged). A task
+    with fewer than MIN_TASK_PROMPTS prompts gets no answer of its own (`enough`); each task's
+    answer says whether its interval sets it apart from the all-prompts one (`versus_all`)."""
+    overall = answer_budget(result, rule, kl_budget, ALL_TASKS)
+    out = [overall]
+    for task in result.config.task_names:
+        a = answer_budget(result, rule, kl_budget, task)
+        enough = a.prompts >= MIN_TASK_PROMPTS
+        versus = ""
+        if enough and a.fits and overall.fits:
+            versus = (
+                "higher"
+                if a.low > overall.high
+                else "lower"
+                if a.high < overall.low
+                else "not distinguishable"
+            )
+        out.append(replace(a, enough=enough, versus_all=versus))
+    return out
 
 
 def spread(answers: list[BudgetAnswer]) -> float:
     """How far apart the tasks' answers are: the largest minus the smallest value among the
-    tasks (the all-prompts answer left out); nan with fewer than two tasks."""
-    values = [a.value for a in answers if a.task != ALL_TASKS and a.fits]
+    tasks with an answer of their own (the all-prompts answer left out); nan with fewer than
+    two."""
+    values = [a.value for a in answers if a.task != ALL_TASKS and a.answered]
     return max(values) - min(values) if len(values) >= 2 else math.nan
 
 
@@ -130,9 +158,14 @@ def answers_table(answers: list[BudgetAnswer]) -> str:
     """A plain-text table of the answers (the CLI prints it)."""
     lines = [f"{'task':<14}{'prompts':>8}  {answers[0].param:>9}  95% interval      tokens/call"]
     for a in answers:
+        if not a.enough:
+            lines.append(f"{a.task:<14}{a.prompts:>8}  too few prompts for an answer of its own "
+                         f"(needs {MIN_TASK_PROMPTS})")  # fmt: skip
+            continue
         value = f"{a.value:9.4g}" if a.fits else f"{'none':>9}"
+        versus = f"  ({a.versus_all} from all prompts)" if a.versus_all else ""
         lines.append(
             f"{a.task:<14}{a.prompts:>8}  {value}  {a.low:7.4g} – {a.high:<7.4g}"
-            f"  {a.tokens_per_call:.2f}"
+            f"  {a.tokens_per_call:.2f}{versus}"
         )
     return "\n".join(lines)

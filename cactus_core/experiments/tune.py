@@ -253,5 +253,10 @@ def _reference_step(row: Mapping[str, Any]) -> TuneStep:
         return Estimate(num(name), num(f"{name}_lo"), num(f"{name}_hi"), int(row["prompts"]))
 
     return TuneStep(
-        float(row["value"]), est("emitted_kl"), est("tokens_per_call"), est("speedup"), "reference"
+        float(row["value"]),
+        est("emitted_kl"),
+        est("tokens_per_call"),
+        "reference",
+        tuple(row.get("acceptance_by_position") or ()),
+        tuple(row.get("position_reached") or ()),
     )

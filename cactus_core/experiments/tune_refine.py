@@ -64,8 +64,11 @@ class TuneStep:
     value: float
     kl: Estimate  # mean emitted KL per token with its 95% interval over prompts
     tokens_per_call: Estimate
-    speedup: Estimate
     source: str = "run"  # "run": measured now; "sweep"/"reference": measured before
+    # per draft position: the conditional acceptance and the drafts that reached it (the
+    # predicted speedup, `k_tuner.row_speedup`, is made from these)
+    acceptance_by_position: tuple[float | None, ...] = ()
+    position_reached: tuple[int, ...] = ()
 
     @property
     def guarded(self) -> float:
@@ -83,19 +86,29 @@ class TuneStep:
             "value": self.value,
             "emitted_kl": self.kl.to_dict(),
             "tokens_per_call": self.tokens_per_call.to_dict(),
-            "speedup": self.speedup.to_dict(),
             "source": self.source,
+            "acceptance_by_position": list(self.acceptance_by_position),
+            "position_reached": list(self.position_reached),
         }
 
     @classmethod
     def of(cls, value: float, res: SettingResult, source: str = "run") -> TuneStep:
+        pos = res.positions
         return cls(
             float(value),
             res.estimate("emitted_kl"),
             res.estimate("tokens_per_call"),
-            res.estimate("speedup"),
             source,
+            tuple(pos.conditional()),
+            pos.reached,
         )
+
+    def row(self) -> dict[str, Any]:
+        """The step as a sweep row's per-position fields (what `k_tuner.row_speedup` reads)."""
+        return {
+            "acceptance_by_position": list(self.acceptance_by_position),
+            "position_reached": list(self.position_reached),
+        }
 
 
 @dataclass

@@ -521,10 +521,10 @@ class SpeculativeDecoder:
         return text
 
     def _fill_texts(self, trace: Trace) -> None:
-        ids = set()
+        ids: set[int] = set()
         for rnd in trace.rounds:
-            ids.update(rnd.draft_ids)
-            ids.update(rnd.emitted_ids)
+            tree = rnd.tree["tokens"] if rnd.tree is not None else ()  # rejected candidates too
+            ids.update(rnd.draft_ids, rnd.emitted_ids, tree)
             for pos in rnd.positions:
                 ids.update(pos.q_ids)
                 ids.update(pos.p_ids)

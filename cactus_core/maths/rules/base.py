@@ -50,11 +50,12 @@ RowStats = tuple[torch.Tensor, ...]
 NO_STATS: RowStats = ()
 # Upper end of the unbounded parameters (delta, budgets): far past where anything changes.
 UNBOUNDED = 1e9
-# The mantissas of a log slider's steps in one decade (Param.log_steps).
-_LOG_MANTISSAS = (
-    *(f"{m / 10:.1f}" for m in range(10, 40)),
-    *(f"{m / 2:.1f}" for m in range(8, 20)),
-)
+# The mantissas of a log slider's steps in one decade (Param.log_steps): ten, each 1.2 to 1.33
+# times the one before, so an arrow key moves the value by a step that shows (42 a decade
+# moved δ by 0.0001 at its low end).
+_LOG_MANTISSAS = ("1.0", "1.2", "1.5", "2.0", "2.5", "3.0", "4.0", "5.0", "6.0", "8.0")
+# Significant digits a log parameter keeps from a link or a tuner (Param.keep).
+KEPT_DIGITS = 4
 
 
 # A parameter's value type: a whole number (k_top) or a real one (delta).
@@ -111,10 +112,11 @@ class Param(Generic[Value]):
     @functools.cached_property
     def log_steps(self) -> tuple[float, ...]:
         """A log parameter's widget values, () for a linear one: 0 when the range starts there,
-        then every decade from `log_floor` to ui[1] in the same 42 steps of two significant
-        digits (1.0, 1.1, … 3.9, 4.0, 4.5, … 9.5: each 1-5% of a decade), so that equal slider
-        travel is an equal factor and every label is short. The grid and the default are
-        always among them (a sweep's point and the start value are reachable)."""
+        then every decade from `log_floor` to ui[1] in the same ten steps of two significant
+        digits (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0), so that equal slider travel
+        is an equal factor and every label is short. The grid and the default are always among
+        them (a sweep's point and the start value are reachable); `options` adds a value set
+        from elsewhere (a link, the tuner)."""
         if not self.log or self.integer:
             return ()
         lo, hi = self.ui
@@ -139,7 +141,7 @@ class Param(Generic[Value]):
         the first positive step), a multiple of `step` from ui[0], or a whole number."""
         if self.integer:
             return round(value)
-        steps = self.log_steps
+        steps: tuple[float, ...] = self.log_steps
         if not steps:
             base = self.ui[0]
             return round(base + round((value - base) / self.step) * self.step, 10)
@@ -148,6 +150,19 @@ class Param(Generic[Value]):
         axis = [math.log(v if v > 0 else zero_at) for v in steps]
         x = math.log(max(value, zero_at))
         return steps[min(range(len(steps)), key=lambda i: abs(axis[i] - x))]
+
+    def keep(self, value: float) -> float:
+        """A log parameter's value from a link or the tuner, kept as given to KEPT_DIGITS
+        significant digits (a tuned δ of 0.05236 stays 0.05236; the slider adds it to its
+        steps, `options`), where `snap` would move it to the nearest step."""
+        return float(f"{value:.{KEPT_DIGITS}g}")
+
+    def options(self, current: float | None = None) -> tuple[float, ...]:
+        """The log slider's values: its steps, and `current` among them when it is not one."""
+        steps: tuple[float, ...] = self.log_steps
+        if current is None or current in steps:
+            return steps
+        return tuple(sorted({*steps, float(current)}))
 
     def show_step(self, value: float) -> str:
         """A widget value as its label writes it: 0.0012, 0.21, 3."""
@@ -213,6 +228,9 @@ class Rule:
     family: ClassVar[str]
     colour: ClassVar[str]
     shown_first: ClassVar[bool] = False  # a chart of every rule opens with it shown
+    # Said where the rule is picked when it decodes measurably slower than its family (a
+    # search per position): what it costs, with the benchmark that measured it. "" when not.
+    speed_note: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

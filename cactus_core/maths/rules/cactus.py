@@ -238,6 +238,12 @@ class CactusBudget(CactusFamily):
         "distribution actually written stays within the KL budget of the verifier's."
     )
     guarantee = "KL(pi ‖ q) ≤ budget at every position"
+    speed_note = (
+        "Slower per token: it searches δ' at every position, each step an exact KL(π ‖ q) "
+        "over the whole vocabulary; on the embedded pair on a CPU it decodes at 0.39–0.44 of "
+        "cactus δ = 1's speed (docs/benchmarks.md, “cactus-budget”), so it loses races that "
+        "cactus wins."
+    )
     needs_rows = True
     budget = BUDGET
 
