@@ -73,7 +73,7 @@ from cactus_core.engine.decoding.round import (
     to_host,
     verify_draft,
 )
-from cactus_core.engine.decoding.rows import DecodeRow, LoopClock, check_int, decode_rows
+from cactus_core.engine.decoding.rows import DecodeRow, LoopClock, Prompt, check_int, decode_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.tree_round import (
     count_tree,
@@ -207,19 +207,19 @@ class SpeculativeDecoder:
     # -- public API -----------------------------------------------------------------------
     def generate(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | list[Prompt],
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
         on_round: OnRound | None = None,
     ) -> GenerationOutput | list[GenerationOutput]:
-        """Speculative decoding of one prompt, or of a list of prompts as one batch (row i
-        seeded with seed + i). on_round(round, row) is called after every round of every row."""
+        """Speculative decoding of one prompt (text, or a `TokenPrompt` of ids), or of a list as
+        one batch (row i seeded with seed + i). on_round(round, row) runs after every round."""
         return self._drive(prompt, max_new_tokens, seed, chat_template, on_round, speculative=True)
 
     def generate_autoregressive(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | list[Prompt],
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
@@ -230,29 +230,29 @@ class SpeculativeDecoder:
 
     def rounds(
         self,
-        prompt: str,
+        prompt: Prompt,
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
         speculative: bool = True,
     ) -> DecodeStream:
         """Iterate over the rounds of one generation as they finish (for streaming UIs)."""
-        if not isinstance(prompt, str):
-            raise ValueError("rounds() takes a single prompt string")
+        if not isinstance(prompt, Prompt):
+            raise ValueError("rounds() takes a single prompt (text or a TokenPrompt)")
         rows = self._rows([prompt], max_new_tokens, seed, chat_template, speculative)
         return DecodeStream(self._decode(rows, max_new_tokens, speculative))
 
     # -- driving ----------------------------------------------------------------------------
     def _drive(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | list[Prompt],
         max_new_tokens: int,
         seed: int,
         chat_template: bool,
         on_round: OnRound | None,
         speculative: bool,
     ) -> GenerationOutput | list[GenerationOutput]:
-        single = isinstance(prompt, str)
+        single = isinstance(prompt, Prompt)
         prompts = [prompt] if single else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
         events = self._decode(rows, max_new_tokens, speculative)
@@ -267,7 +267,7 @@ class SpeculativeDecoder:
         return outputs[0] if single else outputs
 
     def _rows(
-        self, prompts: list[str], max_new: int, seed: int, chat_template: bool, speculative: bool
+        self, prompts: list[Prompt], max_new: int, seed: int, chat_template: bool, speculative: bool
     ) -> list[DecodeRow]:
         meta = partial(self._meta, chat_template, speculative)
         return decode_rows(self.pair, self.sampling, prompts, max_new, seed, chat_template, meta)
