@@ -42,7 +42,7 @@ from cactus_core.experiments.sweep_config import (
 )
 from cactus_core.experiments.tune import tune
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
-from pages import _k_tuner, _tuner
+from pages import _export, _k_tuner, _tuner
 from pages._common import get_pair, settings
 from pages._sweep_file import ray_backend, sweep_file_section, task_tuner
 
@@ -518,6 +518,7 @@ def main() -> None:
         _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
     elif shown is not None:
         _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
+    _export.frontier_panel(s, shown, st.session_state.get(TUNED_KEY))
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

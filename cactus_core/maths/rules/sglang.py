@@ -13,10 +13,11 @@ chain draws its bonus from q. In a tree the coin is compared with the verifier's
 accumulated over the siblings tried so far; on a chain (one child per node) that sum is q_n,
 which is what this rule models.
 
-SGLang drafts the draft model's top tokens rather than sampling them. With such a
-deterministic draft (p one-hot at n) and both thresholds at 1, pi = q_n·δ_n + (1 − q_n)·q
-without n, renormalised, = q: lossless. With the lab's sampled drafts the rule ignores p, so
-even at thresholds 1 its pi is not q; the lab computes that pi exactly.
+At both thresholds 1 it is lossless whatever the draft: pi(x) = p(x)·q_x + q_x·sum over n ≠ x
+of p(n) = q_x. It then accepts sum_n p(n)·q_n, less than lossless speculative sampling's
+sum_n min(p(n), q_n), because it never reads p; lowering t_acc (or t_single) buys acceptance
+with divergence. SGLang drafts the draft model's top tokens rather than sampling them; the lab
+applies the same test to its sampled drafts.
 
 h^(n), as for the threshold rules, is the distribution of the emitted token given that n was
 drafted: a(n)·δ_n + (1 − a(n))·r_n.
@@ -52,10 +53,7 @@ class SGLangThresholds(Rule):
         "SGLang (sgl-project/sglang): --speculative-accept-threshold-single/-acc, "
         "tree_speculative_sampling_target_only"
     )
-    guarantee = (
-        "lossless only for a deterministic draft at t_single = t_acc = 1; with sampled drafts "
-        "none (it never reads p)"
-    )
+    guarantee = "pi = q at t_single = t_acc = 1 (accepting sum p·q, never reading p); none below"
     params_spec = (
         Param(
             "threshold_acc",
@@ -63,8 +61,8 @@ class SGLangThresholds(Rule):
             default=1.0,
             low=ACC_FLOOR,
             high=1.0,
-            ui=(0.01, 1.0),
-            grid=(1.0, 0.5, 0.3, 0.2, 0.1, 0.05),
+            ui=(0.001, 1.0),
+            grid=(1.0, 0.3, 0.1, 0.03, 0.01, 0.003),
             help="--speculative-accept-threshold-acc: a(n) = min(1, q_n / t_acc)…",
             log=True,
         ),
