@@ -43,6 +43,8 @@ def panel(setting: ExportSetting | None, key: str, note: str = "") -> None:
             with tab:
                 st.caption(engine.version)
                 st.markdown(engine.caption)
+                if engine.note:
+                    st.caption(engine.note)
                 for block in engine.blocks:
                     st.markdown(f"**{block.title}**")
                     st.code(block.code, language=block.language)
@@ -85,20 +87,23 @@ def frontier_panel(
     shown: tuple[Reference, ReferenceSweep] | None,
     tuned: tuple[Any, Any] | None,
 ) -> None:
-    """Frontier's export: your sweep's tuned setting, else the reference tuner's answer (a
-    refined one, else its first guess)."""
+    """Frontier's export: your sweep's tuned setting (`tuned`: the page's (key, TuneResult),
+    given while your sweep is shown), else the reference tuner's answer for the rule and
+    budget it shows (a refined one, else its first guess)."""
     ref, part = shown if shown is not None else (None, None)
     result = tuned[1] if tuned is not None else None
-    if result is None and st.session_state.get(REF_TUNED_KEY) is not None:
-        result = st.session_state[REF_TUNED_KEY][3]
+    budget = float(st.session_state.get(REF_BUDGET_KEY, 0.05))
+    ref_tuned = st.session_state.get(REF_TUNED_KEY)  # (rule, budget, top-p, TuneResult)
+    now = (st.session_state.get(REF_RULE_KEY), budget, None if part is None else part.top_p)
+    if result is None and ref_tuned is not None and tuple(ref_tuned[:3]) == now:
+        result = ref_tuned[3]
     guess = None
     if part is not None and st.session_state.get(REF_RULE_KEY):
         try:
-            budget = float(st.session_state.get(REF_BUDGET_KEY, 0.05))
             guess = first_guess(part, st.session_state[REF_RULE_KEY], budget)
-        except ValueError:
+        except ValueError:  # a rule without reference points
             guess = None
-    resolved = frontier_rule(result, guess)
+    resolved = frontier_rule(result, guess, budget)
     if resolved is None:
         panel(None, "fr", "Tune a setting above (pick a rule and a KL budget) to export it.")
         return

@@ -518,7 +518,7 @@ def main() -> None:
         _k_tuner.frontier_k(mine[2].rows(), mine[0].identity, mine[0])
     elif shown is not None:
         _k_tuner.frontier_k(shown[1].rows, shown[0].model, None)
-    _export.frontier_panel(s, shown, st.session_state.get(TUNED_KEY))
+    _export.frontier_panel(s, shown, st.session_state.get(TUNED_KEY) if mine else None)
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

@@ -68,6 +68,7 @@ class EngineExport:
     version: str
     caption: str  # Markdown: what the engine does with the setting
     blocks: tuple[CodeBlock, ...]
+    note: str = ""  # the fine print, under the caption
 
 
 def export_blocks(s: ExportSetting) -> list[EngineExport]:
@@ -177,8 +178,8 @@ def transformers_export(s: ExportSetting) -> EngineExport:
             f"draft = AutoModelForCausalLM.from_pretrained({json.dumps(s.draft)})",
             "ids = tok.apply_chat_template(",
             '    [{"role": "user", "content": "Tell me about cacti."}],',
-            '    add_generation_prompt=True, return_tensors="pt",',
-            ")",
+            '    add_generation_prompt=True, return_tensors="pt", return_dict=True,',
+            ')["input_ids"]',
         ]
     body = [
         "out = model.generate(",
@@ -228,8 +229,9 @@ def sglang_export(s: ExportSetting) -> EngineExport:
         )
     else:
         caption = sglang_fit_text(fit) + " "
-    caption += SGLANG_CAVEAT + " Temperature and top-p go in each request."
-    return EngineExport("SGLang", SGLANG_NOTE, caption, (CodeBlock("Launch", launch, "bash"),))
+    note = SGLANG_CAVEAT + " Temperature and top-p go in each request."
+    blocks = (CodeBlock("Launch", launch, "bash"),)
+    return EngineExport("SGLang", SGLANG_NOTE, caption.strip(), blocks, note)
 
 
 def sglang_fit_text(fit: SGLangFit) -> str:

@@ -114,23 +114,27 @@ def _run_fit(rule: Rule, run: DecodeRun) -> tuple[SGLangFit | None, str]:
     return fit_on_rows(rule, p, q, source), ""
 
 
-def frontier_rule(tuned: TuneResult | None, guess: FirstGuess | None) -> tuple[Rule, str] | None:
-    """The Frontier's setting: a tuner's refined answer, else the reference's first guess."""
+def frontier_rule(
+    tuned: TuneResult | None, guess: FirstGuess | None, budget: float | None = None
+) -> tuple[Rule, str] | None:
+    """The Frontier's setting: a tuner's refined answer, else the reference's first guess for
+    `budget`; the parameter as the tuner shows it (four significant digits)."""
     if tuned is not None and tuned.value is not None:
-        rule = make_rule(tuned.rule, **{tuned.param: _typed(tuned.rule, tuned.value)})
+        rule = _rule_at(tuned.rule, tuned.param, tuned.value)
         return rule, f"the tuner's answer for emitted KL ≤ {tuned.kl_budget:g} nats per token"
     if guess is not None:
-        rule = make_rule(guess.rule, **{guess.param: _typed(guess.rule, guess.value)})
+        rule = _rule_at(guess.rule, guess.param, guess.value)
+        within = "" if budget is None else f" ≤ {budget:g} nats per token"
         return rule, (
-            f"the reference tuner's first guess for emitted KL ≤ the budget (estimated "
-            f"{guess.kl:.4f} nats per token; Find it refines it by runs)"
+            f"the reference tuner's first guess for emitted KL{within}, an estimate that "
+            "“Find it” refines by runs"
         )
     return None
 
 
-def _typed(rule: str, value: float) -> float | int:
-    spec = make_rule(rule).params_spec[0]
-    return round(value) if spec.integer else float(value)
+def _rule_at(name: str, param: str, value: float) -> Rule:
+    spec = make_rule(name).params_spec[0]
+    return make_rule(name, **{param: round(value) if spec.integer else float(f"{value:.4g}")})
 
 
 def frontier_export(
