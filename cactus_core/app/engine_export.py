@@ -157,13 +157,12 @@ def transformers_export(s: ExportSetting) -> EngineExport:
         sampling = (
             f"do_sample=True, temperature={sp.temperature:g}, top_p={sp.top_p:g}, top_k={sp.top_k}"
         )
-    head = [
-        "import torch",
-        "from cactus_core.engine.hf import cactus_generate",
-    ]
+    head = ["from cactus_core.engine.hf import cactus_generate"]
     if s.embedded:
-        head += [
+        head = [
+            "import torch",
             "from cactus_core import load_pair",
+            *head,
             "",
             "pair = load_pair()  # the lab's embedded pair, offline",
             "model, draft, tok = pair.verifier, pair.draft, pair.tokenizer",
