@@ -96,7 +96,9 @@ def fit_on_rows(rule: Rule, p: torch.Tensor, q: torch.Tensor, source: str) -> SG
     def at(t: float) -> tuple[float, float]:
         return rule_means(sglang_rule(t), p, q)
 
-    return _fit(rule.label, target_acc, target_kl, at, (SEARCH_FLOOR, 1.0), p.shape[0], source)
+    reach = f"beyond SGLang's reach: even t_acc = {SEARCH_FLOOR:g} accepts less"
+    span = (SEARCH_FLOOR, 1.0)
+    return _fit(rule.label, target_acc, target_kl, at, span, p.shape[0], source, reach)
 
 
 def fit_on_curves(
@@ -115,7 +117,11 @@ def fit_on_curves(
         return sglang.at(t, "acceptance"), sglang.at(t, "kl_position")
 
     span = (float(min(sglang.values)), float(max(sglang.values)))
-    return _fit(rule.label, target_acc, target_kl, at, span, 0, source)
+    reach = (
+        f"beyond the curve, which ends at t_acc = {span[0]:g} (SGLang takes smaller values, "
+        "unmeasured here)"
+    )
+    return _fit(rule.label, target_acc, target_kl, at, span, 0, source, reach)
 
 
 def _fit(
@@ -126,14 +132,16 @@ def _fit(
     span: tuple[float, float],
     positions: int,
     source: str,
+    reach: str,
 ) -> SGLangFit:
-    """Bisection on log t_acc over span for acceptance = target (acceptance falls with t)."""
+    """Bisection on log t_acc over span for acceptance = target (acceptance falls with t);
+    `reach` says why a target above the span's acceptance is not met."""
     lo, hi = span
     edge = ""
     if at(hi)[0] >= target:
         t, edge = hi, f"SGLang's rule already accepts at least this much at t_acc = {hi:g}"
     elif at(lo)[0] <= target:
-        t, edge = lo, f"beyond SGLang's reach: even t_acc = {lo:g} accepts less"
+        t, edge = lo, reach
     else:
         for _ in range(60):
             mid = math.sqrt(lo * hi)
