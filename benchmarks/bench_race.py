@@ -53,9 +53,10 @@ def main() -> None:
     sampling = SamplingSettings(temperature=TEMPERATURE.default, top_p=TOP_P.default,
                                 k=int(K.default), seed=0)  # fmt: skip
     params = default_params(DEFAULT_RULE)
-    request = DecodeRequest(DEFAULT_PROMPT, AppSettings(sampling=sampling), DEFAULT_RULE, params,
-                            DECODE_MAX_NEW, True)  # fmt: skip
-    label = make_rule(DEFAULT_RULE, **params).label
+    rule = make_rule(DEFAULT_RULE, **params)
+    request = DecodeRequest(DEFAULT_PROMPT, AppSettings(sampling=sampling), rule, DECODE_MAX_NEW,
+                            True)  # fmt: skip
+    label = rule.label
     print(f"{pair.verifier_name} + {pair.feature_draft_name or pair.draft_name}, {label}, "
           f"{sampling}, {DECODE_MAX_NEW} new tokens", flush=True)  # fmt: skip
     rows = {}

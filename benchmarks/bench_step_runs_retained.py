@@ -36,7 +36,7 @@ def main() -> None:
     from cactus_core.app.step_through import StepRun
     from cactus_core.engine.decoding.recording import RECORDER_THREAD
     from cactus_core.engine.loading.models import load_pair
-    from cactus_core.maths.rules import DEFAULT_RULE
+    from cactus_core.maths.rules import DEFAULT_RULE, make_rule
     from cactus_core.maths.sampling import SamplingSettings
 
     torch.set_num_threads(1)
@@ -44,7 +44,8 @@ def main() -> None:
 
     def request(seed: int) -> DecodeRequest:
         s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed))
-        return DecodeRequest("Tell me about cacti.", s, DEFAULT_RULE, {"delta": 1.0}, 64, True)
+        rule = make_rule(DEFAULT_RULE, delta=1.0)
+        return DecodeRequest("Tell me about cacti.", s, rule, 64, True)
 
     StepRun.start(pair, request(99)).ensure(2)  # first-use costs out of the measurement
     gc.collect()

@@ -47,7 +47,7 @@ from cactus_core.app.tree_figure import tree_figure
 from cactus_core.app.tree_view import tree_replay_note
 from cactus_core.experiments.estimate import EstimatedCurve
 from cactus_core.experiments.reference import load_reference
-from pages import _k_tuner, _replay
+from pages import _export, _k_tuner, _replay
 from pages._common import LAST_RUN_KEY, get_pair, rule_picker, settings
 from pages._race import race_section, run_race
 from pages._rescue import why_rejected
@@ -427,6 +427,7 @@ def main() -> None:
     else:
         with slots.body.container():
             show_run(run, pair)
+    _export.decode_panel(s, f.request, run, pair)
 
 
 main()

@@ -46,7 +46,7 @@ from cactus_core.experiments.sweep_config import (
 )
 from cactus_core.experiments.tune import tune
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
-from pages import _k_tuner, _tuner
+from pages import _export, _k_tuner, _tuner
 from pages._common import get_pair, settings
 from pages._sweep_file import ray_backend, sweep_file_section, task_tuner
 
@@ -561,6 +561,7 @@ def main() -> None:
         _k_tuner.frontier_k(mine[2].rows(), mine[0])
     elif shown is not None:
         _k_tuner.frontier_k(shown[1].rows, get_pair(s))
+    _export.frontier_panel(s, shown, st.session_state.get(TUNED_KEY) if mine else None)
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

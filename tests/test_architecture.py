@@ -1,7 +1,8 @@
 """The layout's rules, checked on the source (docs/architecture.md).
 
 - layers import downward only: maths <- engine <- experiments <- app <- cli, and within the
-  engine runtime <- loading <- drafting <- decoding; no module of cactus_core imports Streamlit;
+  engine runtime <- loading <- drafting <- decoding <- hf; no module of cactus_core imports
+  Streamlit;
 - no import cycles in cactus_core or training/, counting imports inside functions and
   TYPE_CHECKING blocks;
 - no function in app.py, pages/ or cactus_core/ is longer than 80 lines, no module longer than
@@ -162,7 +163,7 @@ def test_a_cycle_inside_a_function_is_found(tmp_path) -> None:
 
 
 # The engine's groups, in the order they may import each other (each only those before it).
-ENGINE_GROUPS = ["runtime", "loading", "drafting", "decoding"]
+ENGINE_GROUPS = ["runtime", "loading", "drafting", "decoding", "hf"]
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "engine").rglob("*.py")), ids=lambda p: p.name)

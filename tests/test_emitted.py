@@ -30,6 +30,7 @@ PARAMS = {
     "fuzzy": {"T": 0.3},
     "relaxed-topk": {"delta_r": 0.2, "K": 3},
     "optimal-price": {"t": 1.0},
+    "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},
 }
 
 

@@ -35,6 +35,7 @@ def test_names_labels_and_params() -> None:
         "tas",
         "topk",
         "relaxed-topk",
+        "sglang",
         "interp",
         "cascade",
         "fuzzy",
@@ -111,7 +112,13 @@ def test_h_a_and_r_fit_together(name: str) -> None:
         assert bool(((a == 0) | (a == 1)).all())
         torch.testing.assert_close(rule.accept_probs_all(p, q), a, rtol=0, atol=0)
         return
-    torch.testing.assert_close(a, torch.clamp(hn / p, max=1.0), rtol=1e-9, atol=1e-12)
+    if name == "sglang":
+        # a(n) reads q_n alone (never p), and h^(n) is the emitted token's law given n
+        torch.testing.assert_close(a, torch.clamp(q, max=1.0), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(hn, a, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(r, (q * (1 - torch.eye(12))) / (1 - q).unsqueeze(-1))
+    else:
+        torch.testing.assert_close(a, torch.clamp(hn / p, max=1.0), rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(rule.accept_probs_all(p, q), a, rtol=1e-9, atol=1e-12)
     assert bool((r >= 0).all()) and torch.allclose(r.sum(-1), torch.ones(12, dtype=r.dtype))
     assert bool((h >= 0).all()) and torch.allclose(h.sum(-1), torch.ones(12, dtype=h.dtype))

@@ -44,6 +44,7 @@ RELAXED = {
     "fuzzy": {"T": 0.3},
     "optimal": {"budget": 0.05},
     "optimal-price": {"t": 1.0},
+    "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},
 }
 assert set(RELAXED) == {n for n in RULE_NAMES if not RULES[n].round_level}
 

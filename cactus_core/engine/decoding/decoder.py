@@ -40,7 +40,7 @@ the verifier's own greedy output, and the emitted KL is 0.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,7 @@ from cactus_core.engine.decoding.recording import (
     record_round,
     top_entries,
 )
-from cactus_core.engine.decoding.rows import DecodeRow, check_int, decode_rows
+from cactus_core.engine.decoding.rows import DecodeRow, Prompt, check_int, decode_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.tree_round import draw_tree_coins, run_tree_round
 from cactus_core.engine.drafting.caches import Caches, open_caches
@@ -197,19 +197,19 @@ class SpeculativeDecoder:
     # -- public API -----------------------------------------------------------------------
     def generate(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | Sequence[Prompt],
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
         on_round: OnRound | None = None,
     ) -> GenerationOutput | list[GenerationOutput]:
-        """Speculative decoding of one prompt, or of a list of prompts as one batch (row i
-        seeded with seed + i). on_round(round, row) is called after every round of every row."""
+        """Speculative decoding of one prompt (text, or a `TokenPrompt` of ids), or of a list as
+        one batch (row i seeded with seed + i). on_round(round, row) runs after every round."""
         return self._drive(prompt, max_new_tokens, seed, chat_template, on_round, speculative=True)
 
     def generate_autoregressive(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | Sequence[Prompt],
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
@@ -220,15 +220,15 @@ class SpeculativeDecoder:
 
     def rounds(
         self,
-        prompt: str,
+        prompt: Prompt,
         max_new_tokens: int = 128,
         seed: int = 0,
         chat_template: bool = True,
         speculative: bool = True,
     ) -> DecodeStream:
         """Iterate over the rounds of one generation as they finish (for streaming UIs)."""
-        if not isinstance(prompt, str):
-            raise ValueError("rounds() takes a single prompt string")
+        if not isinstance(prompt, Prompt):
+            raise ValueError("rounds() takes a single prompt (text or a TokenPrompt)")
         rows = self._rows([prompt], max_new_tokens, seed, chat_template, speculative)
         rec = Recorder()  # the stream's consumer pauses it while it holds the stream
         return DecodeStream(self._decode(rows, max_new_tokens, speculative, rec), rec.pause)
@@ -236,14 +236,15 @@ class SpeculativeDecoder:
     # -- driving ----------------------------------------------------------------------------
     def _drive(
         self,
-        prompt: str | list[str],
+        prompt: Prompt | Sequence[Prompt],
         max_new_tokens: int,
         seed: int,
         chat_template: bool,
         on_round: OnRound | None,
         speculative: bool,
     ) -> GenerationOutput | list[GenerationOutput]:
-        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        single = isinstance(prompt, Prompt)
+        prompts: list[Prompt] = [prompt] if isinstance(prompt, Prompt) else list(prompt)
         rows = self._rows(prompts, max_new_tokens, seed, chat_template, speculative)
         events = self._decode(rows, max_new_tokens, speculative, Recorder())
         while True:
@@ -254,10 +255,10 @@ class SpeculativeDecoder:
                 break
             if on_round is not None:
                 on_round(rnd, row)
-        return outputs[0] if isinstance(prompt, str) else outputs
+        return outputs[0] if single else outputs
 
     def _rows(
-        self, prompts: list[str], max_new: int, seed: int, chat_template: bool, speculative: bool
+        self, prompts: list[Prompt], max_new: int, seed: int, chat_template: bool, speculative: bool
     ) -> list[DecodeRow]:
         meta = partial(self._meta, chat_template, speculative)
         return decode_rows(self.pair, self.sampling, prompts, max_new, seed, chat_template, meta)

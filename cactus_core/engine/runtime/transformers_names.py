@@ -18,12 +18,21 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     DynamicCache,
+    GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 from transformers.activations import ACT2FN
+from transformers.generation import GenerateDecoderOnlyOutput
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GenerationMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -42,12 +51,20 @@ __all__ = [
     "AutoModelForCausalLM",
     "AutoTokenizer",
     "DynamicCache",
+    "EosTokenCriteria",
+    "GenerateDecoderOnlyOutput",
+    "GenerationConfig",
+    "GenerationMixin",
     "LlamaConfig",
     "LlamaDecoderLayer",
     "LlamaForCausalLM",
     "LlamaRotaryEmbedding",
+    "MaxLengthCriteria",
     "PreTrainedModel",
     "PreTrainedTokenizerBase",
+    "TemperatureLogitsWarper",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
     "apply_rotary_pos_emb",
     "sdpa_attention_forward",
     "transformers_logging",

@@ -25,6 +25,7 @@ from cactus_core.maths.rules.cactus import (
 )
 from cactus_core.maths.rules.deferral import Cascade, Fuzzy
 from cactus_core.maths.rules.fixed_targets import Interp, Optimal, OptimalPrice
+from cactus_core.maths.rules.sglang import SGLangThresholds
 from cactus_core.maths.rules.sps import SPS
 from cactus_core.maths.rules.thresholds import TAS, RelaxedTopK, TopK, kth_largest
 
@@ -39,6 +40,7 @@ RULES: dict[str, type[Rule]] = {
         TAS,
         TopK,
         RelaxedTopK,
+        SGLangThresholds,
         Interp,
         Cascade,
         Fuzzy,

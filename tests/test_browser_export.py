@@ -1,0 +1,130 @@
+"""“Use this setting” in a real Chromium: on Decode (after a run, so SGLang's threshold is
+fitted on its positions) and on Frontier (the reference tuner's setting, fitted on the
+reference's curves), open the panel, switch engine tabs and read the commands to copy.
+
+Runs `streamlit run app.py` on a free port with the tiny pair saved to folders and drives
+Debian's chromium through Playwright (tests/streamlit_server.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from streamlit_server import streamlit_app
+
+from cactus_core.app.settings import tunable_rules
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+TITLE = "Use this setting"
+TIMEOUT_MS = 180_000
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair_dirs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser-export")
+    env = {
+        **os.environ,
+        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
+        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
+        "CACTUS_CACHE_DIR": str(root / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
+        yield app.url
+
+
+def idle(page) -> None:
+    page.wait_for_timeout(500)
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+
+
+def open_panel(page) -> None:
+    page.get_by_text(TITLE).first.click()
+    idle(page)
+
+
+def code_in_tab(page, tab: str, contains: str) -> str:
+    """The text of the code block holding `contains`, in the panel's `tab`."""
+    page.get_by_role("tab", name=tab, exact=True).click()
+    block = page.locator('[data-testid="stCode"]').filter(has_text=contains).first
+    block.wait_for(state="visible")
+    return block.inner_text()
+
+
+def caption_in_tab(page, text: str) -> str:
+    return (
+        page.locator('[data-testid="stMarkdownContainer"]').filter(has_text=text).first.inner_text()
+    )
+
+
+def run_page(browser, server, name: str, steps) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        steps(page, server)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert not errors, errors
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"export-{name}-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+def decode_steps(page, url: str) -> None:
+    page.goto(f"{url}/decode")
+    page.get_by_role("heading", name="Decode", exact=True).wait_for()
+    idle(page)
+    thumb = page.get_by_role("slider", name="Max new tokens")
+    thumb.focus()
+    for _ in range(12):
+        thumb.press("ArrowLeft")
+    idle(page)
+    page.locator("button", has_text="Generate").first.click()
+    page.get_by_text("Run 1:").wait_for()
+    idle(page)
+    open_panel(page)
+    serve = code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE")
+    spec = json.loads(re.search(r"CACTUS_VLLM_RULE='([^']*)'", serve).group(1))
+    assert spec["rule"] == "cactus" and "delta" in spec
+    assert "pip install ./integrations/vllm" in serve and '"num_speculative_tokens": 4' in serve
+    snippet = code_in_tab(page, "transformers", "cactus_generate")
+    assert "custom_generate=cactus_generate" in snippet and "num_assistant_tokens=4" in snippet
+    launch = code_in_tab(page, "SGLang", "--speculative-accept-threshold-acc")
+    t_acc = float(re.search(r"--speculative-accept-threshold-acc (\S+)", launch).group(1))
+    assert 0 < t_acc <= 1
+    assert "run 1's positions" in caption_in_tab(page, "Fitted on")
+    assert "--spec-draft-n-max" in code_in_tab(page, "llama.cpp", "llama-server")
+    page.get_by_role("tab", name="TensorRT-LLM", exact=True).click()
+    assert "No mapping" in caption_in_tab(page, "No mapping")
+
+
+def frontier_steps(page, url: str) -> None:
+    page.goto(f"{url}/frontier")
+    page.get_by_role("heading", name="Frontier", exact=True).wait_for()
+    page.get_by_text("Tuner: the parameter that meets a KL budget").first.wait_for()
+    idle(page)
+    open_panel(page)
+    serve = code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE")
+    spec = json.loads(re.search(r"CACTUS_VLLM_RULE='([^']*)'", serve).group(1))
+    assert spec["rule"] in tunable_rules()  # the reference tuner's rule at its first guess
+    launch = code_in_tab(page, "SGLang", "--speculative-accept-threshold-acc")
+    assert re.search(r"--speculative-accept-threshold-acc [0-9.e-]+", launch)
+    assert "reference sweep's estimated curves" in caption_in_tab(page, "Fitted on")
+
+
+def test_export_panel_on_decode(server, browser):
+    run_page(browser, server, "decode", decode_steps)
+
+
+def test_export_panel_on_frontier(server, browser):
+    run_page(browser, server, "frontier", frontier_steps)
