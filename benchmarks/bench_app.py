@@ -35,8 +35,8 @@ V = 49_152
 def bench_playground(vocab: int = V, repeats: int = 7) -> dict[str, float]:
     import torch
 
-    from cactus_core.app.playground import compare_rules, playground_rules, taylor_gap
-    from cactus_core.app.positions import Position
+    from cactus_core.app.playground.comparison import compare_rules, playground_rules, taylor_gap
+    from cactus_core.app.shared.positions import Position
 
     g = torch.Generator().manual_seed(0)
     # A peaked verifier and a draft that roughly tracks it, like real next-token rows.

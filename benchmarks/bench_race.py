@@ -23,7 +23,7 @@ BUSY = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end:
 
 
 def race_once(pair, request, label):  # -> (speedup, low, high, warm-ups)
-    from cactus_core.app.race import WARM_UP, Race
+    from cactus_core.app.decode.race import WARM_UP, Race
 
     race = Race.start(pair, request, label).run()
     cmp = race.comparison()
@@ -40,9 +40,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from cactus_core.app.decode_view import DecodeRequest
-    from cactus_core.app.links import DECODE_MAX_NEW, TEMPERATURE, TOP_P, K
-    from cactus_core.app.settings import DEFAULT_PROMPT, AppSettings, default_params
+    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.shared.links import DECODE_MAX_NEW, TEMPERATURE, TOP_P, K
+    from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings, default_params
     from cactus_core.engine.loading.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
     from cactus_core.engine.loading.models import load_pair
     from cactus_core.maths.rules import DEFAULT_RULE, make_rule

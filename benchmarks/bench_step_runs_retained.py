@@ -31,9 +31,9 @@ def main() -> None:
     sys.path.insert(0, str(code))
     import torch
 
-    from cactus_core.app.decode_view import DecodeRequest
-    from cactus_core.app.settings import AppSettings
-    from cactus_core.app.step_through import StepRun
+    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.shared.settings import AppSettings
+    from cactus_core.app.step.run import StepRun
     from cactus_core.engine.decoding.recording import RECORDER_THREAD
     from cactus_core.engine.loading.models import load_pair
     from cactus_core.maths.rules import DEFAULT_RULE, make_rule

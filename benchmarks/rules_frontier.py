@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from cactus_core.app.rule_comparison_figure import rule_comparison_figure
+from cactus_core.app.playground.comparison_figure import rule_comparison_figure
 from cactus_core.experiments.reference import load_reference
 from cactus_core.experiments.rule_comparison import (
     best_at_budgets,

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the browser helpers the browser tests
 
 from streamlit_server import launch_chromium, streamlit_app  # noqa: E402
 
-from cactus_core.app.links import K  # noqa: E402
+from cactus_core.app.shared.links import K  # noqa: E402
 
 CARD = ".st-key-step_card"
 APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
-PAGES = ["pages/decode.py", "pages/step.py", "pages/playground.py", "pages/frontier.py"]
+PAGES = [f"pages/{name}/page.py" for name in ("decode", "step", "playground", "frontier")]
 # What transformers imports of torch and the rest (a few seconds, the same in every child).
 HEAVY = ["torch._dynamo", "torch.distributed.tensor", "sympy", "scipy.optimize", "jinja2"]
 RACED = "transformers.modeling_utils"  # what the background load and a page both import
@@ -76,7 +76,7 @@ def _prepare() -> None:
     if RACED in sys.modules:
         raise RuntimeError(f"{RACED} was imported before the first view: nothing would race")
 
-    from pages import _common
+    from pages.shared import pair as _common
 
     def tiny_load(*pair_key: object) -> object:
         # As the real loader: import the loading code (the import the page races with), load.

@@ -16,18 +16,18 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app import limits
-from cactus_core.app.decode_view import DecodeRequest
-from cactus_core.app.pair_cache import PairCache
-from cactus_core.app.playground import (
+from cactus_core.app.decode.run import DecodeRequest
+from cactus_core.app.playground.comparison import (
     compare_rules,
     headlines,
     playground_figures,
     playground_rules,
     taylor_gap,
 )
-from cactus_core.app.positions import Position, parse_table, with_drafted
-from cactus_core.app.settings import EMBEDDED_DRAFT_LABEL, AppSettings, public_pair
+from cactus_core.app.shared import limits
+from cactus_core.app.shared.pair_cache import PairCache
+from cactus_core.app.shared.positions import Position, parse_table, with_drafted
+from cactus_core.app.shared.settings import EMBEDDED_DRAFT_LABEL, AppSettings, public_pair
 from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,
     EMBEDDED_LABEL,
@@ -37,7 +37,7 @@ from cactus_core.engine.loading.deployment import (
 )
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import make_rule
-from pages import _common
+from pages.shared import pair as _common
 from tests.overlap import CountedLock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -80,7 +80,7 @@ def _decode_page(**state) -> AppTest:
     for key, value in {"sb_device": "cpu", **state}.items():
         at.session_state[key] = value
     at.run()
-    at.switch_page("pages/decode.py").run()
+    at.switch_page("pages/decode/page.py").run()
     assert not at.exception
     return at
 
@@ -289,7 +289,7 @@ def frontier_env(tiny_pair_dirs, tmp_path, monkeypatch):
 
 def _upload(name: str, data: bytes) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier.py").run()
+    at.switch_page("pages/frontier/page.py").run()
     at.radio(key="fr_source").set_value("Upload a file").run()
     at.file_uploader(key="fr_upload").upload(name, data, "text/plain").run()
     assert not at.exception
@@ -363,7 +363,7 @@ def test_settings_times_prompts_is_capped_and_said(frontier_env, monkeypatch):
 
 def test_the_sweep_cap_is_stated_next_to_run(frontier_env):
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier.py").run()
+    at.switch_page("pages/frontier/page.py").run()
     assert not at.exception
     assert any(f"at most {limits.MAX_SWEEP_RUNS:,}" in c.value for c in at.caption)
 
@@ -373,7 +373,7 @@ def test_the_sweep_cap_is_stated_next_to_run(frontier_env):
 
 def test_a_table_summing_past_the_float_range_is_a_message():
     at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/playground.py").run()
+    at.switch_page("pages/playground/page.py").run()
     at.radio(key="pg_source").set_value("Edit a table").run()
     at.session_state["pg_table"] = {
         "edited_rows": {0: {"p (draft)": 1e308}, 1: {"p (draft)": 1e308}},

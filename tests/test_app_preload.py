@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core.app.pair_cache import PairCache
-from cactus_core.app.settings import AppSettings
+from cactus_core.app.shared.pair_cache import PairCache
+from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.loading import models
-from pages import _common
+from pages.shared import pair as _common
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cactus_core.app import decode_view as D
-from cactus_core.app import metrics as M
-from cactus_core.app import playground as P
-from cactus_core.app import positions as S
-from cactus_core.app import settings as A
-from cactus_core.app import transcript as T
+from cactus_core.app.decode import run as D
+from cactus_core.app.playground import comparison as P
+from cactus_core.app.shared import metrics as M
+from cactus_core.app.shared import positions as S
+from cactus_core.app.shared import settings as A
+from cactus_core.app.shared import transcript as T
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.loading.embedded_drafts import native_bfloat16
@@ -32,13 +32,13 @@ def test_widgets_start_at_the_rules_defaults_inside_what_make_rule_accepts():
     for name, cls in RULES.items():
         defaults = A.default_params(name)
         assert defaults == {p.name: p.default for p in cls.params_spec}
-        assert A.build_rule(name) == make_rule(name)
+        assert A.rule_from_values(name) == make_rule(name)
         for p in cls.params_spec:
             assert p.low <= p.ui[0] <= p.default <= p.ui[1] <= p.high
             make_rule(name, **{p.name: A.param_value(p, p.ui[0])})
             make_rule(name, **{p.name: A.param_value(p, p.ui[1])})
     # widgets hand back floats; integer parameters get integers
-    assert A.build_rule("topk", {"k_top": 7.0}).params["k_top"] == 7
+    assert A.rule_from_values("topk", {"k_top": 7.0}).params["k_top"] == 7
 
 
 def test_playground_offers_every_parameter_of_every_rule_once():
@@ -194,7 +194,7 @@ def test_settings_validation():
 def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch):
     from cactus_core.engine.loading import models
     from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
-    from pages import _common
+    from pages.shared import pair as _common
 
     fast, other, plain = (
         A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS

@@ -3,7 +3,9 @@
 - layers import downward only: maths <- engine <- experiments <- app <- cli, and within the
   engine runtime <- loading <- drafting <- decoding <- hf; no module of cactus_core imports
   Streamlit;
-- no import cycles in cactus_core or training/, counting imports inside functions and
+- the app is grouped by page: cactus_core/app/{shared,overview,decode,step,playground,frontier}
+  and pages/ with the same folders; a `shared` folder imports no page's folder;
+- no import cycles in cactus_core, pages/ or training/, counting imports inside functions and
   TYPE_CHECKING blocks;
 - no function in app.py, pages/ or cactus_core/ is longer than 80 lines, no module longer than
   600;
@@ -23,7 +25,9 @@ from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cactus_core"
 LAYERS = ["maths", "engine", "experiments", "app", "cli"]
-SOURCES = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), *sorted(PACKAGE.rglob("*.py"))]
+PAGES = ROOT / "pages"
+SOURCES = [ROOT / "app.py", *sorted(PAGES.rglob("*.py")), *sorted(PACKAGE.rglob("*.py"))]
+PAGE_GROUPS = ["overview", "decode", "step", "playground", "frontier"]
 
 
 def _tree(path: Path) -> ast.Module:
@@ -140,6 +144,28 @@ def _cycle(paths: list[Path]) -> list[str] | None:
 def test_cactus_core_has_no_import_cycles() -> None:
     cycle = _cycle(sorted(PACKAGE.rglob("*.py")))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_pages_have_no_import_cycles() -> None:
+    cycle = _cycle(sorted(PAGES.rglob("*.py")))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("root", [PACKAGE / "app", PAGES], ids=["app", "pages"])
+def test_the_app_is_grouped_by_page(root: Path) -> None:
+    """One folder per page and one shared folder, and nothing else beside them; the shared
+    folder imports no page's folder (a page may use another page's parts, never the reverse of
+    shared)."""
+    folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == {"shared", *PAGE_GROUPS}
+    loose = {p.name for p in root.glob("*.py")} - {"__init__.py"}
+    assert not loose, f"modules outside the page folders: {sorted(loose)}"
+    prefix = "cactus_core.app" if root.name == "app" else "pages"
+    for path in sorted((root / "shared").rglob("*.py")):
+        for module in _imports(_tree(path)):
+            parts = module.split(".")
+            group = parts[len(prefix.split("."))] if module.startswith(prefix + ".") else None
+            assert group not in PAGE_GROUPS, f"{path.relative_to(ROOT)} imports {module}"
 
 
 def test_the_training_scripts_have_no_import_cycles() -> None:

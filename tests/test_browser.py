@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit_server import streamlit_app
 
-from cactus_core.app.playground import headline_group
+from cactus_core.app.shared.param_groups import headline_group
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from streamlit_server import streamlit_app
 
-from cactus_core.app.settings import tunable_rules
+from cactus_core.app.shared.settings import tunable_rules
 
 pytestmark = pytest.mark.browser
 

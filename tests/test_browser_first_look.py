@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_browser import Session, server  # noqa: F401  (the app on the tiny pair)
 
-from cactus_core.app.links import DECODE_MAX_NEW, TOP_P
-from cactus_core.app.rule_style import rule_colour
+from cactus_core.app.shared.links import DECODE_MAX_NEW, TOP_P
+from cactus_core.app.shared.rule_style import rule_colour
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.maths.rules import DEFAULT_RULE, RULE_NAMES, make_rule
 

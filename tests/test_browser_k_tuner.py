@@ -12,7 +12,7 @@ from streamlit_server import streamlit_app
 from test_browser import ARTIFACTS, Session
 from test_browser_step import app_env
 
-from cactus_core.app.k_view import MEASURE_LABEL
+from cactus_core.app.shared.k_panel import MEASURE_LABEL
 
 pytestmark = pytest.mark.browser
 

@@ -58,7 +58,7 @@ def test_open_a_sweep_file_and_read_the_per_task_tuner(server, browser, tiny_pai
             timeout=60_000
         )
         # and the frontier split by task, one line per task after all prompts
-        chart = page.locator(".st-key-fr_file_tune_chart .js-plotly-plot")
+        chart = page.locator(".st-key-fr_file_task_chart .js-plotly-plot")
         chart.wait_for(state="visible")
         names = chart.evaluate("el => el.data.map(d => d.name)")
         assert names == ["all prompts (4 prompts)", "writing (1 prompts)", "maths (2 prompts)",

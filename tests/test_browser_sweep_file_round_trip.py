@@ -13,7 +13,7 @@ import pytest
 from streamlit_server import streamlit_app
 from test_browser_frontier import _fill, _slider_to_start
 
-from cactus_core.app.sweep_file_view import PAGE_COMMAND
+from cactus_core.app.frontier.sweep_file import PAGE_COMMAND
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.sweep_cache import canonical_json
 

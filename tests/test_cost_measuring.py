@@ -54,7 +54,7 @@ def panel_app() -> None:
 
     import streamlit as st
 
-    from pages._k_tuner import cost_panel
+    from pages.shared.k_panel import cost_panel
 
     costs = cost_panel(SimpleNamespace(identity="fake pair", device="cpu"), "k", again=True)
     st.write(f"costs: {'yes' if costs is not None else 'no'}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cactus_core.app import figures
+from cactus_core.app.shared import figures
 
 
 def test_distribution_bars_one_trace_per_series_in_fixed_colours():

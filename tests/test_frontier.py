@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
-from cactus_core.app.frontier_figures import (
+from cactus_core.app.frontier.figures import (
     FRONT_NAME,
     acceptance_limit_chart,
     figure_html,
@@ -21,7 +21,7 @@ from cactus_core.app.frontier_figures import (
     modelled_speedup_rows,
     tuner_chart,
 )
-from cactus_core.app.rule_style import rule_colour
+from cactus_core.app.shared.rule_style import rule_colour
 from cactus_core.experiments.frontier import (
     dominance_check,
     interpolate_param_for_budget,

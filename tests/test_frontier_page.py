@@ -12,8 +12,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.frontier_figures import FRONT_NAME
-from cactus_core.app.pair_cache import PairCache
+from cactus_core.app.frontier.figures import FRONT_NAME
+from cactus_core.app.shared.pair_cache import PairCache
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -43,7 +43,7 @@ def env(pair_folders, cache_dir, monkeypatch):
 def _frontier() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=240).run()
     assert not at.exception
-    at.switch_page("pages/frontier.py").run()
+    at.switch_page("pages/frontier/page.py").run()
     assert not at.exception
     return at
 
@@ -121,13 +121,13 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
     assert "limit (best any rule could reach)" in _chart_names(at, "fr_ref_limit")
     assert len(at.dataframe[0].value) >= 6 * 2  # every setting's efficiency
     # the tuner answers from the curve, with no run
-    at.number_input(key="fr_ref_budget").set_value(0.02).run()
+    at.number_input(key="fr_budget").set_value(0.02).run()
     assert not at.exception
     assert at.metric[0].label == "delta"
     first = float(at.metric[1].value)
     assert first <= 0.02 + 1e-9 or float(at.metric[0].value) == 0.0
     # refined by runs on request (the tiny pair here; the reference's prompts and seeds)
-    at.button(key="fr_ref_confirm").click().run()
+    at.button(key="fr_tune").click().run()
     assert not at.exception, at.exception
     said = [m.value for m in [*at.success, *at.warning, *at.info, *at.error]]
     assert any(("fit" in m or "No" in m or "no δ" in m) for m in said), said
@@ -135,7 +135,7 @@ def test_opens_on_the_reference_and_answers_a_budget_at_once(env):
 
 
 def test_the_reference_tuner_answers_before_the_pair_has_loaded(env, monkeypatch):
-    import pages._common as common
+    import pages.shared.pair as common
 
     def still_loading(s):
         st.stop()  # the page is still waiting for the pair when this run ends
@@ -154,5 +154,6 @@ def test_a_users_sweep_overlays_the_reference_and_takes_the_tuner(env):
     at.button(key="fr_run").click().run()
     assert not at.exception
     assert "reference sweep" in _chart_names(at, "fr_chart_tpc")
-    assert "fr_ref_budget" not in [n.key for n in at.number_input]
-    assert "fr_budget" in [n.key for n in at.number_input]
+    # one tuner: the same widgets, now on your sweep (its help says so), with no first guess
+    assert at.selectbox(key="fr_tune_rule").help == "Tuned on your sweep."
+    assert "estimated emitted KL" not in [m.label for m in at.metric]

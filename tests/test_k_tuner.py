@@ -131,8 +131,8 @@ def test_verifier_costs_are_made_non_decreasing_in_the_width() -> None:
 
 
 def test_k_chart_gives_each_setting_one_colour_its_star_included() -> None:
-    from cactus_core.app.k_view import k_chart
-    from cactus_core.app.rule_style import rule_colour
+    from cactus_core.app.shared.k_panel import k_chart
+    from cactus_core.app.shared.rule_style import rule_colour
 
     preds = {
         label: predict_k([rate], COSTS, pooled=True)
@@ -152,7 +152,7 @@ def test_k_chart_gives_each_setting_one_colour_its_star_included() -> None:
 
 
 def test_k_summary_and_the_settings_a_chart_opens_with() -> None:
-    from cactus_core.app.k_view import default_k_settings, k_summary
+    from cactus_core.app.shared.k_panel import default_k_settings, k_summary
 
     pooled = predict_k([0.48], COSTS, pooled=True)
     measured = predict_k([0.8, 0.7, 0.6, 0.5], COSTS)

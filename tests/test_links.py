@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.links import (
+from cactus_core.app.overview.tour import FOCUS_PARAM, focus_script, tour, tour_target
+from cactus_core.app.shared.links import (
     JUMPS,
     STEP_INDEX_KEY,
     STEP_JUMP_KEY,
@@ -23,10 +24,9 @@ from cactus_core.app.links import (
     restore,
     to_query,
 )
-from cactus_core.app.playground import headline_group
-from cactus_core.app.positions import PRESETS
-from cactus_core.app.step_view import JUMP_TESTS
-from cactus_core.app.tour import FOCUS_PARAM, focus_script, tour, tour_target
+from cactus_core.app.shared.param_groups import headline_group
+from cactus_core.app.shared.positions import PRESETS
+from cactus_core.app.step.view import JUMP_TESTS
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

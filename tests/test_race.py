@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from cactus_core.app.decode_view import DecodeRequest
-from cactus_core.app.frontier_figures import frontier_chart
-from cactus_core.app.race import CLOCKS_START, WARM_UP, Race, race_figure
-from cactus_core.app.reference_view import compact_frontier, pair_in_words, reference_part
-from cactus_core.app.rule_comparison_figure import rule_comparison_figure
-from cactus_core.app.rule_style import SHOWN_FIRST, STYLES, rule_colour, style
-from cactus_core.app.settings import AppSettings
+from cactus_core.app.decode.race import CLOCKS_START, WARM_UP, Race, race_figure
+from cactus_core.app.decode.run import DecodeRequest
+from cactus_core.app.frontier.figures import frontier_chart
+from cactus_core.app.frontier.reference import compact_frontier, pair_in_words, reference_part
+from cactus_core.app.playground.comparison_figure import rule_comparison_figure
+from cactus_core.app.shared.rule_style import SHOWN_FIRST, STYLES, rule_colour, style
+from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.loading.pair import END_MARKER, token_display
 from cactus_core.experiments.reference import load_reference
@@ -141,7 +141,7 @@ def test_special_tokens_never_show_raw(tiny_pair):
 def test_round_diagram_is_one_svg_with_the_four_steps():
     from xml.etree import ElementTree
 
-    from cactus_core.app.round_diagram import round_diagram_svg
+    from cactus_core.app.overview.round_diagram import round_diagram_svg
 
     svg = ElementTree.fromstring(round_diagram_svg())
     texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cactus_core.app.decode_view import live_stats
-from cactus_core.app.k_view import counts_from_rounds, k_chart, position_chart
+from cactus_core.app.decode.run import live_stats
+from cactus_core.app.shared.k_panel import counts_from_rounds, k_chart, position_chart
 from cactus_core.engine.decoding import decoder as decoder_module
 from cactus_core.engine.decoding import recording
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
@@ -220,10 +220,10 @@ def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> No
 
 def test_the_race_measures_the_decoder_with_recording_on(tiny_pair) -> None:
     before = frozenset(_recorder_threads())
-    from cactus_core.app.decode_view import DecodeRequest
-    from cactus_core.app.race import Race
-    from cactus_core.app.settings import AppSettings
-    from cactus_core.app.speed_view import record_share
+    from cactus_core.app.decode.race import Race
+    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.decode.speed import record_share
+    from cactus_core.app.shared.settings import AppSettings
     from cactus_core.maths.rules import make_rule
     from cactus_core.maths.sampling import SamplingSettings
 

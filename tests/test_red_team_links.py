@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.links import page_fields, restore, sidebar_fields
+from cactus_core.app.shared.links import page_fields, restore, sidebar_fields
 from cactus_core.maths.rules import RULES
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

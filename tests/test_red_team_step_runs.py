@@ -15,7 +15,7 @@ from streamlit.runtime import caching
 from test_step_page import open_page
 from test_step_through import request
 
-from cactus_core.app.step_through import StepRun
+from cactus_core.app.step.run import StepRun
 from cactus_core.engine.decoding.recording import RECORDER_THREAD
 from cactus_core.maths.rules import DEFAULT_RULE
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cactus_core.app.sweep_file_view import PAGE_COMMAND, page_sweep_file, sweep_file_in_words
+from cactus_core.app.frontier.sweep_file import PAGE_COMMAND, page_sweep_file, sweep_file_in_words
 from cactus_core.cli import main
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.experiments import sweep_file as sf

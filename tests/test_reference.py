@@ -53,7 +53,7 @@ def test_every_rule_both_top_p_with_the_limit(shipped: ref.Reference) -> None:
 @pytest.mark.slow
 def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
     """A new draft (or verifier) gives a new identity: regenerate the reference then."""
-    from cactus_core.app.settings import AppSettings
+    from cactus_core.app.shared.settings import AppSettings
     from cactus_core.cli import build_parser
     from cactus_core.cli.models import pair_kwargs_from_args
     from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
@@ -76,8 +76,8 @@ def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
 
 
 def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Reference) -> None:
-    from cactus_core.app.reference_view import reference_part
-    from cactus_core.app.settings import AppSettings
+    from cactus_core.app.frontier.reference import reference_part
+    from cactus_core.app.shared.settings import AppSettings
     from cactus_core.maths.sampling import SamplingSettings
 
     sampling = SamplingSettings(temperature=0.7, k=4)

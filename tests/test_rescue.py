@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from cactus_core.app.rescue_view import (
+from cactus_core.app.decode.rescue import (
     Q_ZERO,
     RejectedDraft,
     rank_histogram,

@@ -11,7 +11,7 @@ from cactus_core.maths.rules import RULES
 def picker_app() -> None:
     import streamlit as st
 
-    from pages._common import rule_picker
+    from pages.shared.rule_picker import rule_picker
 
     st.session_state.setdefault("t_rule", "cactus-budget")
     rule_picker("t")

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core.app.frontier_figures import predicted_speedup_chart
-from cactus_core.app.race import Lane, Race
-from cactus_core.app.tuner_view import step_rows
+from cactus_core.app.decode.race import Lane, Race
+from cactus_core.app.frontier.figures import predicted_speedup_chart
+from cactus_core.app.frontier.tuner import step_rows
 from cactus_core.engine.decoding.generation import GenerationStats
 from cactus_core.experiments.frontier import Estimate
 from cactus_core.experiments.k_tuner import PairCosts, predict_k

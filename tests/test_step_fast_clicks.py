@@ -10,9 +10,9 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 from test_step_through import request
 
-from cactus_core.app.links import STEP_INDEX_KEY, STEP_ROUND_KEY
-from cactus_core.app.step_through import StepRun
-from cactus_core.app.step_view import round_steps, step_after, step_before
+from cactus_core.app.shared.links import STEP_INDEX_KEY, STEP_ROUND_KEY
+from cactus_core.app.step.run import StepRun
+from cactus_core.app.step.view import round_steps, step_after, step_before
 from cactus_core.maths.rules import DEFAULT_RULE
 from tests.overlap import CountedLock
 
@@ -70,7 +70,7 @@ def test_back_from_a_round_not_decoded_yet_on_the_page(tiny_pair_dirs):
     at.session_state["sb_verifier"] = str(tiny_pair_dirs[0])
     at.session_state["sb_draft"] = str(tiny_pair_dirs[1])
     at.run()
-    at.switch_page("pages/step.py").run()
+    at.switch_page("pages/step/page.py").run()
     at.button(key="step_next").click().run()
     assert not at.exception
     run: StepRun = at.session_state["step_run"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.app.decode_view import DecodeRequest
-from cactus_core.app.narration import num, tok
-from cactus_core.app.settings import AppSettings, build_rule
-from cactus_core.app.step_figures import step_figures
-from cactus_core.app.step_through import StepRun
-from cactus_core.app.step_view import (
+from cactus_core.app.decode.run import DecodeRequest
+from cactus_core.app.shared.settings import AppSettings
+from cactus_core.app.shared.transcript import num, tok
+from cactus_core.app.step.figures import step_figures
+from cactus_core.app.step.run import StepRun
+from cactus_core.app.step.view import (
     JUMP_TESTS,
     find_step,
     lossless_accept,
@@ -20,7 +20,7 @@ from cactus_core.app.step_view import (
     round_steps,
 )
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule, rule_from_values
 from cactus_core.maths.sampling import SamplingSettings
 
 PROMPT = "Hello"
@@ -29,7 +29,7 @@ MAX_NEW = 24
 
 def request(rule: str, seed: int = 0, temperature: float = 0.7, **params) -> DecodeRequest:
     s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed, temperature=temperature))
-    return DecodeRequest(PROMPT, s, build_rule(rule, params), MAX_NEW, True)
+    return DecodeRequest(PROMPT, s, rule_from_values(rule, params), MAX_NEW, True)
 
 
 @pytest.fixture(scope="module")

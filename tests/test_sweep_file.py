@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from cactus_core.app.sweep_file_view import sweep_file_in_words
+from cactus_core.app.frontier.sweep_file import sweep_file_in_words
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.experiments import sweep_file as sf
 from cactus_core.experiments.reference import load_reference

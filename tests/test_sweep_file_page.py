@@ -49,7 +49,7 @@ def frontier(tiny_pair_dirs, tmp_path, monkeypatch):
     monkeypatch.setenv("CACTUS_LAB_DRAFT", str(tiny_pair_dirs[1]))
     monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier.py").run()
+    at.switch_page("pages/frontier/page.py").run()
     assert not at.exception
     return at
 
@@ -60,7 +60,7 @@ def test_open_a_sweep_file_and_read_the_per_task_tuner(frontier, sweep_file):
     at.file_uploader(key="fr_file_upload").upload("s.json.gz", data, "application/gzip").run()
     assert not at.exception and not at.error
     assert any("on cuda (ray, 8 workers)" in t.value for t in at.text)
-    at.number_input(key="fr_file_tune_budget").set_value(0.02).run()
+    at.number_input(key="fr_file_budget").set_value(0.02).run()
     table = _tuner_table(at)
     assert table is not None
     expected = answers_by_task(result, "cactus", 0.02)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from cactus_core.app.tables import MISSING, cell, display_rows
+from cactus_core.app.shared.tables import MISSING, cell, display_rows
 
 
 def test_missing_numbers_read_as_a_dash():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core.app.task_view import answer_rows, tasks_caption
+from cactus_core.app.frontier.tasks import answer_rows, tasks_caption
 from cactus_core.experiments import tasks as T
 from cactus_core.experiments.sweep import PromptRecord, SettingResult
 from cactus_core.experiments.sweep_config import Setting

@@ -10,7 +10,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.links import from_query, page_fields, sidebar_fields
+from cactus_core.app.shared.links import from_query, page_fields, sidebar_fields
 from cactus_core.cli import main
 from cactus_core.maths.sampling import MIN_TEMPERATURE, SamplingSettings, logits_to_probs
 
@@ -69,7 +69,7 @@ def test_the_step_page_opens_a_link_with_a_tiny_temperature(tiny_pair_dirs):
     at.session_state["sb_draft"] = str(tiny_pair_dirs[1])
     at.query_params.update({"T": "1e-300", "rule": "sps", "max_new": "8"})
     at.run()
-    at.switch_page("pages/step.py").run()
+    at.switch_page("pages/step/page.py").run()
     assert not at.exception, at.exception
     assert at.session_state["settings"].sampling.temperature == 0.0
     assert "step_run" in at.session_state  # the page decoded its first round

@@ -3,7 +3,7 @@ the page's font), every draft one toggle away."""
 
 from __future__ import annotations
 
-from cactus_core.app import transcript as T
+from cactus_core.app.shared import transcript as T
 
 TOKENS = [
     T.TokenView("The", "accepted", 0, 0),

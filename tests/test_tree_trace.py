@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import cactus_core.engine.decoding.decoder as decoder_module
-from cactus_core.app.decode_view import inspect_token, live_stats, trace_position
-from cactus_core.app.replay_view import replay_kl
-from cactus_core.app.tree_view import tree_replay_note
+from cactus_core.app.decode.replay import replay_kl
+from cactus_core.app.decode.run import inspect_token, live_stats, trace_position
+from cactus_core.app.shared.tree_view import tree_replay_note
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.decoding.trace import Trace, decided_positions

@@ -13,21 +13,20 @@ import torch
 from streamlit.testing.v1 import AppTest
 from test_tree_verify import PARENTS, one_tree
 
-from cactus_core.app.decode_view import DecodeRequest, inspect_token, live_stats, round_label
-from cactus_core.app.figures import FATE_COLOURS
-from cactus_core.app.narration import num
-from cactus_core.app.pair_cache import PairCache
-from cactus_core.app.settings import AppSettings, build_rule
-from cactus_core.app.step_figures import step_figures
-from cactus_core.app.step_through import StepRun
-from cactus_core.app.step_view import round_steps
-from cactus_core.app.transcript import round_tokens
-from cactus_core.app.tree_figure import TreeFrame, node_hover, tree_figure, tree_positions
+from cactus_core.app.decode.run import DecodeRequest, inspect_token, live_stats, round_label
+from cactus_core.app.shared.figures import FATE_COLOURS
+from cactus_core.app.shared.pair_cache import PairCache
+from cactus_core.app.shared.settings import AppSettings
+from cactus_core.app.shared.transcript import num, round_tokens
+from cactus_core.app.shared.tree_figure import TreeFrame, node_hover, tree_figure, tree_positions
+from cactus_core.app.step.figures import step_figures
+from cactus_core.app.step.run import StepRun
+from cactus_core.app.step.view import round_steps
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
-from cactus_core.maths.rules import make_rule
+from cactus_core.maths.rules import make_rule, rule_from_values
 from cactus_core.maths.sampling import SamplingSettings
 from cactus_core.maths.tree import children_of, verify_tree
 
@@ -105,7 +104,7 @@ def _tree_request(rule: str = "cactus", seed: int = 0, **params) -> DecodeReques
         tree=TREE,
         sampling=SamplingSettings(seed=seed, temperature=0.7),
     )
-    return DecodeRequest("Hello", s, build_rule(rule, params or {"delta": 1.0}), 16, True)
+    return DecodeRequest("Hello", s, rule_from_values(rule, params or {"delta": 1.0}), 16, True)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +159,7 @@ def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
 def _tree_session(feature_pair, monkeypatch, page: str, **state) -> AppTest:
     """A fresh session on the embedded pair's name with tree drafting, the tiny feature pair
     standing in for the embedded one."""
-    from pages import _common
+    from pages.shared import pair as _common
 
     monkeypatch.setattr(_common, "_PAIRS", PairCache(max_entries=2))
     monkeypatch.setattr(_common, "_load_pair", lambda *args: feature_pair)
@@ -186,7 +185,7 @@ def _titles(at: AppTest) -> list[str]:
 
 
 def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
-    at = _tree_session(feature_pair, monkeypatch, "pages/decode.py", dec_max_new=16)
+    at = _tree_session(feature_pair, monkeypatch, "pages/decode/page.py", dec_max_new=16)
     at.button(key="dec_go").click().run()
     run = at.session_state["decode_run"]
     at.session_state[f"dec_round_{run.run_id}_0"] = True
@@ -204,7 +203,7 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
 
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
-    at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
+    at = _tree_session(feature_pair, monkeypatch, "pages/step/page.py", step_max_new=16)
     run: StepRun = at.session_state["step_run"]
     assert run.rounds[0].tree is not None
     assert any(t.startswith("The draft tree") for t in _titles(at))
@@ -223,7 +222,7 @@ def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypat
     monkeypatch.setattr(
         sweep_module, "run_chunk", lambda pair, cfg, *a: configs.append(cfg) or real(pair, cfg, *a)
     )
-    at = _tree_session(feature_pair, monkeypatch, "pages/frontier.py")
+    at = _tree_session(feature_pair, monkeypatch, "pages/frontier/page.py")
     at.slider(key="fr_n_24").set_value(2)
     at.slider(key="fr_max_new").set_value(8)
     at.slider(key="fr_chunk").set_value(2)

@@ -87,7 +87,7 @@ def test_linear_parameter_and_bad_input() -> None:
 
 
 def test_the_tuner_view_shows_every_run_and_the_edge() -> None:
-    from cactus_core.app.tuner_view import range_note, refinement_chart, step_rows
+    from cactus_core.app.frontier.tuner import range_note, refinement_chart, step_rows
 
     run, _ = power_law()
     res = refine("cactus", 0.1, 0.0159, run)
@@ -104,8 +104,8 @@ def test_the_tuner_view_shows_every_run_and_the_edge() -> None:
 def test_speed_parts_add_up_to_the_measured_speedup() -> None:
     from types import SimpleNamespace
 
-    from cactus_core.app.metrics import speed_comparison
-    from cactus_core.app.speed_view import cost_parts, explanation
+    from cactus_core.app.decode.speed import cost_parts, explanation
+    from cactus_core.app.shared.metrics import speed_comparison
 
     spec = SimpleNamespace(rounds=10, new_tokens=30, verifier_calls=10, draft_calls=40,
                            wall_s=1.1, prefill_s=0.1, draft_s=0.2, verify_s=0.6, record_s=0.0,

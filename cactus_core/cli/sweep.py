@@ -246,7 +246,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     extra = _tune_outputs(args, pair, config, result, cache)
     if args.html:
-        from cactus_core.app.frontier_figures import figure_html, report_figures
+        from cactus_core.app.frontier.figures import figure_html, report_figures
 
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(figure_html(report_figures(result)))

@@ -1,0 +1,170 @@
+"""Which setting "Use this setting" exports, and what is known about it: the models as an
+engine loads them, the SGLang fit and the k tuner's best k (engine_export writes the texts).
+
+- Decode: the rule picked now, with the sidebar's sampling; the SGLang fit on the decided
+  positions of the page's last run (that rule judged on them, exact).
+- Frontier: the tuner's answer (a refined one, else the reference's first guess); the SGLang
+  fit on the reference sweep's estimated curves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cactus_core.app.frontier.engine_export import ExportSetting
+from cactus_core.app.shared.settings import AppSettings
+from cactus_core.engine.loading.embedded_drafts import embedded_draft
+from cactus_core.experiments.engine_fit import SGLANG_RULE, SGLangFit, fit_on_curves, fit_on_rows
+from cactus_core.experiments.estimate import rows_from_trace
+from cactus_core.maths.rules import Rule, make_rule
+
+if TYPE_CHECKING:
+    from cactus_core.app.decode.run import DecodeRun
+    from cactus_core.experiments.k_tuner import KPrediction
+    from cactus_core.experiments.reference import ReferenceSweep
+    from cactus_core.experiments.tune import FirstGuess
+    from cactus_core.experiments.tune_refine import TuneResult
+
+# What engines load for the embedded pair: the verifier's Hub original (the lab ships it as a
+# Q4_1 GGUF) and the independent 3-layer draft's folder, relative to the repository.
+EMBEDDED_VERIFIER_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_DRAFT_PATH = "cactus_core/assets/draft"
+
+
+@dataclass(frozen=True)
+class EngineModels:
+    verifier: str
+    draft: str
+    embedded: bool
+    notes: tuple[str, ...] = ()
+
+
+def engine_models(settings: AppSettings) -> EngineModels:
+    """The pair as engines load it (a public server's labels stand in for its paths)."""
+    if settings.verifier is not None:
+        verifier = settings.verifier_label or settings.verifier
+        draft = settings.draft_label or settings.draft or EMBEDDED_DRAFT_PATH
+        return EngineModels(verifier, draft, False)
+    notes = [
+        f"The embedded verifier ships as a Q4_1 GGUF of {EMBEDDED_VERIFIER_HUB}; engines load "
+        "the Hub original (bfloat16), so their numbers differ a little from the lab's.",
+        f"The embedded draft ({EMBEDDED_DRAFT_PATH}) is a 3-layer Llama whose head scores a "
+        "subset of the vocabulary; the vLLM plugin registers its architecture.",
+    ]
+    if embedded_draft(settings.embedded_draft).feature_draft is not None:
+        notes.append(
+            "The feature draft drafts from the verifier's own features and runs only in the "
+            "lab: the engines get the independent 3-layer draft, which accepts less."
+        )
+    return EngineModels(EMBEDDED_VERIFIER_HUB, EMBEDDED_DRAFT_PATH, True, tuple(notes))
+
+
+def best_k_note(pred: KPrediction | None, what: str) -> tuple[int | None, str]:
+    """(best k, where it comes from) from a k-tuner prediction, or (None, why not)."""
+    if pred is None:
+        return None, (
+            "the k tuner needs the pair's measured costs (“Measure the pair's costs” in "
+            "“Acceptance by draft position”)"
+        )
+    tpc, speed = pred.at(pred.best_k)
+    return pred.best_k, (
+        f"the k tuner's best k for {what} (predicted {speed:.2f}× verifier-only, "
+        f"{tpc:.2f} tokens per call)"
+    )
+
+
+def decode_export(
+    settings: AppSettings,
+    rule: Rule,
+    run: DecodeRun | None,
+    pred: KPrediction | None = None,
+) -> ExportSetting:
+    """Decode's export: the rule picked now, fitted on the last run's positions."""
+    fit, note = None, "generate a run first (the fit uses its decided positions)."
+    if run is not None:
+        fit, note = _run_fit(rule, run)
+    k, k_note = best_k_note(pred, f"run {run.run_id}'s acceptance by position" if run else "")
+    models = engine_models(settings)
+    return ExportSetting(
+        rule=rule,
+        sampling=settings.sampling,
+        verifier=models.verifier,
+        draft=models.draft,
+        origin="the setting picked on this page",
+        embedded=models.embedded,
+        best_k=k,
+        best_k_note=k_note,
+        sglang=fit,
+        sglang_note=note,
+        notes=models.notes,
+    )
+
+
+def _run_fit(rule: Rule, run: DecodeRun) -> tuple[SGLangFit | None, str]:
+    try:
+        p, q = rows_from_trace(run.trace)
+    except ValueError as err:  # verifier-only steps only: nothing was decided
+        return None, f"run {run.run_id} has no decided positions ({err})."
+    meta = run.trace.meta
+    source = (
+        f"run {run.run_id}'s positions (decoded with {meta.get('rule_label', meta['rule'])}, "
+        "each rule judged on them exactly)"
+    )
+    return fit_on_rows(rule, p, q, source), ""
+
+
+def frontier_rule(
+    tuned: TuneResult | None, guess: FirstGuess | None, budget: float | None = None
+) -> tuple[Rule, str] | None:
+    """The Frontier's setting: a tuner's refined answer, else the reference's first guess for
+    `budget`; the parameter as the tuner shows it (four significant digits)."""
+    if tuned is not None and tuned.value is not None:
+        rule = _rule_at(tuned.rule, tuned.param, tuned.value)
+        return rule, f"the tuner's answer for emitted KL ≤ {tuned.kl_budget:g} nats per token"
+    if guess is not None:
+        rule = _rule_at(guess.rule, guess.param, guess.value)
+        within = "" if budget is None else f" ≤ {budget:g} nats per token"
+        return rule, (
+            f"the reference tuner's first guess for emitted KL{within}, an estimate that "
+            "“Find it” refines by runs"
+        )
+    return None
+
+
+def _rule_at(name: str, param: str, value: float) -> Rule:
+    spec = make_rule(name).params_spec[0]
+    return make_rule(name, **{param: round(value) if spec.integer else float(f"{value:.4g}")})
+
+
+def frontier_export(
+    settings: AppSettings,
+    rule: Rule,
+    origin: str,
+    part: ReferenceSweep | None,
+    pred: KPrediction | None = None,
+) -> ExportSetting:
+    """Frontier's export: the tuned setting, fitted on the reference's estimated curves."""
+    fit, note = None, "no reference sweep to fit on."
+    curves = None if part is None or part.estimate is None else part.estimate.curves
+    if curves is not None:
+        if rule.name in curves and SGLANG_RULE in curves:
+            source = f"the reference sweep's estimated curves (top-p {part.top_p:g})"
+            fit = fit_on_curves(rule, curves[rule.name], curves[SGLANG_RULE], source)
+        else:
+            note = f"the reference sweep has no curve of {rule.name} or of {SGLANG_RULE}."
+    k, k_note = best_k_note(pred, f"the reference's nearest {rule.name} setting")
+    models = engine_models(settings)
+    return ExportSetting(
+        rule=rule,
+        sampling=settings.sampling,
+        verifier=models.verifier,
+        draft=models.draft,
+        origin=origin,
+        embedded=models.embedded,
+        best_k=k,
+        best_k_note=k_note,
+        sglang=fit,
+        sglang_note=note,
+        notes=models.notes,
+    )

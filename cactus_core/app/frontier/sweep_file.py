@@ -1,0 +1,45 @@
+"""The Frontier page's sweep files, without Streamlit: the page's own sweep as a sweep file (its
+download, in the one format `sweep --export` writes and "Open a sweep file" reads), and an
+opened file's provenance in words.
+
+Every word of the provenance comes from the file, which anyone may have written: the page shows
+it as plain text (`st.text`), never as Markdown, so a field cannot load a remote image or draw
+a link, and each field is cut short so a file cannot fill the page.
+"""
+
+from __future__ import annotations
+
+from cactus_core.app.frontier.reference import pair_in_words
+from cactus_core.experiments.sweep import SweepResult
+from cactus_core.experiments.sweep_file import SweepFile, export_sweep, provenance
+
+PAGE_COMMAND = "the Frontier page's Run sweep"  # what made a file the page's download wrote
+FIELD_CHARS = 200  # the most of one provenance field shown
+
+
+def page_sweep_file(
+    result: SweepResult, device: str, backend: str = "local", workers: int = 1
+) -> bytes:
+    """The page's sweep as a sweep file (what `sweep --export` writes for the same sweep, with
+    the page named as its command)."""
+    return export_sweep(result, provenance(PAGE_COMMAND, device, backend, workers))
+
+
+def _short(text: object) -> str:
+    words = " ".join(str(text).split())
+    return words if len(words) <= FIELD_CHARS else words[: FIELD_CHARS - 1] + "…"
+
+
+def sweep_file_in_words(opened: SweepFile) -> str:
+    """Where an opened sweep file came from, as plain sentences: its size, device and backend,
+    date, machine, commit and command, and the pair by its models' names (the weights' hashes
+    stay in the file)."""
+    p, c = opened.provenance, opened.config
+    workers = int(p["workers"])
+    return (
+        f"{len(c.settings)} settings × {len(c.prompts)} prompts on {_short(p['device'])} "
+        f"({_short(p['backend'])}, {workers} worker{'s' if workers != 1 else ''}), made "
+        f"{_short(p['date'][:10])} on {_short(p['machine'])} at commit "
+        f"{_short(p['commit'][:10])} with: {_short(p['command'])}. "
+        f"Pair: {_short(pair_in_words(opened.pair))}."
+    )

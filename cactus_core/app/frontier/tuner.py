@@ -1,0 +1,130 @@
+"""What the tuner shows, without Streamlit: the refinement's runs as a table and as a chart of
+measured emitted KL (with its 95% interval) against the parameter, the budget, and where the
+answer sits in the parameter's range."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+
+from cactus_core.app.frontier.figures import rule_colour
+from cactus_core.experiments.k_tuner import PairCosts, row_speedup
+from cactus_core.experiments.sweep import METRIC_LABELS
+from cactus_core.experiments.tune import TuneResult, TuneStep
+from cactus_core.maths.rules import rule_class
+
+SOURCE_LABELS = {"run": "run now", "sweep": "your sweep", "reference": "reference"}
+
+
+def step_rows(res: TuneResult, costs: PairCosts | None = None) -> list[dict[str, Any]]:
+    """One row per measured point, runs numbered in order, the chosen one marked; with the
+    pair's costs, each point's predicted speedup (`k_tuner.row_speedup`, what the Frontier and
+    the k tuner show for the same setting). No cell is left empty: a point from before the
+    runs reads "–" in the run column."""
+    k = int(res.sampling.get("k", 0))
+    rows, n = [], 0
+    for s in res.steps:
+        n += s.source == "run"
+        row = {
+            "run": str(n) if s.source == "run" else "–",
+            "source": SOURCE_LABELS.get(s.source, s.source),
+            res.param: s.value,
+            "emitted KL": _cell(s.kl.mean, ".4f"),
+            "95% interval": f"{s.kl.lo:.4f}–{s.kl.hi:.4f}",
+            "fits": s.fits(res.kl_budget),
+            "tokens/call": _cell(s.tokens_per_call.mean, ".2f"),
+        }
+        if costs is not None and k:
+            speed = row_speedup(s.row(), costs, k)
+            row["predicted speedup"] = "–" if speed is None else f"{speed:.2f}×"
+        row["chosen"] = res.value is not None and s.value == res.value and s.source == "run"
+        rows.append(row)
+    return rows
+
+
+def step_line(step: TuneStep, i: int, budget: float, param: str) -> str:
+    """One run as a line of text for a progress caption."""
+    verdict = "fits" if step.fits(budget) else "over the budget"
+    return (
+        f"Run {i}: {param} = {step.value:.4g} → emitted KL {step.kl.mean:.4f} "
+        f"(95% interval {step.kl.lo:.4f}–{step.kl.hi:.4f}), {verdict}"
+    )
+
+
+def range_note(res: TuneResult) -> str | None:
+    """Where the answer sits in the parameter's range, when that matters: at its top (the
+    budget does not bind), or none at all."""
+    spec = rule_class(res.rule).swept()
+    if spec is None:
+        return None
+    if res.value is None:
+        return f"No value of {spec.symbol} fitted: {res.message}"
+    if res.value >= spec.ui[1]:
+        return (
+            f"At the edge: {spec.show(res.value)} is the top of the range the lab sweeps "
+            f"({spec.ui[0]:g}–{spec.ui[1]:g}); larger values were not tried."
+        )
+    return None
+
+
+def refinement_chart(res: TuneResult) -> go.Figure:
+    """Measured emitted KL with its 95% interval against the parameter (log axis for a
+    log-scale parameter), each point coloured by where it came from, and the budget."""
+    spec = rule_class(res.rule).swept()
+    log = bool(spec is not None and spec.log)
+    fig = go.Figure()
+    styles = {
+        "reference": ("circle-open", "#888888"),
+        "sweep": ("circle-open", "#888888"),
+        "run": ("x", rule_colour(res.rule)),
+    }
+    for source, (symbol, colour) in styles.items():
+        pts = [s for s in res.steps if s.source == source and (s.value > 0 or not log)]
+        if not pts:
+            continue
+        fig.add_scatter(
+            x=[s.value for s in pts],
+            y=[_num(s.kl.mean) for s in pts],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [_num(s.kl.hi - s.kl.mean) for s in pts],
+                "arrayminus": [_num(s.kl.mean - s.kl.lo) for s in pts],
+            },
+            mode="markers+text" if source == "run" else "markers",
+            text=[str(i + 1) for i in range(len(pts))] if source == "run" else None,
+            textposition="top right",
+            name=SOURCE_LABELS[source],
+            marker={"symbol": symbol, "size": 11, "color": colour},
+            hovertemplate=f"{res.param} %{{x:.4g}}: KL %{{y:.4f}}<extra>{source}</extra>",
+        )
+    xs = [s.value for s in res.steps if s.value > 0 or not log]
+    if xs:
+        fig.add_scatter(
+            x=[min(xs), max(xs)],
+            y=[res.kl_budget] * 2,
+            mode="lines",
+            name="budget",
+            line={"color": "#d62728", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    if res.value is not None and (res.value > 0 or not log):
+        fig.add_vline(x=res.value, line={"color": "#2e7d32", "width": 2}, annotation_text="answer")
+    fig.update_layout(
+        height=340,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        title=f"{res.rule}: emitted KL against {res.param}, with 95% intervals",
+        xaxis={"title": {"text": res.param}, "type": "log" if log else "linear"},
+        yaxis_title=METRIC_LABELS["emitted_kl"],
+    )
+    return fig
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _cell(x: float, fmt: str) -> str:
+    return format(x, fmt) if math.isfinite(x) else "–"

@@ -1,0 +1,288 @@
+"""The Frontier page's tuner, one fragment fed by a source (`TunerSource`: the shipped reference
+or your own sweep): the answer to "which setting keeps emitted KL ≤ X", a first guess from the
+reference's estimated curve where there is one, refined by runs until a run's measured KL fits
+the budget at the upper end of its 95% interval, and, for a sweep with tasks, the same rule and
+budget answered per task. Each run shows as it finishes; any click (the Cancel button) stops
+the refinement, and the runs done so far stay cached on disk, so asking again resumes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import streamlit as st
+
+from cactus_core.app.frontier.tasks import answer_rows, task_frontier_chart, tasks_caption
+from cactus_core.app.frontier.tuner import range_note, refinement_chart, step_line, step_rows
+from cactus_core.app.shared.links import decode_setting_query
+from cactus_core.app.shared.settings import AppSettings, tunable_rules
+from cactus_core.experiments.k_tuner import cached_costs
+from cactus_core.experiments.speedup import PREDICTED_HELP
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.tasks import answers_by_task
+from cactus_core.experiments.tune import (
+    DEFAULT_MAX_RUNS,
+    FirstGuess,
+    TuneResult,
+    TuneStep,
+    first_guess,
+    reference_tune,
+    tune,
+)
+from cactus_core.maths.rules import rule_class, rule_from_values
+from pages.shared.pair import get_pair
+
+if TYPE_CHECKING:
+    from cactus_core.engine.loading.pair import ModelPair
+    from cactus_core.experiments.reference import Reference, ReferenceSweep
+    from cactus_core.experiments.sweep import SweepResult
+    from cactus_core.experiments.sweep_config import SweepConfig
+
+TUNED_KEY = "fr_tuned"  # (the answer's key: the source's identity, rule, budget; TuneResult)
+SHOWN_KEY = "fr_tuner_shown"  # TunerView: what the tuner shows now (the export reads it)
+OnStep = Callable[[TuneStep, int, int], None]
+STATUS_BOX = {"met": "success", "edge": "info", "runs": "warning", "cancelled": "warning"}
+
+
+def show_result(res: TuneResult, key: str, pair: ModelPair | None = None) -> None:
+    """The answer, its status in words, the runs as a table and a chart, and the exports."""
+    box = getattr(st, STATUS_BOX.get(res.status, "error"))
+    box(res.message)
+    note = range_note(res)
+    if note and res.status != "cannot":
+        st.caption(note)
+    if res.value is not None:
+        m1, m2, m3 = st.columns(3)
+        m1.metric(res.param, f"{res.value:.4g}")
+        kl = res.measured_kl
+        m2.metric(
+            "measured emitted KL",
+            f"{kl.mean:.4f}",
+            help=f"95% interval over prompts {kl.lo:.4f} – {kl.hi:.4f}",
+        )
+        m3.metric("tokens per call", f"{res.tokens_per_call.mean:.2f}")
+    st.plotly_chart(refinement_chart(res), key=f"{key}_chart")
+    costs = cached_costs(pair) if pair is not None else None
+    st.dataframe(step_rows(res, costs), hide_index=True, key=f"{key}_steps")
+    if costs is not None:
+        st.caption("Predicted speedup: " + PREDICTED_HELP)
+    if res.value is not None:
+        setting = rule_from_values(res.rule, {res.param: res.value})
+        st.page_link(
+            "pages/decode/page.py",
+            label=f"Use {setting.label} on Decode",
+            icon=":material/arrow_outward:",
+            query_params=decode_setting_query(res.rule, {res.param: res.value}),
+        )
+        st.markdown("CLI flags (`python -m cactus_core generate`):")
+        st.code(res.cli_flags(), language="bash")
+    st.download_button(
+        "Tuned setting as JSON", res.to_json(), "tuned.json", "application/json", key=f"{key}_dl"
+    )
+
+
+def run_with_progress(
+    call: Callable[[OnStep], TuneResult | None], budget: float, param: str
+) -> TuneResult | None:
+    """call(on_step) with a progress bar and one line per finished run."""
+    bar = st.progress(0.0, text=f"Refining: run 1 of at most {DEFAULT_MAX_RUNS}…")
+    lines = st.empty()
+    done: list[str] = []
+
+    def on_step(step: TuneStep, i: int, total: int) -> None:
+        done.append(step_line(step, i, budget, param))
+        bar.progress(min(i / total, 1.0), text=f"Refining: run {i + 1} of at most {total}…")
+        lines.caption("  \n".join(done))
+
+    res = call(on_step)
+    bar.empty()
+    lines.empty()
+    return res
+
+
+@dataclass(frozen=True)
+class TunerSource:
+    """What the tuner tunes on. `identity` tells its answers apart (with the rule and budget);
+    `refine` runs the refinement (None back: no pair to run it on now; no `refine`: a source
+    that is only read, such as an opened sweep file); `guess` is the estimate before any run,
+    where the source has a curve to read it from; `tasks` a sweep whose prompts get an answer
+    on all of them and on each task's, read off its measured curve."""
+
+    key: str  # the widgets' key prefix
+    name: str  # in words, for the captions: "the reference" or "your sweep"
+    rules: tuple[str, ...]  # the tunable rules with points in the source
+    identity: tuple[Any, ...]
+    refine: Callable[[str, float, OnStep], TuneResult | None] | None
+    explain: str  # how the answer is found, under the controls
+    guess: Callable[[str, float], FirstGuess] | None = None
+    tasks: SweepResult | None = None
+    pair: Callable[[], ModelPair | None] = lambda: None  # for the predicted speedups
+
+
+@dataclass(frozen=True)
+class TunerView:
+    """What the tuner shows now: its rule, budget, first guess and refined answer."""
+
+    source: str
+    rule: str
+    budget: float
+    guess: FirstGuess | None
+    result: TuneResult | None
+
+
+def reference_source(s: AppSettings, ref: Reference, part: ReferenceSweep) -> TunerSource:
+    """The shipped reference: a first guess at once from its curve; runs on its prompts."""
+
+    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
+        pair = get_pair(s)
+        if pair is None:
+            return None
+        return reference_tune(pair, ref, part, rule, budget, SweepCache(), on_step=on_step)
+
+    return TunerSource(
+        "fr",
+        "the reference",
+        tuple(r for r in tunable_rules() if part.rule_rows(r)),
+        ("reference", part.top_p),
+        refine,
+        "An estimate, not yet a measurement: the reference's curve gives this first guess. "
+        "Then each run measures one value on the "
+        f"reference's {ref.provenance['prompts']} prompts, seeds and sampling, until a run's "
+        "emitted KL fits the budget at the upper end of its 95% interval (at most "
+        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
+        guess=lambda rule, budget: first_guess(part, rule, budget),
+        pair=lambda: get_pair(s),
+    )
+
+
+def sweep_source(
+    pair: ModelPair, config: SweepConfig, result: SweepResult, cache: SweepCache
+) -> TunerSource:
+    """Your own sweep: runs on its prompts, from its points; its tasks answered each."""
+
+    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
+        return tune(pair, config, budget, rule, result, cache, on_step=on_step)
+
+    swept = {x.setting.rule for x in result.settings}
+    return TunerSource(
+        "fr",
+        "your sweep",
+        tuple(r for r in tunable_rules() if r in swept),
+        ("sweep", pair.identity, config),
+        refine,
+        f"Runs on your sweep's {len(config.prompts)} prompts, starting from its points, until "
+        "a run's emitted KL fits the budget at the upper end of its 95% interval (at most "
+        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
+        tasks=result if config.task_names else None,
+        pair=lambda: pair,
+    )
+
+
+def file_source(result: SweepResult) -> TunerSource:
+    """An opened sweep file: read, never run (its prompts and pair may be elsewhere)."""
+    swept = {x.setting.rule for x in result.settings}
+    return TunerSource(
+        "fr_file",
+        "the sweep file",
+        tuple(r for r in tunable_rules() if r in swept),
+        ("file", result.model_identity, result.config),
+        None,
+        "Read off the file's measured curve, on all its prompts and on each task's (no run).",
+        tasks=result,
+    )
+
+
+@st.fragment
+def tuner(source: TunerSource) -> None:
+    """The tuner on `source`: one rule picker and one budget for the guess, the runs and the
+    per-task answers; tuning redraws this part alone."""
+    st.subheader("Tuner: the parameter that meets a KL budget")
+    if not source.rules:
+        st.session_state.pop(SHOWN_KEY, None)
+        st.info(f"Sweep one of {', '.join(tunable_rules())} to tune its parameter.")
+        return
+    rule_key = f"{source.key}_tune_rule"
+    if st.session_state.get(rule_key) not in source.rules:
+        st.session_state.pop(rule_key, None)  # a rule only the other source had
+    t1, t2, t3, t4 = st.columns([1, 1, 1, 1])
+    rule = t1.selectbox("Rule", source.rules, key=rule_key, help=f"Tuned on {source.name}.")
+    budget = t2.number_input(
+        "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f",
+        key=f"{source.key}_budget",
+    )  # fmt: skip
+    go = False
+    if source.refine is not None:
+        go = t3.button("Find it (runs)", icon=":material/target:", key=f"{source.key}_tune")
+        t4.button("Cancel", icon=":material/stop:", key=f"{source.key}_tune_cancel")
+    guess = _guess(source, rule, budget)
+    if source.guess is not None and guess is None:
+        return
+    st.caption(source.explain)
+    if source.refine is None:
+        if source.tasks is not None:
+            task_answers(source.tasks, rule, budget, source.key)
+        return
+    refine = source.refine
+    key = (*source.identity, rule, budget)
+    if go:
+        try:
+            res = run_with_progress(
+                lambda on_step: refine(rule, budget, on_step), budget, rule_param(rule)
+            )
+        except ValueError as err:
+            st.error(str(err))
+            res = None
+        if res is not None:
+            st.session_state[TUNED_KEY] = (key, res)
+    done = st.session_state.get(TUNED_KEY)
+    result = done[1] if done is not None and done[0] == key else None
+    st.session_state[SHOWN_KEY] = TunerView(source.name, rule, budget, guess, result)
+    if result is not None:
+        show_result(result, f"{source.key}_tune", source.pair())
+    if source.tasks is not None:
+        st.markdown("##### Per task")
+        task_answers(source.tasks, rule, budget, source.key)
+
+
+def _guess(source: TunerSource, rule: str, budget: float) -> FirstGuess | None:
+    """The source's first guess, shown as three numbers; None (with the reason) without one."""
+    if source.guess is None:
+        return None
+    try:
+        guess = source.guess(rule, budget)
+    except ValueError as err:
+        st.error(str(err))
+        return None
+    m1, m2, m3 = st.columns(3)
+    m1.metric(guess.param, f"{guess.value:.4g}", help="The first guess, before any run.")
+    m2.metric(
+        "estimated emitted KL", f"{guess.kl:.4f}", help=f"From the reference's {guess.source}."
+    )
+    m3.metric("estimated tokens per call", f"{guess.tokens_per_call:.2f}")
+    if guess.at_top:
+        st.caption(
+            f"At the edge: by the estimate the whole range of {guess.param} fits this budget, "
+            f"so the answer is the top of the range ({guess.value:g}); larger values were not "
+            "measured."
+        )
+    return guess
+
+
+def task_answers(result: SweepResult, rule: str, budget: float, key: str) -> None:
+    """The same question on all prompts and on each task's, with intervals, read off the
+    sweep's measured curve (no run)."""
+    try:
+        answers = answers_by_task(result, rule, budget)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    st.dataframe(answer_rows(answers), hide_index=True, key=f"{key}_task_table")
+    st.caption(tasks_caption(answers))
+    if len(answers) > 1:
+        st.plotly_chart(task_frontier_chart(result, rule), key=f"{key}_task_chart")
+
+
+def rule_param(rule: str) -> str:
+    spec = rule_class(rule).swept()
+    return spec.name if spec is not None else ""

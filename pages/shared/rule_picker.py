@@ -1,0 +1,57 @@
+"""The rule picker and the parameter widgets, all from the rules' metadata."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from cactus_core.app.shared.settings import param_value, rules_markdown
+from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param, Rule, rule_from_values
+from pages.shared.page_links import LINK_CONTEXT_KEY, write_link
+
+
+def param_widget(
+    param: Param, key: str, start: float | None = None, label: str | None = None
+) -> float | int:
+    """A slider over the parameter's widget range (a number box for integers; a log-scale
+    slider over `Param.options` for a log parameter), starting at `start` or the parameter's
+    default. The start goes into session state rather than the widget's `value`, so a preset
+    may set the key later without Streamlit's warning about a widget given both."""
+    if key not in st.session_state:
+        st.session_state[key] = param_value(param, param.default if start is None else start)
+    low, high = param.ui
+    label = label or param.label
+    if param.integer:
+        step = int(param.step)
+        value = st.number_input(label, int(low), int(high), step=step, help=param.help, key=key)
+        return int(value)
+    if param.log_steps:
+        # a value between two steps (a link's, the tuner's, a preset's) joins the steps
+        options = param.options(st.session_state[key])
+        value = st.select_slider(
+            label, options, format_func=param.show_step, help=param.help, key=key
+        )
+        return float(value)
+    value = st.slider(label, float(low), float(high), step=param.step, help=param.help, key=key)
+    return float(value)
+
+
+def rule_picker(key_prefix: str, label: str = "Rule", default: str = DEFAULT_RULE) -> Rule:
+    """A rule selectbox and its parameter widgets, all from the rules' metadata; returns the
+    rule they set, its parameters typed (`rule_from_values`)."""
+    # The start goes into session state, not `index`: a link (a tour stop) sets the key
+    # first, and Streamlit warns about a widget given both.
+    st.session_state.setdefault(f"{key_prefix}_rule", default)
+    name = st.selectbox(label, list(RULES), key=f"{key_prefix}_rule", help=rules_markdown())
+    st.caption(RULES[name].description)
+    if RULES[name].speed_note:
+        st.caption(f":material/timer: {RULES[name].speed_note}")
+    params = {
+        param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
+        for param in RULES[name].params_spec
+    }
+    # A page may draw the picker in a fragment, whose reruns skip app.py's write_link: keep the
+    # address bar current from here too.
+    context = st.session_state.get(LINK_CONTEXT_KEY)
+    if context is not None:
+        write_link(*context)
+    return rule_from_values(name, params)
