@@ -218,11 +218,13 @@ def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> No
     assert out.stats.record_work_s <= out.stats.record_s  # all inline: no worker
 
 
-def test_the_race_measures_the_decoder_with_recording_on(tiny_pair) -> None:
+def test_the_race_times_both_decoders_without_recording(tiny_pair) -> None:
+    """The race measures the speedup as `experiments.speedup` defines it, recording outside
+    the clocks: neither lane records (no trace rows, no emitted KL), and no
+    recording thread is left behind."""
     before = frozenset(_recorder_threads())
     from cactus_core.app.decode.race import Race
     from cactus_core.app.decode.run import DecodeRequest
-    from cactus_core.app.decode.speed import record_share
     from cactus_core.app.shared.settings import AppSettings
     from cactus_core.maths.rules import make_rule
     from cactus_core.maths.sampling import SamplingSettings
@@ -232,10 +234,9 @@ def test_the_race_measures_the_decoder_with_recording_on(tiny_pair) -> None:
         "Hello there", AppSettings(sampling=sampling), make_rule("cactus", delta=0.3), 16, True
     )
     race = Race.start(tiny_pair, request, "cactus δ=0.3").run()
-    spec = race.speculative.output
-    assert spec is not None and all(_complete(r) for r in spec.trace.rounds)
-    assert spec.stats.mean_emitted_kl is not None and spec.stats.record_work_s > 0
-    share = record_share(race.comparison().spec_stats)
-    assert share is not None and 0 <= share.critical < 1 and share.work > 0
-    assert "recording thread" in share.caption("the race's speculative run")
+    for lane in race.lanes:
+        out = lane.output
+        assert out is not None and out.stats.new_tokens > 0
+        assert all(not r.positions for r in out.trace.rounds)
+    assert race.speculative.output.stats.mean_emitted_kl is None  # not measured
     assert not _recorder_threads(before)

@@ -48,9 +48,10 @@ def test_a_link_s_rule_parameter_and_top_p_land_on_their_widgets_steps():
     fields = page_fields("decode", {"dec_rule": "cactus"})
     got = from_query(fields, {"rule": "cactus", "delta": "1e-300"})
     assert got["dec_cactus_delta"] == 0.0
-    # delta's slider is log-scale: a link's value lands on its nearest log step
-    for raw, step in [("0.0159", 0.016), ("0.212", 0.21), ("2.93", 2.9), ("0.0012", 0.0012)]:
-        assert from_query(fields, {"delta": raw}) == {"dec_cactus_delta": step}
+    # delta's slider is log-scale: a link's value is kept to four significant digits (the
+    # slider adds it to its steps), and one nearer the slider's 0 than its first step is 0
+    for raw, kept in [("0.0159", 0.0159), ("0.21234", 0.2123), ("2.93", 2.93), ("1e-5", 0.0)]:
+        assert from_query(fields, {"delta": raw}) == {"dec_cactus_delta": kept}
     assert from_query(fields, {"delta": "3.2"}) == {}  # past the slider's end: dropped
 
 

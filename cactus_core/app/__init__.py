@@ -1,16 +1,14 @@
 """The app's logic and Plotly figures without Streamlit: everything a page shows is computed
-here, so it can be tested without a browser.
+here, so it can be tested without a browser. One folder per page, with pages/ drawing it:
 
-- `settings`: the sidebar's AppSettings (built around SamplingSettings), the models a public
-  server offers by label, and the rules as widgets offer them, read from the rules' metadata;
-- `positions`: one position (p, q, the drafted token), the presets and the table's checks;
-- `playground`: every rule side by side at a position, its parameters grouped into widgets,
-  and the Taylor closed form against the exact root;
-- `decode_view`: a Decode run (its request, output, replay and speed comparison) and the views
-  of its trace (counters, round tables, the inspector);
-- `transcript`: token fates, the transcript's HTML and the chips' Markdown;
-- `metrics`: the metric definitions and the speed model;
-- `limits`: how much work one click may start (prompt length, sweep size), and the checks;
-- `pair_cache`: the process-wide LRU of loaded model pairs ("warm" is "in the cache");
-- `figures`, `frontier_figures`: Plotly builders.
+- `shared`: what more than one page shows (the sidebar's settings, links, limits, metric
+  definitions, table cells, rule colours, the pair cache, figures, the transcript's words, a
+  position and the rules side by side at it, a tree round's view, the k tuner's view);
+- `overview`: the guided tour and the round's diagram;
+- `decode`: a Decode run and its views, the race, "Why drafts get rejected", the replay, a
+  round's cost;
+- `step`: Step through's run, steps, narration and figures;
+- `playground`: every rule at one position, the Taylor gap, the rules' comparison figure;
+- `frontier`: the Frontier's figures, the reference, the tuner's and the tasks' views, the
+  sweep file, "Use this setting".
 """

@@ -141,7 +141,7 @@ def reference_source(s: AppSettings, ref: Reference, part: ReferenceSweep) -> Tu
         return reference_tune(pair, ref, part, rule, budget, SweepCache(), on_step=on_step)
 
     return TunerSource(
-        "fr",
+        "fr_ref",  # its own keys: on the run a sweep finishes, both tuners are drawn
         "the reference",
         tuple(r for r in tunable_rules() if part.rule_rows(r)),
         ("reference", part.top_p),
@@ -207,10 +207,16 @@ def tuner(source: TunerSource) -> None:
         st.session_state.pop(rule_key, None)  # a rule only the other source had
     t1, t2, t3, t4 = st.columns([1, 1, 1, 1])
     rule = t1.selectbox("Rule", source.rules, key=rule_key, help=f"Tuned on {source.name}.")
+    budget_key = f"{source.key}_budget"
+    st.session_state.setdefault(budget_key, 0.05)  # a link may have set it first
     budget = t2.number_input(
-        "Emitted KL budget (nats per token)", 0.0, 10.0, 0.05, 0.005, format="%.4f",
-        key=f"{source.key}_budget",
-    )  # fmt: skip
+        "Emitted KL budget (nats per token)",
+        0.0,
+        10.0,
+        step=0.005,
+        format="%.4f",
+        key=budget_key,
+    )
     go = False
     if source.refine is not None:
         go = t3.button("Find it (runs)", icon=":material/target:", key=f"{source.key}_tune")

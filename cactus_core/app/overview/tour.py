@@ -95,7 +95,7 @@ def tour() -> list[TourStop]:
             "Enter a KL budget to get the delta that meets it.",
             "frontier",
             {"budget": "0.05"},
-            "fr_budget",
+            "fr_ref_budget",
         ),
     ]
 

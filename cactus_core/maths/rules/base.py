@@ -154,7 +154,13 @@ class Param(Generic[Value]):
     def keep(self, value: float) -> float:
         """A log parameter's value from a link or the tuner, kept as given to KEPT_DIGITS
         significant digits (a tuned δ of 0.05236 stays 0.05236; the slider adds it to its
-        steps, `options`), where `snap` would move it to the nearest step."""
+        steps, `options`), where `snap` would move it to the nearest step. A value nearer the
+        slider's 0 than its first positive step (on snap's log axis) is that 0: 1e-300 is δ = 0,
+        not a step of its own."""
+        steps: tuple[float, ...] = self.log_steps
+        positive = [v for v in steps if v > 0]
+        if steps and steps[0] == 0.0 and positive and value < positive[0] / math.sqrt(10):
+            return 0.0
         return float(f"{value:.{KEPT_DIGITS}g}")
 
     def options(self, current: float | None = None) -> tuple[float, ...]:
