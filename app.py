@@ -13,6 +13,7 @@ import logging
 import streamlit as st
 
 from cactus_core.engine.loading.deployment import DeploymentPolicy, deployment_policy
+from pages.overview.page import overview
 from pages.shared.navigation import PAGES
 from pages.shared.page_links import copy_link, keep_widget_state, restore_link, write_link
 from pages.shared.session import GOTO_PARAM
@@ -36,8 +37,15 @@ def _policy() -> DeploymentPolicy | None:
         return None
 
 
+# The Overview, the default page, runs as a function (pages/overview/__init__.py says why).
 NAVIGATION = [
-    st.Page(p.path, title=p.title, icon=p.icon, url_path=p.url_path or None, default=p.default)
+    st.Page(
+        overview if p.default else p.path,
+        title=p.title,
+        icon=p.icon,
+        url_path=p.url_path or None,
+        default=p.default,
+    )
     for p in PAGES
 ]
 page = st.navigation(NAVIGATION)

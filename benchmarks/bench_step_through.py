@@ -40,7 +40,7 @@ def main() -> None:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.session_state["sb_device"] = "cpu"
     at.run()
-    at.switch_page("pages/step/page.py")
+    at.switch_page("pages/step.py")
     first = timed(at)  # loads the pair and decodes round 1
     warm = timed(at)  # the same step again, everything cached
     for _ in range(args.rounds - 1):  # decode the rounds to step through, then go back

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
-PAGES = [f"pages/{name}/page.py" for name in ("decode", "step", "playground", "frontier")]
+PAGES = ["pages/decode.py", "pages/step.py", "pages/playground.py", "pages/frontier.py"]
 # What transformers imports of torch and the rest (a few seconds, the same in every child).
 HEAVY = ["torch._dynamo", "torch.distributed.tensor", "sympy", "scipy.optimize", "jinja2"]
 RACED = "transformers.modeling_utils"  # what the background load and a page both import

@@ -44,7 +44,7 @@ def decode_page(pair_dirs, seed: int = 0, **state) -> AppTest:
         **state,
     )
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     return at
 
@@ -167,7 +167,7 @@ def test_export_is_the_trace_json(pair_dirs):
 
 def test_playground_takes_a_position_from_the_decode_run(pair_dirs):
     at = generate(decode_page(pair_dirs))
-    at.switch_page("pages/playground/page.py").run()
+    at.switch_page("pages/playground.py").run()
     at.radio(key="pg_source").set_value("From a decode run").run()
     assert not at.exception
     assert not at.error
@@ -210,7 +210,7 @@ def test_bad_model_folder_is_an_error_not_a_traceback(tmp_path):
         sb_device="cpu",
     )
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     assert any("Could not load" in e.value for e in at.error)
 
@@ -219,7 +219,7 @@ def test_missing_verifier_is_an_error_not_a_traceback():
     at = AppTest.from_file(APP, default_timeout=120)
     set_state(at, sb_source="Hub id or local folder", sb_verifier="", sb_draft="")
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     assert any("enter a verifier" in e.value for e in at.error)
 
@@ -274,7 +274,7 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
         at, sb_source="Embedded pair (offline)", sb_device="cpu", dec_max_new=MAX_NEW, **picked
     )
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     generate(at, open_rounds=False)
     run = at.session_state["decode_run"]

@@ -34,7 +34,7 @@ def test_a_link_naming_a_pair_waits_for_a_click(tiny_pair_dirs, tmp_path):
         }
     )
     at.run()
-    at.switch_page("pages/step/page.py").run()
+    at.switch_page("pages/step.py").run()
     assert not at.exception
     assert "step_run" not in at.session_state  # nothing loaded, nothing decoded
     button = at.button(key="load_linked_pair")

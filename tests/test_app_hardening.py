@@ -80,7 +80,7 @@ def _decode_page(**state) -> AppTest:
     for key, value in {"sb_device": "cpu", **state}.items():
         at.session_state[key] = value
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     return at
 
@@ -289,7 +289,7 @@ def frontier_env(tiny_pair_dirs, tmp_path, monkeypatch):
 
 def _upload(name: str, data: bytes) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     at.radio(key="fr_source").set_value("Upload a file").run()
     at.file_uploader(key="fr_upload").upload(name, data, "text/plain").run()
     assert not at.exception
@@ -363,7 +363,7 @@ def test_settings_times_prompts_is_capped_and_said(frontier_env, monkeypatch):
 
 def test_the_sweep_cap_is_stated_next_to_run(frontier_env):
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     assert not at.exception
     assert any(f"at most {limits.MAX_SWEEP_RUNS:,}" in c.value for c in at.caption)
 
@@ -373,7 +373,7 @@ def test_the_sweep_cap_is_stated_next_to_run(frontier_env):
 
 def test_a_table_summing_past_the_float_range_is_a_message():
     at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/playground/page.py").run()
+    at.switch_page("pages/playground.py").run()
     at.radio(key="pg_source").set_value("Edit a table").run()
     at.session_state["pg_table"] = {
         "edited_rows": {0: {"p (draft)": 1e308}, 1: {"p (draft)": 1e308}},

@@ -20,7 +20,7 @@ WORKED = PRESETS[WORKED_EXAMPLE]
 def playground() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception
-    at.switch_page("pages/playground/page.py").run()
+    at.switch_page("pages/playground.py").run()
     assert not at.exception
     return at
 
@@ -133,7 +133,7 @@ def test_decode_rule_picker_is_built_from_the_rules_metadata():
     at.session_state["sb_source"] = "Hub id or local folder"
     at.session_state["sb_verifier"] = ""
     at.run()
-    at.switch_page("pages/decode/page.py").run()
+    at.switch_page("pages/decode.py").run()
     assert not at.exception
     assert at.selectbox(key="dec_rule").options == list(RULES)
     assert at.selectbox(key="dec_rule").value == DEFAULT_RULE
@@ -158,7 +158,7 @@ def test_frontier_form_starts_from_the_rules_metadata():
     at.session_state["sb_source"] = "Hub id or local folder"
     at.session_state["sb_verifier"] = ""
     at.run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     assert not at.exception
     assert at.multiselect(key="fr_rules").value == [DEFAULT_RULE, LOSSLESS_RULE]
     grid = RULES[DEFAULT_RULE].swept().grid

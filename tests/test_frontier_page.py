@@ -43,7 +43,7 @@ def env(pair_folders, cache_dir, monkeypatch):
 def _frontier() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=240).run()
     assert not at.exception
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     assert not at.exception
     return at
 

@@ -80,7 +80,7 @@ def test_every_preset_note_quotes_the_cards():
 
 def test_the_page_shows_the_sentence_and_one_alert():
     at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/playground/page.py").run()
+    at.switch_page("pages/playground.py").run()
     assert not at.exception
     captions = " ".join(c.value for c in at.caption)
     assert RULES["cactus"].in_words in captions and "docs/rules.md#cactus" in captions

@@ -46,7 +46,7 @@ def test_an_undrawable_reference_is_one_value_error_naming_it(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["nested 100k deep", "no rows"])
-@pytest.mark.parametrize("page", ["pages/frontier/page.py", "pages/decode/page.py"])
+@pytest.mark.parametrize("page", ["pages/frontier.py", "pages/decode.py"])
 def test_the_pages_stay_up_with_an_undrawable_reference(
     case, page, tmp_path, monkeypatch, tiny_pair_dirs
 ):

@@ -45,7 +45,7 @@ def frontier(tiny_pair_dirs, tmp_path, monkeypatch):
     monkeypatch.setenv("CACTUS_LAB_DRAFT", str(tiny_pair_dirs[1]))
     monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     assert not at.exception
     return at
 
@@ -131,7 +131,7 @@ def test_a_broken_ray_setting_costs_run_sweep_only(
     at = AppTest.from_file(APP, default_timeout=240)
     at.session_state["fr_max_new"] = 8
     at.run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     # every view of the page is there: the reference, the form, the k tuner, the file opener
     assert not at.exception and not at.error
     assert "Open a sweep file" in [h.value for h in at.subheader]

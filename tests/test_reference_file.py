@@ -124,7 +124,7 @@ def test_the_frontier_page_works_with_a_damaged_reference(tmp_path, monkeypatch,
     monkeypatch.setenv("CACTUS_LAB_DRAFT", str(draft))
     monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path / "cache"))
     at = AppTest.from_file(APP, default_timeout=240).run()
-    at.switch_page("pages/frontier/page.py").run()
+    at.switch_page("pages/frontier.py").run()
     assert not at.exception
     shown = " ".join(m.value for m in [*at.info, *at.caption, *at.warning])
     assert "cannot read the reference sweep" in shown

@@ -70,7 +70,7 @@ def test_back_from_a_round_not_decoded_yet_on_the_page(tiny_pair_dirs):
     at.session_state["sb_verifier"] = str(tiny_pair_dirs[0])
     at.session_state["sb_draft"] = str(tiny_pair_dirs[1])
     at.run()
-    at.switch_page("pages/step/page.py").run()
+    at.switch_page("pages/step.py").run()
     at.button(key="step_next").click().run()
     assert not at.exception
     run: StepRun = at.session_state["step_run"]

@@ -19,7 +19,7 @@ from cactus_core.app.step.view import round_steps
 from cactus_core.maths.rules import RULES
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
-STEP_PAGE = "pages/step/page.py"
+STEP_PAGE = "pages/step.py"
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_tour_stops_on_the_step_page_open_where_they_say(pair_dirs):
 
 
 def test_decode_page_shows_why_drafts_get_rejected(pair_dirs):
-    at = open_page(pair_dirs, page="pages/decode/page.py", dec_max_new=16)
+    at = open_page(pair_dirs, page="pages/decode.py", dec_max_new=16)
     at.button(key="dec_go").click().run()
     assert not at.exception
     assert any(e.label.startswith("Why drafts get rejected") for e in at.expander)

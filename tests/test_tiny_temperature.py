@@ -70,7 +70,7 @@ def test_the_step_page_opens_a_link_with_a_tiny_temperature(tiny_pair_dirs):
     at.session_state["sb_draft"] = str(tiny_pair_dirs[1])
     at.query_params.update({"T": "1e-300", "rule": "sps", "max_new": "8"})
     at.run()
-    at.switch_page("pages/step/page.py").run()
+    at.switch_page("pages/step.py").run()
     assert not at.exception, at.exception
     assert at.session_state["settings"].sampling.temperature == 0.0
     assert "step_run" in at.session_state  # the page decoded its first round

@@ -185,7 +185,7 @@ def _titles(at: AppTest) -> list[str]:
 
 
 def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
-    at = _tree_session(feature_pair, monkeypatch, "pages/decode/page.py", dec_max_new=16)
+    at = _tree_session(feature_pair, monkeypatch, "pages/decode.py", dec_max_new=16)
     at.button(key="dec_go").click().run()
     run = at.session_state["decode_run"]
     at.session_state[f"dec_round_{run.run_id}_0"] = True
@@ -203,7 +203,7 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
 
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
-    at = _tree_session(feature_pair, monkeypatch, "pages/step/page.py", step_max_new=16)
+    at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
     run: StepRun = at.session_state["step_run"]
     assert run.rounds[0].tree is not None
     assert any(t.startswith("The draft tree") for t in _titles(at))
@@ -222,7 +222,7 @@ def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypat
     monkeypatch.setattr(
         sweep_module, "run_chunk", lambda pair, cfg, *a: configs.append(cfg) or real(pair, cfg, *a)
     )
-    at = _tree_session(feature_pair, monkeypatch, "pages/frontier/page.py")
+    at = _tree_session(feature_pair, monkeypatch, "pages/frontier.py")
     at.slider(key="fr_n_24").set_value(2)
     at.slider(key="fr_max_new").set_value(8)
     at.slider(key="fr_chunk").set_value(2)
@@ -233,6 +233,6 @@ def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypat
     at.button(key="fr_run").click().run()
     assert not at.exception, at.exception
     assert configs and all(c.tree == TREE for c in configs)
-    table = at.dataframe[-1].value
+    table = next(d.value for d in at.dataframe if "NLL" in d.value.columns)  # cells as shown
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0.5"]
-    assert table["tokens/call"].iloc[1] >= 1.0
+    assert float(table["tokens/call"].iloc[1]) >= 1.0

@@ -70,7 +70,7 @@ def show_result(res: TuneResult, key: str, pair: ModelPair | None = None) -> Non
     if res.value is not None:
         setting = rule_from_values(res.rule, {res.param: res.value})
         st.page_link(
-            "pages/decode/page.py",
+            "pages/decode.py",
             label=f"Use {setting.label} on Decode",
             icon=":material/arrow_outward:",
             query_params=decode_setting_query(res.rule, {res.param: res.value}),

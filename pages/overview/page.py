@@ -10,7 +10,6 @@ from cactus_core.app.overview.tour import tour
 from cactus_core.app.shared.settings import rules_markdown
 from cactus_core.maths.rules import RULES, CactusBudget, CactusExact
 from pages.shared.navigation import PAGES, page_entry
-from pages.shared.session import require_entry_point
 
 
 def overview() -> None:
@@ -97,7 +96,3 @@ def guided_tour() -> None:
                 query_params=stop.link_query,
             )
             st.caption(stop.text)
-
-
-require_entry_point()
-overview()

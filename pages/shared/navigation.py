@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PageEntry:
-    path: str  # the page's script, from the repository root
+    path: str  # the page's script, from the repository root ("" for the Overview's function)
     title: str
     icon: str
     url_path: str  # its address ("" for the default page)
@@ -18,9 +18,9 @@ class PageEntry:
 
 
 PAGES: tuple[PageEntry, ...] = (
-    PageEntry("pages/overview/page.py", "Overview", ":material/home:", "", default=True),
+    PageEntry("", "Overview", ":material/home:", "", default=True),  # app.py: a function
     PageEntry(
-        "pages/decode/page.py",
+        "pages/decode.py",
         "Decode",
         ":material/auto_awesome:",
         "decode",
@@ -28,7 +28,7 @@ PAGES: tuple[PageEntry, ...] = (
         "struck, and why. Inspect any token; replay the same coins under another delta.",
     ),
     PageEntry(
-        "pages/step/page.py",
+        "pages/step.py",
         "Step through",
         ":material/skip_next:",
         "step",
@@ -36,7 +36,7 @@ PAGES: tuple[PageEntry, ...] = (
         "lossless sampling would have decided on the same coin. Links reopen the same step.",
     ),
     PageEntry(
-        "pages/playground/page.py",
+        "pages/playground.py",
         "Playground",
         ":material/tune:",
         "playground",
@@ -44,7 +44,7 @@ PAGES: tuple[PageEntry, ...] = (
         "for every rule side by side.",
     ),
     PageEntry(
-        "pages/frontier/page.py",
+        "pages/frontier.py",
         "Frontier",
         ":material/show_chart:",
         "frontier",

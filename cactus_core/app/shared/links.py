@@ -173,7 +173,7 @@ def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkFiel
 
 
 # Page widgets a link restores, by the page's url_path. The Decode page's keys and ranges are
-# those of pages/decode/page.py's widgets.
+# those of pages/decode.py's widgets.
 _PROMPT = {"decode": "dec", "step": "step"}
 MAX_NEW = (8, 256)
 # Long enough for the built-in prompts' answers (a few sentences) to end at the end token.

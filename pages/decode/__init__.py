@@ -1,0 +1,1 @@
+"""The Decode page's panels (pages/decode.py is the page)."""

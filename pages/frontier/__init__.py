@@ -1,0 +1,1 @@
+"""The Frontier page's panels (pages/frontier.py is the page)."""
