@@ -25,7 +25,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from cactus_core.engine.loading.pair import ModelPair
 
 # The app would start loading the embedded pair in the background of every AppTest session
-# (pages/_common.preload_pair); tests load what they need themselves.
+# (pages/shared/pair.preload_pair); tests load what they need themselves.
 os.environ.setdefault("CACTUS_LAB_PRELOAD", "0")
 
 CHATML = (

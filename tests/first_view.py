@@ -76,7 +76,7 @@ def _prepare() -> None:
     if RACED in sys.modules:
         raise RuntimeError(f"{RACED} was imported before the first view: nothing would race")
 
-    from pages.shared import pair as _common
+    from pages.shared import pair as pair_page
 
     def tiny_load(*pair_key: object) -> object:
         # As the real loader: import the loading code (the import the page races with), load.
@@ -85,7 +85,7 @@ def _prepare() -> None:
 
         return make_tiny_pair()
 
-    _common._load_pair = tiny_load
+    pair_page._load_pair = tiny_load
 
 
 def _first_views(run: int) -> list[str]:

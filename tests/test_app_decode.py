@@ -184,7 +184,7 @@ def test_same_seed_same_output_different_seed_different_sessions(pair_dirs):
 
 def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
     import cactus_core.engine.loading.models as models
-    from pages.shared import pair as _common
+    from pages.shared import pair as pair_page
 
     calls = []
     real = models.load_pair
@@ -194,7 +194,7 @@ def test_sessions_share_one_loaded_pair(pair_dirs, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(models, "load_pair", counting)
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
     generate(decode_page(pair_dirs, seed=1))
     generate(decode_page(pair_dirs, seed=2))
     assert len(calls) == 1
@@ -264,9 +264,9 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
         REFERENCE_EMBEDDED_DRAFT,
     )
     from cactus_core.engine.loading.models import embedded_draft_name
-    from pages.shared import pair as _common
+    from pages.shared import pair as pair_page
 
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
     at = AppTest.from_file(APP, default_timeout=300)
     assert choice in EMBEDDED_DRAFT_LABELS
     picked = {} if choice == DEFAULT_EMBEDDED_DRAFT else {"sb_embedded_draft": choice}
@@ -285,4 +285,4 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     # The reference frontier beside the rule is the default pair's; the page says when not.
     other_pair = any("not on the pair you picked" in c.value for c in at.caption)
     assert other_pair == (choice != REFERENCE_EMBEDDED_DRAFT)
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()

@@ -37,7 +37,7 @@ from cactus_core.engine.loading.deployment import (
 )
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.maths.rules import make_rule
-from pages.shared import pair as _common
+from pages.shared import pair as pair_page
 from tests.overlap import CountedLock
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -105,9 +105,9 @@ def public(tiny_pair_dirs, tmp_path, monkeypatch):
     monkeypatch.setenv(ALLOWED_ENV, ",".join(f"{k}={v}" for k, v in allowed.items()))
     monkeypatch.delenv("CACTUS_LAB_VERIFIER", raising=False)
     monkeypatch.delenv("CACTUS_LAB_DRAFT", raising=False)
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
     yield [str(p) for p in allowed.values()] + [str(Path.home()), str(tmp_path)]
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
 
 
 def test_public_sidebar_offers_only_the_allow_list_and_no_text_box(public):
@@ -232,14 +232,14 @@ def test_pair_cache_loads_a_key_once_for_concurrent_callers():
 
 
 def test_an_evicted_pair_is_not_listed_and_its_reload_is_an_error(tiny_pair_dirs, tmp_path):
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
     pairs = [_copy_pair(tiny_pair_dirs, tmp_path / name) for name in ("a", "b", "c")]
     at = None
     for verifier, draft in pairs:
         state = {"sb_source": CUSTOM, "sb_verifier": verifier, "sb_draft": draft}
         at = _decode_page(**state)
         assert not at.error
-    assert len(_common._PAIRS.keys()) == 2  # the first pair was evicted
+    assert len(pair_page._PAIRS.keys()) == 2  # the first pair was evicted
     first = {"sb_source": CUSTOM, "sb_verifier": pairs[0][0], "sb_draft": pairs[0][1]}
     last = {"sb_source": CUSTOM, "sb_verifier": pairs[2][0], "sb_draft": pairs[2][1]}
     assert _overview(**last).sidebar.caption[0].value.startswith("Loaded:")
@@ -247,7 +247,7 @@ def test_an_evicted_pair_is_not_listed_and_its_reload_is_an_error(tiny_pair_dirs
     shutil.rmtree(tmp_path / "a")
     at = _decode_page(**first)  # the reload runs inside the error handling
     assert any("Could not load" in e.value for e in at.sidebar.error)
-    _common._PAIRS.clear()
+    pair_page._PAIRS.clear()
 
 
 def _unpicklable_bin(folder: Path) -> None:
@@ -272,7 +272,7 @@ def test_a_damaged_model_folder_is_a_sidebar_message(tiny_pair_dirs, tmp_path, d
 
 def test_load_error_message_never_echoes_an_unknown_error():
     s = AppSettings(verifier="/models/v", draft="/models/d", device="cpu")
-    message = _common.load_error_message(s, TypeError(f"bad value {SECRET!r}"))
+    message = pair_page.load_error_message(s, TypeError(f"bad value {SECRET!r}"))
     assert SECRET not in message and "TypeError" in message
 
 

@@ -194,7 +194,7 @@ def test_settings_validation():
 def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch):
     from cactus_core.engine.loading import models
     from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS, FEATURE_DRAFT_DIR
-    from pages.shared import pair as _common
+    from pages.shared import pair as pair_page
 
     fast, other, plain = (
         A.AppSettings(embedded_draft=d.label, device="cpu") for d in EMBEDDED_DRAFTS
@@ -213,10 +213,10 @@ def test_the_embedded_draft_is_part_of_the_pair_and_loads_its_dtype(monkeypatch)
         A.AppSettings(embedded_draft="a 70B draft")
     seen = []
     monkeypatch.setattr(models, "load_pair", lambda **kw: seen.append(kw))
-    _common._load_pair(*plain.pair_key)
-    _common._load_pair(*fast.pair_key)
-    _common._load_pair(*other.pair_key)
-    _common._load_pair(*typed[1].pair_key)
+    pair_page._load_pair(*plain.pair_key)
+    pair_page._load_pair(*fast.pair_key)
+    pair_page._load_pair(*other.pair_key)
+    pair_page._load_pair(*typed[1].pair_key)
     assert seen == [
         {"device": "cpu", "feature_draft": None, "dtype": "float32"},
         {"device": "cpu", "feature_draft": FEATURE_DRAFT_DIR, "dtype": fast_dtype},

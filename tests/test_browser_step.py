@@ -114,7 +114,7 @@ def test_a_copied_link_reopens_the_same_step(server, browser, tiny_pair_dirs):
         assert view(student) == before
         student.shot("step-student")
         # ... and on a server that has just started, which first serves a deep link without
-        # the app's navigation (pages/_common.require_entry_point): the query string survives
+        # the app's navigation (pages/shared/session.require_entry_point): the query string survives
         with streamlit_app(app_env(tiny_pair_dirs)) as fresh:
             later = Session(browser, fresh.url)
             try:

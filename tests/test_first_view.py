@@ -1,7 +1,7 @@
 """The app's first page view after start never raises, while the pair loads in the background.
 
 transformers resolves its names lazily, and two threads importing them at once (the start-up
-load, pages/_common.preload_pair, and the page a visitor opens meanwhile) used to fail with
+load, pages/shared/pair.preload_pair, and the page a visitor opens meanwhile) used to fail with
 `ImportError: cannot import name 'PreTrainedModel' from 'transformers'`. The engine now takes
 every transformers name from one module, `cactus_core.engine.runtime.transformers_names`,
 whose import lock makes the second thread wait."""

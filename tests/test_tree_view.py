@@ -159,10 +159,10 @@ def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
 def _tree_session(feature_pair, monkeypatch, page: str, **state) -> AppTest:
     """A fresh session on the embedded pair's name with tree drafting, the tiny feature pair
     standing in for the embedded one."""
-    from pages.shared import pair as _common
+    from pages.shared import pair as pair_page
 
-    monkeypatch.setattr(_common, "_PAIRS", PairCache(max_entries=2))
-    monkeypatch.setattr(_common, "_load_pair", lambda *args: feature_pair)
+    monkeypatch.setattr(pair_page, "_PAIRS", PairCache(max_entries=2))
+    monkeypatch.setattr(pair_page, "_load_pair", lambda *args: feature_pair)
     at = AppTest.from_file(APP, default_timeout=180)
     base = {
         "sb_device": "cpu",

@@ -152,7 +152,7 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
 
 
 def param_field(name: str, key: str, param: Param) -> LinkField:
-    """A rule parameter's widget (pages/_common.param_widget) as a link field: its range, and
+    """A rule parameter's widget (pages/shared/rule_picker.param_widget) as a link field: its range, and
     a float rounded to the widget's nearest value (a log step, or a multiple of its step)."""
     if param.integer:
         return LinkField(name, key, int, *param.ui)
@@ -160,7 +160,7 @@ def param_field(name: str, key: str, param: Param) -> LinkField:
 
 
 def rule_fields(prefix: str, rule: str | None, taken: set[str]) -> list[LinkField]:
-    """A rule picker's fields (pages/_common.rule_picker: keys `{prefix}_rule` and
+    """A rule picker's fields (pages/shared/rule_picker.rule_picker: keys `{prefix}_rule` and
     `{prefix}_{rule}_{param}`); the parameters are the picked rule's, under their own names
     (delta=0.5) unless another field of the page has that name (a rule's T is not the
     sampling T): then under `{rule}.{name}`."""
