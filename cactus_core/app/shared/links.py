@@ -152,8 +152,9 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
 
 
 def param_field(name: str, key: str, param: Param) -> LinkField:
-    """A rule parameter's widget (pages/shared/rule_picker.param_widget) as a link field: its range, and
-    a float rounded to the widget's nearest value (a log step, or a multiple of its step)."""
+    """A rule parameter's widget (pages/shared/rule_picker.param_widget) as a link field: its
+    range, and a float rounded to the widget's nearest value (a log step, or a multiple of its
+    step; a log parameter's value is kept, `Param.keep`)."""
     if param.integer:
         return LinkField(name, key, int, *param.ui)
     return LinkField(name, key, float, *param.ui, param=param)
