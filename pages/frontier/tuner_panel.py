@@ -199,7 +199,8 @@ def tuner(source: TunerSource) -> None:
     per-task answers; tuning redraws this part alone."""
     st.subheader("Tuner: the parameter that meets a KL budget")
     if not source.rules:
-        st.session_state.pop(SHOWN_KEY, None)
+        if source.refine is not None:  # the main tuner's view, which the export reads
+            st.session_state.pop(SHOWN_KEY, None)
         st.info(f"Sweep one of {', '.join(tunable_rules())} to tune its parameter.")
         return
     rule_key = f"{source.key}_tune_rule"
