@@ -3,7 +3,7 @@
 The entry point runs on every rerun of every page: it sets up navigation from the page table
 (pages/shared/navigation.py), restores a link's settings, draws the shared sidebar (model pair,
 sampling, k, seed) into st.session_state, runs the chosen page, and writes the page's settings
-back into the URL. The pages live in pages/, one folder each.
+back into the URL. The pages live in pages/: a script each, its panels in a folder of its name.
 """
 
 from __future__ import annotations
