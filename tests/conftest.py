@@ -107,7 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         elif item.module.__name__.endswith("test_sweep_ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
-    if config.getvalue("loadgroup"):  # a pytest-xdist worker under --dist loadgroup
+    if config.getoption("loadgroup", default=False):  # an xdist worker under --dist loadgroup
         _name_groups(items)
     if torch.cuda.is_available():
         return

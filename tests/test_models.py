@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import huggingface_hub
@@ -293,6 +296,34 @@ def test_half_written_conversion_is_never_used(tmp_path, fake_converter, monkeyp
     assert not final.exists()
     assert not [p for p in final.parent.iterdir() if p.name.startswith(".tmp")]
     monkeypatch.undo()
+
+
+def test_processes_that_start_on_an_empty_cache_at_once_convert_once(
+    tmp_path, fake_converter, monkeypatch
+):
+    """Test workers and Ray actors load the embedded pair at the same moment on a fresh
+    machine: one converts, the others wait for its folder, and no one's folder is replaced
+    under it (each open() is its own lock holder, as another process's would be)."""
+    gguf, cache = _fake_gguf(tmp_path), tmp_path / "cache"
+    start = threading.Barrier(4)
+    convert = cm._convert_gguf
+
+    def slow_convert(gguf: Path, out: Path) -> None:
+        time.sleep(0.2)  # a real conversion takes half a minute; the others arrive meanwhile
+        convert(gguf, out)
+
+    monkeypatch.setattr(cm, "_convert_gguf", slow_convert)
+
+    def load() -> tuple[Path, bytes]:
+        start.wait()
+        folder = cm.convert_gguf_cached(gguf, cache)
+        return folder, (folder / "model.safetensors").read_bytes()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: load(), range(4)))
+    assert len(fake_converter) == 1
+    assert len({folder for folder, _ in results}) == 1 and len({w for _, w in results}) == 1
+    assert cm.cache_is_valid(results[0][0])
 
 
 def test_cache_dir_comes_from_argument_then_environment(tmp_path, monkeypatch):

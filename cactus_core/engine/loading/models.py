@@ -21,6 +21,7 @@ is fingerprinted by the hash of its files, which `ModelPair.identity` carries to
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -28,6 +29,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -343,30 +345,56 @@ def convert_gguf_cached(gguf: Path, cache: Path) -> Path:
 
     The conversion is written into a temporary folder, its manifest (sizes and hashes of every
     file) last, and then renamed into place, so a crash leaves either nothing or a folder the
-    manifest check rejects.
+    manifest check rejects. Processes that start on an empty cache at once (test workers, Ray
+    actors, an app and a CLI) take turns on a lock file: one converts, the others wait and then
+    load its folder, and an intact folder is never replaced while another process reads it.
     """
     final = gguf_cache_folder(gguf, cache)
     if cache_is_valid(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        _convert_gguf(gguf, tmp)
-        _write_manifest(tmp, source=gguf)
-        if final.exists():
-            trash = final.parent / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
-            final.rename(trash)
-            shutil.rmtree(trash, ignore_errors=True)
+    locks = cache / "locks"  # beside converted/, which holds only conversions
+    locks.mkdir(exist_ok=True)
+    with _exclusive(locks / f"{final.name}.lock"):
+        if cache_is_valid(final):  # converted by the process that held the lock before us
+            return final
+        tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         try:
-            tmp.rename(final)
-        except OSError:
-            if not cache_is_valid(final):  # another process won the race with a bad copy
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            _convert_gguf(gguf, tmp)
+            _write_manifest(tmp, source=gguf)
+            if cache_is_valid(final):  # only without a lock: another process finished first
+                return final
+            if final.exists():  # a damaged copy: nobody can be loading from it
+                trash = final.parent / f".trash-{final.name}-{uuid.uuid4().hex[:8]}"
+                final.rename(trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            try:
+                tmp.rename(final)
+            except OSError:
+                if not cache_is_valid(final):  # only without a lock, as above
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     if not cache_is_valid(final):
         raise ModelLoadError(f"the converted cache at {final} failed its own check")
     return final
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock` (flock, released by the kernel if the process dies).
+    Without fcntl (Windows) processes convert side by side, each into its own folder."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
