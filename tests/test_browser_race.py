@@ -1,8 +1,8 @@
 """The race in a real browser, quiet and under load (Chromium through Playwright, `streamlit
 run` on a free port, the tiny pair): the race's verdict under a bounded CPU load generator
-(one busy process, for at most a minute) lies within the stated spread of the same race run
-on the quiet machine, and the page lists both lanes' untimed warm-ups before the clocks'
-start. No wall-clock value is asserted: only the verdict against the stated spread, and the
+(one busy process, for at most a minute) agrees with the same race run without it: their
+stated spreads overlap, and the page lists both lanes' untimed warm-ups before the clocks'
+start. No wall-clock value is asserted: only the two stated spreads against each other, and the
 order of what the race did."""
 
 from __future__ import annotations
@@ -85,7 +85,11 @@ def test_the_race_under_load_agrees_with_the_quiet_race(server, browser):
             loaded, low, high, _ = race(s)
         print(f"quiet {quiet:.2f}× ({q_low:.2f}–{q_high:.2f}), loaded {loaded:.2f}× "
               f"({low:.2f}–{high:.2f})")  # fmt: skip
-        assert low <= quiet <= high, (quiet, loaded, low, high)
+        # The suite's other worker shares the two cores with the "quiet" race, so each verdict
+        # carries its own noise: the two must agree within their stated spreads. A race that
+        # charged one-time work or the load to one lane (0.2× loaded against 1.5× quiet)
+        # cannot pass.
+        assert max(low, q_low) <= min(high, q_high), (quiet, q_low, q_high, loaded, low, high)
         s.check()
     finally:
         s.close()
