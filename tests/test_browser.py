@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import streamlit_app, wait_idle
 
 from cactus_core.app.shared.param_groups import headline_group
 
@@ -55,10 +55,7 @@ class Session:
 
     def idle(self) -> None:
         """Wait until the script run that the last action started has finished."""
-        self.page.wait_for_timeout(500)
-        self.page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(
-            timeout=TIMEOUT_MS
-        )
+        wait_idle(self.page, TIMEOUT_MS)
         # elements still loading show a skeleton (hidden tabs keep theirs)
         self.page.wait_for_function(
             "() => ![...document.querySelectorAll('[data-testid=\"stSkeleton\"]')]"

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import streamlit_app, wait_idle
 
 from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,
@@ -74,8 +74,7 @@ def page(browser):
 
 
 def _idle(page) -> None:
-    page.wait_for_timeout(500)
-    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+    wait_idle(page)
 
 
 def _pick(page, label: str, option: str) -> None:

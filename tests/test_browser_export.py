@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import streamlit_app, wait_idle
 
 from cactus_core.app.shared.settings import tunable_rules
 
@@ -40,8 +40,7 @@ def server(tiny_pair_dirs, tmp_path_factory):
 
 
 def idle(page) -> None:
-    page.wait_for_timeout(500)
-    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+    wait_idle(page)
 
 
 def open_panel(page) -> None:
