@@ -3,7 +3,6 @@ by the browser tests and benchmarks/bench_app.py."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import subprocess
 import sys
@@ -40,40 +39,16 @@ def launch_chromium(playwright):  # -> playwright Browser
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
 
-# The page counts its script runs: a MutationObserver sees stApp's data-test-script-state turn
-# "running". Installed by the first wait on a document; returns whether it was there already.
-_COUNT_RUNS = """() => {
-  if (window.__cactusRuns !== undefined) return true;
-  window.__cactusRuns = 0;
-  window.__cactusSeen = 0;
-  new MutationObserver((changes) => {
-    for (const c of changes)
-      if (c.target.getAttribute('data-test-script-state') === 'running') window.__cactusRuns++;
-  }).observe(document, {subtree: true, attributes: true,
-                        attributeFilter: ['data-test-script-state']});
-  return false;
-}"""
-_RAN = """() => window.__cactusRuns > window.__cactusSeen
-  || !!document.querySelector('[data-testid="stApp"][data-test-script-state="running"]')"""
 RERUN_GRACE_MS = 500  # how long an action may take to start its rerun
 
 
 def wait_idle(page, timeout_ms: float = 180_000) -> None:
-    """Wait until the script run that the last action started has finished: as soon as the
-    page has seen that run start and end, or, when the action started none, after
-    RERUN_GRACE_MS. A document's first wait (before its run counter exists) always waits the
-    grace period."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    if page.evaluate(_COUNT_RUNS):
-        with contextlib.suppress(PlaywrightTimeout):  # no run started: the action needed none
-            page.wait_for_function(_RAN, timeout=RERUN_GRACE_MS)
-    else:
-        page.wait_for_timeout(RERUN_GRACE_MS)
+    """Wait until the script run that the last action started has finished: RERUN_GRACE_MS for
+    it to start, then until the app says it is not running."""
+    page.wait_for_timeout(RERUN_GRACE_MS)
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(
         timeout=timeout_ms
     )
-    page.evaluate("() => { window.__cactusSeen = window.__cactusRuns; }")
 
 
 @dataclass(frozen=True)
