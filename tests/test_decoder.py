@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 
 import pytest
 import torch
@@ -503,7 +504,9 @@ def test_the_lazy_head_is_the_default_only_where_single_rows_are_cheaper(
 ):
     """By default one sequence on CPU scores the verifier's head row by row in float32 (one row
     through `fast_head`'s copy costs a fraction of k + 1) and all k + 1 rows in one call in
-    bfloat16 (where they cost about what one does); a full trace always takes every row."""
+    bfloat16 (where they cost about what one does), with a full trace or without: the trace
+    gets q at the other rows, and the a(n) of the drafts after a rejection, from the recording
+    thread."""
     import cactus_core.engine.decoding.chain_round as round_module
     from cactus_core.engine.loading.models import load_pair
 
@@ -521,4 +524,18 @@ def test_the_lazy_head_is_the_default_only_where_single_rows_are_cheaper(
             calls.clear()
             dec = SpeculativeDecoder(pair, "sps", k=3, record_trace=trace)
             out = dec.generate(PROMPTS[0], max_new_tokens=8, seed=0)
-            assert len(calls) == (out.stats.rounds if lazy and not trace else 0), (dtype, trace)
+            assert len(calls) == (out.stats.rounds if lazy else 0), (dtype, trace)
+            if trace:  # every row's q and every draft's a(n), as `verify` on all rows gives
+                for rnd in out.trace.rounds:
+                    assert len(rnd.positions) == rnd.k + 1
+                    assert all(pos.q_ids for pos in rnd.positions)
+                    assert not any(math.isnan(a) for a in rnd.accept_probs)
+                whole = SpeculativeDecoder(pair, "sps", k=3, lazy_head=False)
+                ref = whole.generate(PROMPTS[0], max_new_tokens=8, seed=0)
+                assert ref.token_ids == out.token_ids
+                for a, b in zip(out.trace.rounds, ref.trace.rounds, strict=True):
+                    assert a.draft_fates == b.draft_fates
+                    assert a.accept_probs == pytest.approx(b.accept_probs, abs=1e-5)
+                    assert [p.q_n for p in a.positions] == pytest.approx(
+                        [p.q_n for p in b.positions], abs=1e-5
+                    )

@@ -14,7 +14,7 @@ import torch
 
 from cactus_core.engine.decoding.clock import RoundClock
 from cactus_core.engine.decoding.host import check_finite, finite_rows, logprobs, pad_nan, to_host
-from cactus_core.engine.decoding.outcome import RoundOutcome
+from cactus_core.engine.decoding.outcome import QRest, RoundOutcome
 from cactus_core.engine.drafting.drafter import Draft, Drafter, ProbsFn
 from cactus_core.engine.runtime.kv_cache import SequenceCache
 from cactus_core.maths.rules import Rule
@@ -56,7 +56,9 @@ def run_chain_round(
         draft = drafter.propose(coins.draft, sampling.probs)
     with clock.verify:
         ids = torch.cat([torch.tensor(last, device=draft.ids.device)[:, None], draft.ids], 1)
-        result, q, logits = verify_draft(judge, verifier, ids, draft, coins, sampling.probs, lazy)
+        result, q, logits, q_rest = verify_draft(
+            judge, verifier, ids, draft, coins, sampling.probs, lazy
+        )
         verdicts, lps = round_to_host(draft, result, q, logits, coins)
         k = draft.ids.shape[1]  # each row keeps its m accepted drafts of the k fed
         accepted = [len(v.path) for v in verdicts]
@@ -64,7 +66,7 @@ def run_chain_round(
     with clock.draft:
         drafter.after_verify(verifier, [list(v.emitted) for v in verdicts])
     draft_s, verify_s = clock.lap()
-    return RoundOutcome(verdicts, draft.probs, q, lps, k, draft_s, verify_s)
+    return RoundOutcome(verdicts, draft.probs, q, lps, k, draft_s, verify_s, q_rest=q_rest)
 
 
 def verify_draft(
@@ -75,12 +77,14 @@ def verify_draft(
     coins: Coins,
     probs: ProbsFn,
     lazy: bool,
-) -> tuple[VerifyResult, torch.Tensor, torch.Tensor]:
+) -> tuple[VerifyResult, torch.Tensor, torch.Tensor, QRest | None]:
     """One verifier forward over ids = [last token, n_1 .. n_k] [B, k + 1] gives q at k + 1
-    positions; the judge decides: (its result, q [B, J, V], the raw logits behind q). lazy
-    computes the head only at the positions the decisions reach (`verify_sequential`): on a
-    CPU the head over a large vocabulary costs as much per row as the layers, so a round that
-    rejects early saves most of it."""
+    positions; the judge decides: (its result, q [B, J, V], the raw logits behind q, and the
+    rows the head left unscored). lazy computes the head only at the positions the decisions
+    reach (`verify_sequential`): on a CPU the head over a large vocabulary costs as much per
+    row as the layers, so a round that rejects early saves most of it. The rows it skipped are
+    returned as a function, which a full trace calls on the recording thread (`RoundOutcome`):
+    the decoding thread never waits for them."""
     if lazy:
         hidden = cache.step_hidden(ids)  # [B, k+1, H]
         head_rows: list[torch.Tensor] = []  # [B, 1, V] each
@@ -90,7 +94,13 @@ def verify_draft(
             return probs(head_rows[-1])[:, 0]
 
         res, q = verify_sequential(judge, draft.probs, draft.ids, q_row, coins.accept, coins.sample)
-        return res, q, torch.cat(head_rows, 1)
+        scored = q.shape[1]
+        rest = hidden[:, scored:]  # [B, k+1-J, H]
+
+        def q_rest() -> torch.Tensor:
+            return probs(cache.logits(rest))  # [B, k+1-J, V]
+
+        return res, q, torch.cat(head_rows, 1), q_rest if rest.shape[1] else None
     logits = cache.step(ids, None, ids.shape[1])  # [B, k+1, V]
     q = probs(logits)
     res = verify(
@@ -102,7 +112,7 @@ def verify_draft(
         sample_uniforms=coins.sample,
         validate=False,  # the rows come straight from logits_to_probs
     )
-    return res, q, logits
+    return res, q, logits, None
 
 
 def round_to_host(

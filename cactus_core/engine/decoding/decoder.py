@@ -127,9 +127,10 @@ class SpeculativeDecoder:
     Both run on a worker thread beside the decoding (see the module docstring); `stats.record_s`
     is what they cost the decoding thread, `stats.record_work_s` their own work. probe, if given, is
     called with the full p and q rows of every decided position (see `Probe`). lazy_head
-    (default: for one sequence on CPU, without a full trace) computes the verifier's head only
-    at the positions up to the first rejection, the same round with less work (see
-    `verify_sequential`); the round's accept_probs are then NaN after its decision.
+    (default: for one sequence on CPU) computes the verifier's head only at the positions up
+    to the first rejection, the same round with less work (see `verify_sequential`); the
+    round's accept_probs are then NaN after its decision, and a full trace gets q at the
+    other positions from the recording thread.
     """
 
     def __init__(
@@ -383,13 +384,16 @@ class SpeculativeDecoder:
         return active
 
     def _settle(self, ready: list[Committed], clock: RoundClock) -> None:
-        """Wait for these rounds' recordings and put them in: the trace rows into the round,
+        """Wait for these rounds' recordings and put them in: the trace rows (and the a(n) of
+        drafts the lazy head left without one) into the round,
         KL(pi ‖ q) of the emitted tokens into the row's stats (in round order, as the sum was
         always taken). The wait is recording on the critical path."""
         with clock.record:
             for row, rnd, record, b, _ in ready:
                 rec = record.get()[b]
                 rnd.positions = rec.positions
+                for j, a in rec.accept_probs.items():
+                    rnd.accept_probs[j] = a
                 # A token drawn after its row's decision emits from pi; a bonus from q (KL 0).
                 row.stats.kl_sum += sum(rec.kl_pi[: len(rnd.emitted_ids)])
 
@@ -503,11 +507,12 @@ class SpeculativeDecoder:
 
     def _lazy_head(self, batch: int, verifier: SequenceCache) -> bool:
         """Whether this round computes the verifier's head rows only up to the first rejection
-        (`verify_sequential`): by default for one sequence without a full trace (the trace
-        shows q at every position), where one row costs a fraction of k + 1 (a float32 head on
-        CPU, `fast_head`). Otherwise the k + 1 rows come from one head call: in bfloat16 on a
-        CPU that costs what one row does, and row by row would pay the head once per row."""
-        if not verifier.lean or self.record_trace:
+        (`verify_sequential`): by default for one sequence, where one row costs a fraction of
+        k + 1 (a float32 head on CPU, `fast_head`); a full trace, which shows q at every
+        position, gets the other rows from the recording thread (`RoundOutcome.q_rest`).
+        Otherwise the k + 1 rows come from one head call: in bfloat16 on a CPU that costs what
+        one row does, and row by row would pay the head once per row."""
+        if not verifier.lean:
             return False
         if self.lazy_head is not None:
             return self.lazy_head

@@ -19,6 +19,7 @@ the verifier scored, V = vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ import torch
 from cactus_core.engine.decoding.generation import GenerationStats
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
 from cactus_core.maths.tree import DraftTree, TreeVerdict, children_of, node_depths
+
+QRest = Callable[[], torch.Tensor]
 
 
 @dataclass
@@ -42,6 +45,14 @@ class RoundOutcome:
     draft_s: float  # proposing, and the draft reading what was accepted
     verify_s: float  # the verify pass, the rule's decisions, cutting the caches back
     tree: DraftTree | None = None
+    # q at the rows the lazy head left unscored (a chain's rows past every decision),
+    # [B, k + 1 − J, V], computed when called: by the recording of a full trace, on its thread
+    q_rest: QRest | None = None
+
+    def full_q(self) -> torch.Tensor:
+        """q at every row the verifier's pass covered [B, k + 1, V] (a tree's: [B, J, V]): the
+        scored rows, then those the lazy head left, computed here."""
+        return self.q if self.q_rest is None else torch.cat([self.q, self.q_rest()], 1)
 
     @property
     def verdict(self) -> TreeVerdict:

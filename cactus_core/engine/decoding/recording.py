@@ -18,6 +18,7 @@ vocabulary.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,8 @@ class RoundRecord:
 
     kl_pi: list[float]
     positions: list[PositionTrace] = field(default_factory=list)
+    # a(n) of the chain's drafts that the lazy head left without a decision, by position
+    accept_probs: dict[int, float] = field(default_factory=dict)
 
 
 class Recorded(Generic[T]):
@@ -134,10 +137,31 @@ def record_round(
         for v, values in zip(out.verdicts, kl_rows, strict=True)
     ]
     if trace is not None:
-        traces = position_traces(judge, out, kl_rows, *trace)
-        for record, positions in zip(records, traces, strict=True):
-            record.positions = positions
+        q_all = out.full_q()  # with the lazy head, the rows past the decisions are scored here
+        traces = position_traces(judge, out, q_all, kl_rows, *trace)
+        unjudged = unjudged_accept_probs(judge, out, q_all)
+        for record, positions, accept in zip(records, traces, unjudged, strict=True):
+            record.positions, record.accept_probs = positions, accept
     return records
+
+
+def unjudged_accept_probs(
+    judge: Rule, out: RoundOutcome, q_all: torch.Tensor
+) -> list[dict[int, float]]:
+    """a(n) at the chain drafts that got no decision and no a(n) (NaN: the lazy head scored q
+    only up to the decisions), from every row of q: what `verify` on all k + 1 rows reports
+    there, so that a trace reads the same whichever head scored it."""
+    found: list[dict[int, float]] = []
+    for b, v in enumerate(out.verdicts):
+        missing = [j for j, a in enumerate(v.accept_probs) if math.isnan(a)]
+        if out.tree is not None or not missing:
+            found.append({})
+            continue
+        at = torch.tensor(missing, dtype=torch.long, device=out.p.device)  # [d]
+        n = torch.tensor([v.tokens[j] for j in missing], dtype=torch.long, device=out.p.device)
+        a = judge.accept_probs(q_all[b, at], out.p[b, at], n, validate=False)  # [d]
+        found.append(dict(zip(missing, a.tolist(), strict=True)))
+    return found
 
 
 def row_kl(
@@ -166,30 +190,32 @@ def row_kl(
 def position_traces(
     judge: Rule,
     out: RoundOutcome,
+    q_all: torch.Tensor,
     kl_rows: list[dict[int, float]],
     top_n: int,
     top_m: int,
 ) -> list[list[PositionTrace]]:
     """One `PositionTrace` per row of each sequence's proposal ([B][R + 1]): top-N of q and the
-    replay rows of q at every row; at a row with children also top-N of p and of the rule's h
-    for its first child (the one the rule judges; later ones are judged against residuals),
-    its p_n, q_n, h_n, KL(h ‖ q), KL(pi ‖ q) from `kl_rows`, and the replay rows of p, with
-    every child's exact p and q kept so that a replay finds them. One batched pass over the
-    judged rows of the whole round, then one over every q row."""
+    replay rows of q at every row (q_all [B, J, V], `RoundOutcome.full_q`); at a row with
+    children also top-N of p and of the rule's h for its first child (the one the rule judges;
+    later ones are judged against residuals), its p_n, q_n, h_n, KL(h ‖ q), KL(pi ‖ q) from
+    `kl_rows`, and the replay rows of p, with every child's exact p and q kept so that a
+    replay finds them. One batched pass over the judged rows of the whole round, then one
+    over every q row."""
     kids = [children_of(v.parents) for v in out.verdicts]
     judged = [(b, r) for b, k in enumerate(kids) for r, c in enumerate(k) if c]
     seq = torch.tensor([b for b, _ in judged], dtype=torch.long, device=out.p.device)
     row = torch.tensor([r for _, r in judged], dtype=torch.long, device=out.p.device)
     first = [out.verdicts[b].tokens[kids[b][r][0]] for b, r in judged]
     n = torch.tensor(first, dtype=torch.long, device=out.p.device)  # [M]
-    p, q = out.p[seq, row], out.q[seq, row]  # [M, V]
+    p, q = out.p[seq, row], q_all[seq, row]  # [M, V]
     h = judge.adjusted_target(q, p, n, validate=False)  # [M, V]
     kl_h = kl(h, q).tolist()
     pn, qn, hn = (x.gather(-1, n[:, None])[:, 0].tolist() for x in (p, q, h))
     wide = max(top_m, top_n)  # the replay rows' top-M, sorted, hold the shown top-N
     rp, th = top_entries(p, wide), top_entries(h, top_n)
-    rows_q = out.q.shape[1]
-    rq = top_entries(out.q.reshape(-1, out.q.shape[-1]), wide)  # [B * J]
+    rows_q = q_all.shape[1]
+    rq = top_entries(q_all.reshape(-1, q_all.shape[-1]), wide)  # [B * J]
     traces = []
     for b, k in enumerate(kids):
         traces.append(

@@ -166,7 +166,9 @@ class CactusFamily(Rule):
         support = DraftSupport.of(p64)
         if support is not None:
             p64, q64 = support.compact(p64), support.compact(q64)
-        pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
+        pi = cactus_monotone_emitted(
+            p64, q64, lambda x: self._hfun(x, delta).double(), compact=False
+        )
         return kl(pi, q64).to(work_dtype(q))
 
     def _accept_all_and_emitted(

@@ -77,6 +77,7 @@ def cactus_monotone_emitted(
     q: torch.Tensor,
     hfun: Callable[[torch.Tensor], torch.Tensor] | None = None,
     h_vocab: torch.Tensor | None = None,
+    compact: bool = True,
 ) -> torch.Tensor:
     """pi [..., V] for a Cactus-family rule whose h_n = hfun(q_n) elementwise and whose
     c_n = (1 − h_n)/(1 − q_n) falls as q_n grows (the closed form and the exact root both).
@@ -88,9 +89,10 @@ def cactus_monotone_emitted(
 
     Where p has mass on a part of the vocabulary only (a draft whose head covers some of the
     ids), the rows are first compacted to that part plus one token for the rest
-    (`DraftSupport`): the same pi, from rows a fraction as long.
+    (`DraftSupport`): the same pi, from rows a fraction as long. compact=False skips that
+    check, for rows a caller has compacted already.
     """
-    if h_vocab is None and hfun is not None:
+    if compact and h_vocab is None and hfun is not None:
         support = DraftSupport.of(p)
         if support is not None:
             pi = _monotone_emitted(support.compact(p), support.compact(q), hfun, None)
