@@ -101,6 +101,11 @@ class Spread:
     def covers(self, value: float) -> bool:
         return self.low <= value <= self.high
 
+    def including(self, value: float) -> Spread:
+        """The spread widened to hold `value` (the whole run's speedup, which also counts the
+        rounds one lane ran after the other had finished, outside every stretch)."""
+        return Spread(min(self.low, value), max(self.high, value), self.parts)
+
     def text(self) -> str:
         return f"{self.low:.2f}–{self.high:.2f}× over {self.parts} stretches of the race"
 
