@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cactus_core.app.decode.race import Lane, Race
+from cactus_core.app.decode.race import Lane, Race, RaceRound
 from cactus_core.app.frontier.figures import predicted_speedup_chart
 from cactus_core.app.frontier.tuner import step_rows
 from cactus_core.engine.decoding.generation import GenerationStats
@@ -137,5 +137,15 @@ def test_the_stated_spread_holds_its_verdict():
     wide = Spread(0.48, 0.79, 5).including(0.46)
     assert wide == Spread(0.46, 0.79, 5) and wide.covers(0.46)
     assert Spread(0.48, 0.79, 5).including(0.5) == Spread(0.48, 0.79, 5)
-    cmp = finished_race(*the_run()).comparison()
-    assert cmp.spread is None or cmp.spread.covers(cmp.speedup)
+    # a race whose every stretch gives 1.2× (rounds of 0.1 s, steps of 0.04 s, 3 tokens a
+    # round) while its whole run, prefill apart, gives 1.5×
+    race = finished_race(*the_run())
+    race.speculative.rounds = [
+        RaceRound(i, 0.1 * (i + 1), 0.1, 0.1 * (i + 1), ("x",) * 3, 2, 4) for i in range(21)
+    ]
+    race.verifier_only.rounds = [
+        RaceRound(i, 0.04 * (i + 1), 0.04, 0.04 * (i + 1), ("x",), 0, 0) for i in range(54)
+    ]
+    cmp = race.comparison()
+    assert cmp.speedup == pytest.approx(1.5) and cmp.spread is not None
+    assert cmp.spread.low == pytest.approx(1.2) and cmp.spread.high == pytest.approx(1.5)
