@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import torch
 
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import NO_STATS, Rule
+from cactus_core.maths.rules import Rule
 from cactus_core.maths.sampling import inverse_cdf_
 from cactus_core.maths.tree_verdict import (
     FATES,
@@ -338,13 +338,12 @@ def _judge_children(
         c = _at(tokens, safe)  # [B]
         if i == 0:
             # the rule's own decision, exactly as on a chain's draft
-            pn, qn = _at(p_row, c), _at(q_row, c)
-            st = rule.position_stats(q_row, p_row) if rule.needs_rows else NO_STATS
-            a = rule.accept(qn, pn, st)
-            h = _at(rule.adjusted_target(q_row, p_row, c, validate=False), c)
-            w = rule.residual_weights(q_row, p_row, c, qn, pn, st)  # [B, V]
+            d = rule.drafted(q_row, p_row, c)
+            a = rule.accept(d)
+            h = _at(rule.target(d), c)
+            w = rule.residual_weights(d)  # [B, V]
             r_next = w / w.sum(-1, keepdim=True)
-            pl = pn
+            pl = d.pn
         else:
             mass = left.sum(-1)  # [B]
             pc = torch.where(mass > 0, _at(left, c) / mass.clamp_min(1e-300), 0.0)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_core.maths.rules import NO_STATS, RowStats, Rule
+from cactus_core.maths.rules import NO_STATS, Drafted, Rule
 from cactus_core.maths.sampling import inverse_cdf_
 from cactus_core.maths.validation import (
     check_float,
@@ -152,11 +152,12 @@ def verify(
     # What a(n) needs from whole rows (thresholds, per-position delta, clip bounds): () for
     # pointwise rules, else tensors [B, k].
     st = rule.position_stats(q_k.to(dtype), p.to(dtype)) if rule.needs_rows else NO_STATS
+    decided = Drafted(qn, pn, st)  # [B, k]; the whole rows only at the residual's one row
 
-    a = rule.accept(qn, pn, st)  # [B, k]
+    a = rule.accept(decided)  # [B, k]
     accepted = uniforms.to(a.dtype) < a  # [B, k]
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # [B]
-    out = _emit(rule, target_probs, p, n, qn, pn, st, num_accepted, sample_uniforms, dtype)
+    out = _emit(rule, target_probs, p, n, decided, num_accepted, sample_uniforms, dtype)
     return VerifyResult(out, num_accepted, a, uniforms, sample_uniforms)
 
 
@@ -234,7 +235,7 @@ def verify_sequential(
             if rule.needs_rows
             else NO_STATS
         )  # each [B, 1]
-        a = rule.accept(qn, pn, st)  # [B, 1]
+        a = rule.accept(Drafted(qn, pn, st))  # [B, 1]
         passed = uniforms[:, j : j + 1].to(a.dtype) < a  # [B, 1]
         num_accepted += (alive & passed[:, 0]).long()
         alive &= passed[:, 0]
@@ -249,7 +250,8 @@ def verify_sequential(
     pn_all, qn_all = torch.cat(pns, 1), torch.cat(qns, 1)  # [B, decided]
     st_all = tuple(torch.cat(parts, 1) for parts in zip(*sts, strict=True))  # each [B, J]
     a_all = torch.cat(accs, 1)  # [B, decided]
-    out = _emit(rule, target, p, n, qn_all, pn_all, st_all, num_accepted, sample_uniforms, dtype)
+    judged = Drafted(qn_all, pn_all, st_all)  # [B, decided]
+    out = _emit(rule, target, p, n, judged, num_accepted, sample_uniforms, dtype)
     pad = a_all.new_full((b, k - decided), float("nan"))
     a_full = torch.cat([a_all, pad], 1)  # [B, k]
     return VerifyResult(out, num_accepted, a_full, uniforms, sample_uniforms), target
@@ -260,17 +262,15 @@ def _emit(
     target_probs: torch.Tensor,
     p: torch.Tensor,
     n: torch.Tensor,
-    qn: torch.Tensor,
-    pn: torch.Tensor,
-    st: RowStats,
+    decided: Drafted,
     num_accepted: torch.Tensor,
     sample_uniforms: torch.Tensor,
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """Draw the recovered or bonus token and lay out the output tokens [B, k+1].
 
-    target_probs [B, J, V] holds q at positions 0..J-1 with J > num_accepted; qn, pn and st
-    hold the per-position values at least up to the rejected position."""
+    target_probs [B, J, V] holds q at positions 0..J-1 with J > num_accepted; `decided`
+    holds q_n, p_n and the stats [B, d] at least up to the rejected position."""
     b, k = n.shape
     device = n.device
     # One row per sequence: q at the first rejection, or q's bonus row when all passed.
@@ -280,11 +280,15 @@ def _emit(
     p_row = _rows(p, base * k + j)
     q_row, p_row = q_row.to(dtype), p_row.to(dtype)  # [B, V]
     take = j.unsqueeze(-1)
-    n_row = n.gather(1, take).squeeze(1)  # [B]
-    qn_row = qn.gather(1, take).squeeze(1)
-    pn_row = pn.gather(1, take).squeeze(1)
-    st_row = tuple(s.gather(1, take).squeeze(1) for s in st)  # each [B]
-    weights = rule.residual_weights(q_row, p_row, n_row, qn_row, pn_row, st_row)  # [B, V]
+    at = Drafted(
+        decided.qn.gather(1, take).squeeze(1),
+        decided.pn.gather(1, take).squeeze(1),
+        tuple(s.gather(1, take).squeeze(1) for s in decided.stats),  # each [B]
+        q_row,
+        p_row,
+        n.gather(1, take).squeeze(1),
+    )
+    weights = rule.residual_weights(at)  # [B, V]
     # Bonus rows sample q itself. Arithmetic row selection in place: torch.where over
     # [B, V] is several times slower on CPU, and fresh [B, V] buffers cost page faults.
     bonus = (num_accepted == k).unsqueeze(-1).to(weights.dtype)  # [B, 1]

@@ -20,7 +20,7 @@ from cactus_core.app.step import narration as say
 from cactus_core.app.step.run import SHOWN, RoundRows, StepRun
 from cactus_core.app.step.steps import Bars, Step
 from cactus_core.app.step.tree_steps import tree_round_steps
-from cactus_core.maths.rules import NO_STATS, Rule, lossless_rule
+from cactus_core.maths.rules import Drafted, Rule, lossless_rule
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
@@ -38,7 +38,7 @@ def lossless_accept(q_n: float, p_n: float) -> float:
     """a(n) of lossless speculative sampling at one position, from the rule itself."""
     rule = lossless_rule()
     qn, pn = torch.tensor(q_n, dtype=torch.float64), torch.tensor(p_n, dtype=torch.float64)
-    return float(rule.accept(qn, pn, NO_STATS))
+    return float(rule.accept(Drafted(qn, pn)))
 
 
 def _draft_step(rnd: RoundTrace, j: int, text: Callable[[int], str]) -> Step:

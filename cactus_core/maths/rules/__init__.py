@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cactus_core.maths.rules.base import NO_STATS, UNBOUNDED, Param, RowStats, Rule
+from cactus_core.maths.rules.base import NO_STATS, UNBOUNDED, Drafted, Param, RowStats, Rule
 from cactus_core.maths.rules.block import Block
 from cactus_core.maths.rules.cactus import (
     Cactus,
@@ -96,6 +96,7 @@ __all__ = [
     "RULES",
     "RULE_NAMES",
     "UNBOUNDED",
+    "Drafted",
     "Param",
     "RowStats",
     "Rule",

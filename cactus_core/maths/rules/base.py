@@ -17,13 +17,17 @@ The protocol every rule implements, in two layers:
 - Decode-loop view (what `verify` uses, with no validation and no Python loop over positions):
   `position_stats(q, p)` -> RowStats, a tuple of tensors shaped like the positions [...]
   holding what a(n) needs from whole rows (a threshold, a per-position delta, clip bounds),
-  empty for pointwise rules (`needs_rows = False`); `accept(qn, pn, stats)` a(n) [...] from the
-  gathered q_n, p_n [...]; `residual_weights(q, p, n, qn, pn, stats)` the unnormalised residual
-  [..., V], a fresh tensor the caller may edit in place.
+  empty for pointwise rules (`needs_rows = False`); a `Drafted` value holds what one decision
+  reads (q_n, p_n, those stats, and the whole rows and n where the caller has them);
+  `accept(drafted)` a(n) [...], `target(drafted)` h^(n) [..., V] and
+  `residual_weights(drafted)` the unnormalised residual [..., V], a fresh tensor the caller
+  may edit in place. A ratio rule's a(n) is one hop from the rule: `accept` is
+  min(1, h_n / p_n) with the rule's own `h_n(drafted)`.
 
 Every rule rejects a draft with q_n = 0 (also one with p_n = 0, a draft not sampled from the p
-passed in): the verifier must never emit a token it gives probability 0. `accept` and
-`accept_all` apply that rule-wide in the base class; subclasses define `_accept`/`_accept_all`.
+passed in): the verifier must never emit a token it gives probability 0. `accept_all`
+applies that rule-wide in the base class (subclasses define `_accept_all`), and so does
+`accept` for ratio rules; a rule that overrides `accept` keeps the zero with `where_q_positive`.
 """
 
 from __future__ import annotations
@@ -207,6 +211,36 @@ class Param(Generic[Value]):
         return torch.linspace(lo, hi, count, dtype=torch.float64).tolist()
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The whole rows behind a decision: q, p [..., V] and the drafted ids n [...]."""
+
+    q: torch.Tensor
+    p: torch.Tensor
+    n: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """What a rule judges a drafted token on, at positions [...]: q_n and p_n, the rows'
+    `position_stats` (empty for a pointwise rule) and, where the caller has them, the whole
+    rows (`Rows`): `target` and `residual_weights` read those, `accept` never does."""
+
+    qn: torch.Tensor  # [...]
+    pn: torch.Tensor  # [...]
+    stats: RowStats = NO_STATS  # each [...]
+    q: torch.Tensor | None = None  # [..., V]
+    p: torch.Tensor | None = None  # [..., V]
+    n: torch.Tensor | None = None  # [...]
+
+    @property
+    def rows(self) -> Rows:
+        """The whole rows; ValueError where the caller passed only q_n and p_n."""
+        if self.q is None or self.p is None or self.n is None:
+            raise ValueError("this needs the whole rows q, p and the drafted ids n")
+        return Rows(self.q, self.p, self.n)
+
+
 class Rule:
     """An acceptance rule with its parameters. Subclasses set the class variables and the
     underscore hooks; everything else (validation, q_n = 0, labels) lives here."""
@@ -283,23 +317,27 @@ class Rule:
         """What a(n) needs from the whole rows q, p [..., V]: tensors [...] (empty if pointwise)."""
         return NO_STATS
 
-    def accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        """a(n) [...] from q_n, p_n [...] and `position_stats`; 0 wherever q_n = 0."""
-        return self._accept(qn, pn, stats) * (qn > 0).to(qn.dtype)
+    def drafted(self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor) -> Drafted:
+        """The `Drafted` value of rows q, p [..., V] (work dtype) at drafted ids n [...]."""
+        stats = self.position_stats(q, p) if self.needs_rows else NO_STATS
+        return Drafted(gather(q, n), gather(p, n), stats, q, p, n)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        """h_n [...], what a ratio rule raises (or lowers) q_n to at the drafted token."""
+        raise NotImplementedError(f"{self.name} is not a ratio rule: it defines accept itself")
+
+    def accept(self, d: Drafted) -> torch.Tensor:
+        """a(n) [...] = min(1, h_n / p_n), 0 wherever q_n = 0."""
+        return where_q_positive(min1_ratio(self.h_n(d), d.pn), d.qn)
+
+    def target(self, d: Drafted) -> torch.Tensor:
+        """h^(n) [..., V], fresh, from the whole rows of `d`."""
+        raise NotImplementedError
+
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
         """max(0, h − p) [..., V], unnormalised and fresh. A row with no mass there has h = p,
         so its draft is only rejected through rounding; such rows fall back to p."""
-        w = self._target(q, p, n, qn, pn, stats) - p
-        return fallback_(w.clamp_min_(0.0), p)
+        return fallback_(self.target(d).sub_(d.rows.p).clamp_min_(0.0), d.rows.p)
 
     def accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         """a(n) for every possible draft n [..., V]; 0 wherever q = 0."""
@@ -328,23 +366,6 @@ class Rule:
         raise NotImplementedError(f"{self.name} decides position by position")
 
     # -- hooks ---------------------------------------------------------------------------------
-    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return min1_ratio(self._h_n(qn, pn, stats), pn)
-
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        raise NotImplementedError
-
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         raise NotImplementedError
 
@@ -377,23 +398,19 @@ class Rule:
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """h^(n) [..., V] for verifier q, draft p [..., V] and drafted ids n [...]."""
-        q, p, n = self._prepare_drafted(q, p, n, validate)
-        return self._target(q, p, n, gather(q, n), gather(p, n), self.position_stats(q, p))
+        return self.target(self.drafted(*self._prepare_drafted(q, p, n, validate)))
 
     def accept_probs(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """a(n) [...]: the chance of accepting the drafted n."""
-        q, p, n = self._prepare_drafted(q, p, n, validate)
-        return self.accept(gather(q, n), gather(p, n), self.position_stats(q, p))
+        return self.accept(self.drafted(*self._prepare_drafted(q, p, n, validate)))
 
     def residual(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
     ) -> torch.Tensor:
         """r_n [..., V]: the normalised distribution sampled when n is rejected."""
-        q, p, n = self._prepare_drafted(q, p, n, validate)
-        stats = self.position_stats(q, p)
-        w = self.residual_weights(q, p, n, gather(q, n), gather(p, n), stats)
+        w = self.residual_weights(self.drafted(*self._prepare_drafted(q, p, n, validate)))
         return w / w.sum(-1, keepdim=True)
 
     def accept_probs_all(
@@ -419,6 +436,11 @@ def fallback_(w: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     return w.addcmul_(fallback, empty)
 
 
+def where_q_positive(a: torch.Tensor, qn: torch.Tensor) -> torch.Tensor:
+    """a(n) with 0 wherever q_n = 0 (every rule's one invariant), in place on a fresh a."""
+    return a.mul_((qn > 0).to(a.dtype))
+
+
 def min1_ratio(h: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """min(1, h/p), with p = 0 counted as accepted (q_n = 0 is rejected by `Rule.accept`)."""
     return torch.where(p <= h, torch.ones_like(h), h / p)
@@ -427,8 +449,3 @@ def min1_ratio(h: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 def gather(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """x [..., V] at ids n [...] -> [...]."""
     return x.gather(-1, n.unsqueeze(-1)).squeeze(-1)
-
-
-def unsqueeze_stat(stat: torch.Tensor | float) -> torch.Tensor | float:
-    """A per-position statistic [...] broadcast against rows [..., V]."""
-    return stat.unsqueeze(-1) if isinstance(stat, torch.Tensor) else stat

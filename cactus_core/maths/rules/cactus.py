@@ -17,12 +17,12 @@ from cactus_core.maths.divergence import entropy, kl
 from cactus_core.maths.row_memo import RowMemo
 from cactus_core.maths.rules.base import (
     UNBOUNDED,
+    Drafted,
     Param,
     RowStats,
     Rule,
     fallback_,
     min1_ratio,
-    unsqueeze_stat,
 )
 from cactus_core.maths.rules.cactus_emitted import (
     CactusPrecomputed,
@@ -109,65 +109,54 @@ def cactus_target(
 
 class CactusFamily(Rule):
     """What the Cactus rules share: drafting n verifies against h^(n), h_n at n and c_n·q
-    elsewhere. A member says how much it spends at a position (`_delta`) and how that makes
-    h_n (`_hfun`: the paper's closed form unless it overrides it)."""
+    elsewhere. A member says how far it raises a verifier probability at a position:
+    `raise_(q, stats)`, elementwise in q, with the position's `position_stats` (shaped to
+    broadcast against q); h_n is that at q_n."""
 
     family = "Cactus"
     citation = CITATION
     tunable = True
 
-    def _delta(self, stats: RowStats) -> torch.Tensor | float:
+    def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         raise NotImplementedError
 
-    def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
-        return cactus_h(q, delta)
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        return self.raise_(d.qn, d.stats)
 
-    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return self._hfun(qn, self._delta(stats))
+    def target(self, d: Drafted) -> torch.Tensor:
+        r = d.rows
+        return cactus_target(r.q, r.n, d.qn, self.h_n(d))
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        return cactus_target(q, n, qn, self._h_n(qn, pn, stats))
-
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        h = self._target(q, p, n, qn, pn, stats)  # fresh: reuse its buffer for h − p
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        p = d.rows.p
+        h = self.target(d)  # fresh: reuse its buffer for h − p
         return fallback_(h.sub_(p).clamp_min_(0.0), p)
 
+    def _raise_rows(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """h as a function of q [..., V], with each position's own stats: solved once."""
+        stats = tuple(s.unsqueeze(-1) for s in self.position_stats(q, p))
+        return self.raise_(q, stats)
+
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return min1_ratio(self._hfun(q, unsqueeze_stat(self._delta(stats))), p)
+        return min1_ratio(self.raise_(q, tuple(s.unsqueeze(-1) for s in stats)), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         p64, q64 = p.double(), q.double()
-        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        stats = tuple(s.unsqueeze(-1) for s in self.position_stats(q64, p64))
         # c = (1 − h)/(1 − q) falls as q grows, for the closed form and the exact root alike
-        pi = cactus_monotone_emitted(p64, q64, lambda x: self._hfun(x, delta).double())
+        pi = cactus_monotone_emitted(p64, q64, lambda x: self.raise_(x, stats).double())
         return pi.to(work_dtype(q))
 
     def emitted_kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """KL(pi ‖ q) from the compact rows where p covers part of the vocabulary
         (`DraftSupport`: the merged token's term is the rest's whole sum)."""
         p64, q64 = p.double(), q.double()
-        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
+        stats = tuple(s.unsqueeze(-1) for s in self.position_stats(q64, p64))
         support = DraftSupport.of(p64)
         if support is not None:
             p64, q64 = support.compact(p64), support.compact(q64)
         pi = cactus_monotone_emitted(
-            p64, q64, lambda x: self._hfun(x, delta).double(), compact=False
+            p64, q64, lambda x: self.raise_(x, stats).double(), compact=False
         )
         return kl(pi, q64).to(work_dtype(q))
 
@@ -176,8 +165,7 @@ class CactusFamily(Rule):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = work_dtype(q)
         p64, q64 = p.double(), q.double()
-        delta = unsqueeze_stat(self._delta(self.position_stats(q64, p64)))
-        h = self._hfun(q64, delta).double()  # [..., V] in vocabulary order, solved once
+        h = self._raise_rows(q64, p64).double()  # [..., V] in vocabulary order, solved once
         pi = cactus_monotone_emitted(p64, q64, h_vocab=h)
         accept = min1_ratio(h, p64) * (q64 > 0)
         return accept.to(dtype), pi.to(dtype)
@@ -198,8 +186,8 @@ class Cactus(CactusFamily):
     guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
     delta = DELTA
 
-    def _delta(self, stats: RowStats) -> torch.Tensor | float:
-        return self.delta
+    def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return cactus_h(q, self.delta)
 
 
 class CactusExact(Cactus):
@@ -216,8 +204,8 @@ class CactusExact(Cactus):
     )
     guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
-    def _hfun(self, q: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
-        return cactus_exact_h(q, float(delta))
+    def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return cactus_exact_h(q, self.delta)
 
 
 class CactusBudget(CactusFamily):
@@ -249,8 +237,8 @@ class CactusBudget(CactusFamily):
     needs_rows = True
     budget = BUDGET
 
-    def _delta(self, stats: RowStats) -> torch.Tensor | float:
-        return stats[0]
+    def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return cactus_h(q, stats[0])  # the position's own delta'
 
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return (budget_delta(p, q, self.budget).to(q.dtype),)
@@ -282,8 +270,8 @@ class CactusAdaptive(Cactus):
     guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
     needs_rows = True  # its delta is cactus's own (and Playground slider), rescaled
 
-    def _delta(self, stats: RowStats) -> torch.Tensor | float:
-        return stats[0]
+    def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        return cactus_h(q, stats[0])  # delta_t at the position
 
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return (self.delta * entropy(q) / REFERENCE_ENTROPY,)

@@ -12,7 +12,15 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.divergence import js_divergence
-from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import (
+    Drafted,
+    Param,
+    RowStats,
+    Rule,
+    fallback_,
+    min1_ratio,
+    where_q_positive,
+)
 from cactus_core.maths.validation import work_dtype
 
 # p's mass on q's support is a sum of probabilities: this floor only guards 0/0.
@@ -40,31 +48,16 @@ class Deferral(Rule):
         defers = stats[0].unsqueeze(-1) * (mass > 0).to(q.dtype)
         return h.mul_(defers / mass.clamp_min(_TINY)).addcmul_(q, 1 - defers)
 
-    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        # deferring: h_n = p_n / mass ≥ p_n on q's support (q_n = 0 is rejected by Rule.accept)
-        return torch.where(stats[0] > 0, 1.0, min1_ratio(qn, pn))
+    def accept(self, d: Drafted) -> torch.Tensor:
+        # deferring: h_n = p_n / mass ≥ p_n on q's support
+        return where_q_positive(torch.where(d.stats[0] > 0, 1.0, min1_ratio(d.qn, d.pn)), d.qn)
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        return self._target_rows(q, p, stats)
+    def target(self, d: Drafted) -> torch.Tensor:
+        return self._target_rows(d.rows.q, d.rows.p, d.stats)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        w = self._target_rows(q, p, stats).sub_(p).clamp_min_(0.0)
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        q, p = d.rows.q, d.rows.p
+        w = self._target_rows(q, p, d.stats).sub_(p).clamp_min_(0.0)
         return fallback_(w, q)  # empty only where nothing on q's support is rejected
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:

@@ -9,7 +9,14 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.limit import clip_target, optimal_params, price_params
-from cactus_core.maths.rules.base import NO_STATS, Param, RowStats, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import (
+    Drafted,
+    Param,
+    RowStats,
+    Rule,
+    fallback_,
+    min1_ratio,
+)
 from cactus_core.maths.rules.cactus import BUDGET
 from cactus_core.maths.validation import work_dtype
 
@@ -48,34 +55,24 @@ class Interp(Rule):
         help="h = alpha·p + (1 − alpha)·q.",
     )
 
-    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        alpha = self.alpha
-        return alpha * pn + (1 - alpha) * qn  # q_n = 0 is rejected by Rule.accept
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        return self.alpha * d.pn + (1 - self.alpha) * d.qn  # q_n = 0 is rejected by accept
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def _mixture(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """h' [..., V]: the mixture on q's support, fresh."""
         alpha = self.alpha
         # in place on one fresh buffer: torch.where over [B, V] is several times slower on CPU
         return (q > 0).to(p.dtype).mul_(p).mul_(alpha).add_(q, alpha=1 - alpha)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        w = self._target(q, p, n, qn, pn, stats).sub_(p).clamp_min_(0.0)
+    def target(self, d: Drafted) -> torch.Tensor:
+        return self._mixture(d.rows.q, d.rows.p)
+
+    def _residual_rows(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        w = self._mixture(q, p).sub_(p).clamp_min_(0.0)
         return fallback_(w, q)  # empty only when every kept draft passes: q is a safe draw
+
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        return self._residual_rows(d.rows.q, d.rows.p)
 
     def adjusted_target(
         self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, validate: bool = True
@@ -84,13 +81,13 @@ class Interp(Rule):
         return h / h.sum(-1, keepdim=True)
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return min1_ratio(self._target(q, p, None, None, None, stats), p)
+        return min1_ratio(self._mixture(q, p), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))
         p, q = p.to(dtype), q.to(dtype)
-        kept = torch.minimum(p, self._target(q, p, None, None, None, NO_STATS))
-        w = self.residual_weights(q, p, None, None, None, NO_STATS)
+        kept = torch.minimum(p, self._mixture(q, p))
+        w = self._residual_rows(q, p)
         rejected = 1 - kept.sum(-1, keepdim=True)
         return kept + rejected.clamp_min(0.0) * w / w.sum(-1, keepdim=True)
 
@@ -103,24 +100,15 @@ class ClipTarget(Rule):
     needs_rows = True
     tunable = True
 
-    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        lower, upper = stats
-        return clip_target(pn.unsqueeze(-1), qn.unsqueeze(-1), lower, upper).squeeze(-1)
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        lower, upper = d.stats
+        return clip_target(d.pn.unsqueeze(-1), d.qn.unsqueeze(-1), lower, upper).squeeze(-1)
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        lower, upper = stats
-        return clip_target(p, q, lower, upper)
+    def target(self, d: Drafted) -> torch.Tensor:
+        return clip_target(d.rows.p, d.rows.q, *d.stats)
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return min1_ratio(self._target(q, p, None, None, None, stats), p)
+        return min1_ratio(clip_target(p, q, *stats), p)
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(work_dtype(q), work_dtype(p))

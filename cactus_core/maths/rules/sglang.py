@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_
+from cactus_core.maths.rules.base import Drafted, Param, RowStats, Rule, fallback_, where_q_positive
 from cactus_core.maths.validation import work_dtype
 
 # SGLang raises a smaller threshold_acc to this before dividing by it.
@@ -80,38 +80,22 @@ class SGLangThresholds(Rule):
         ratio = (q / self.threshold_acc).clamp_max_(1.0)
         return torch.where(q >= self.threshold_single, torch.ones_like(q), ratio)
 
-    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return self._a(qn)
+    def accept(self, d: Drafted) -> torch.Tensor:
+        return where_q_positive(self._a(d.qn), d.qn)
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._a(q)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        if n is None:
-            raise ValueError("sglang's residual leaves the drafted token out: it needs n")
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        q, n = d.rows.q, d.rows.n
         w = q.clone().scatter_(-1, n.unsqueeze(-1), 0.0)
         # empty only when q_n = 1, which is always accepted
         return fallback_(w, q)
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        a = self.accept(qn, pn, stats).unsqueeze(-1)
-        w = self.residual_weights(q, p, n, qn, pn, stats)
+    def target(self, d: Drafted) -> torch.Tensor:
+        q, n = d.rows.q, d.rows.n
+        a = self.accept(d).unsqueeze(-1)
+        w = self.residual_weights(d)
         drafted = torch.zeros_like(q).scatter_(-1, n.unsqueeze(-1), 1.0)
         return a * drafted + (1 - a) * w / w.sum(-1, keepdim=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.rules.base import RowStats, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import Drafted, RowStats, Rule, fallback_, min1_ratio
 from cactus_core.maths.validation import work_dtype
 
 
@@ -25,29 +25,14 @@ class SPS(Rule):
     guarantee = "pi = q exactly, whatever the draft"
     lossless = True
 
-    def _h_n(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return qn
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        return d.qn
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        return q.clone()
+    def target(self, d: Drafted) -> torch.Tensor:
+        return d.rows.q.clone()
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        q, p = d.rows.q, d.rows.p
         return fallback_((q - p).clamp_min_(0.0), p)
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:

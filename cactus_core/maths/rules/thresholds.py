@@ -11,7 +11,14 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.divergence import entropy
-from cactus_core.maths.rules.base import Param, RowStats, Rule, fallback_
+from cactus_core.maths.rules.base import (
+    Drafted,
+    Param,
+    RowStats,
+    Rule,
+    fallback_,
+    where_q_positive,
+)
 from cactus_core.maths.validation import work_dtype
 
 _CHUNK = 64
@@ -50,36 +57,24 @@ class _QThreshold(Rule):
         # q_n > 0 as well: at T = 0 the k-th largest q is 0, and the rule must stay exact match
         return (q >= threshold) & (q > 0)
 
-    def _accept(self, qn: torch.Tensor, pn: torch.Tensor, stats: RowStats) -> torch.Tensor:
-        return self._passes(qn, stats[0]).to(qn.dtype)
+    def accept(self, d: Drafted) -> torch.Tensor:
+        return where_q_positive(self._passes(d.qn, d.stats[0]).to(d.qn.dtype), d.qn)
 
     def _accept_all(self, p: torch.Tensor, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
 
-    def _target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor,
-        qn: torch.Tensor,
-        pn: torch.Tensor,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        drafted = _one_hot(n, q.shape[-1], q.dtype)
-        w = self.residual_weights(q, p, n, qn, pn, stats)
-        passes = self._passes(qn, stats[0]).unsqueeze(-1)
+    def target(self, d: Drafted) -> torch.Tensor:
+        q = d.rows.q
+        drafted = _one_hot(d.rows.n, q.shape[-1], q.dtype)
+        w = self.residual_weights(d)
+        passes = self._passes(d.qn, d.stats[0]).unsqueeze(-1)
         return torch.where(passes, drafted, w / w.sum(-1, keepdim=True))
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
-        """A threshold rule's residual does not depend on the drafted token (n may be None)."""
+    def residual_weights(self, d: Drafted) -> torch.Tensor:
+        return self._residual_rows(d.rows.q, d.rows.p, d.stats)
+
+    def _residual_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
+        """A threshold rule's residual [..., V] does not depend on the drafted token."""
         raise NotImplementedError
 
     def emitted(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -88,7 +83,7 @@ class _QThreshold(Rule):
         stats = self.position_stats(q, p)
         keep = self.accept_all(p, q, stats)
         rejected = (p * (1 - keep)).sum(-1, keepdim=True)
-        w = self.residual_weights(q, p, None, None, None, stats)
+        w = self._residual_rows(q, p, stats)
         return p * keep + rejected * w / w.sum(-1, keepdim=True)
 
 
@@ -141,15 +136,7 @@ class TAS(_QThreshold):
     def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
         return q > threshold
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def _residual_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return _one_hot(q.argmax(-1), q.shape[-1], q.dtype)
 
 
@@ -187,15 +174,7 @@ class TopK(_QThreshold):
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
         return (kth_largest(q, min(int(self.k_top), q.shape[-1])),)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def _residual_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
         inside = self._passes(q, stats[0].unsqueeze(-1)).to(q.dtype)
         # no mass only if the draft is certain of the one passing token (never rejected then)
         return fallback_((inside - p).clamp_min_(0.0), inside)
@@ -258,13 +237,5 @@ class RelaxedTopK(_QThreshold):
         floor = q.amax(-1) - self.delta_r
         return (torch.maximum(kth, floor),)
 
-    def residual_weights(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        n: torch.Tensor | None,
-        qn: torch.Tensor | None,
-        pn: torch.Tensor | None,
-        stats: RowStats,
-    ) -> torch.Tensor:
+    def _residual_rows(self, q: torch.Tensor, p: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return q.clone()
