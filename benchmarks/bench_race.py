@@ -40,8 +40,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from cactus_core.app.decode.run import DecodeRequest
     from cactus_core.app.shared.links import DECODE_MAX_NEW, TEMPERATURE, TOP_P, K
+    from cactus_core.app.shared.request import DecodeRequest
     from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings, default_params
     from cactus_core.engine.loading.embedded_drafts import DEFAULT_EMBEDDED_DRAFT, embedded_draft
     from cactus_core.engine.loading.models import load_pair

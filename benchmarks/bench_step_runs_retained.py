@@ -31,7 +31,7 @@ def main() -> None:
     sys.path.insert(0, str(code))
     import torch
 
-    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.shared.request import DecodeRequest
     from cactus_core.app.shared.settings import AppSettings
     from cactus_core.app.step.run import StepRun
     from cactus_core.engine.decoding.recording import RECORDER_THREAD

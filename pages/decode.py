@@ -9,47 +9,43 @@ from typing import TYPE_CHECKING
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from cactus_core.app.decode.run import (
-    DecodeRequest,
-    DecodeRun,
-    LiveStats,
-    final_stats,
-    inspect_token,
-    live_stats,
-    replay_caption,
-    replay_headlines,
-    round_label,
-    round_table,
-    timeline,
-)
-from cactus_core.app.frontier.reference import (
+from cactus_core.app.decode.replay import replay_caption, replay_headlines, tree_replay_note
+from cactus_core.app.shared import figures
+from cactus_core.app.shared.inspector import inspect_token
+from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
+from cactus_core.app.shared.links import DECODE_MAX_NEW, MAX_NEW
+from cactus_core.app.shared.metrics import METRIC_HELP, prob_text
+from cactus_core.app.shared.reference import (
+    EstimatedCurve,
     RunPoint,
     compact_caption,
     compact_frontier,
+    load_reference,
     log_timing,
     reference_part,
     run_curve,
 )
-from cactus_core.app.shared import figures
-from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
-from cactus_core.app.shared.links import DECODE_MAX_NEW, MAX_NEW
-from cactus_core.app.shared.metrics import METRIC_HELP, prob_text
+from cactus_core.app.shared.request import DecodeRequest, DecodeRun
+from cactus_core.app.shared.round_view import (
+    LiveStats,
+    final_stats,
+    live_stats,
+    round_label,
+    round_table,
+    timeline,
+)
 from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings
 from cactus_core.app.shared.transcript import (
     chip_label,
-    flipped_slots,
+    flipped_nodes,
     legend_html,
     round_tokens,
     transcript_html,
     transcript_tokens,
 )
 from cactus_core.app.shared.tree_figure import tree_figure
-from cactus_core.app.shared.tree_view import tree_replay_note
-from cactus_core.experiments.estimate import EstimatedCurve
-from cactus_core.experiments.reference import load_reference
-from pages.decode import replay_panel
+from pages.decode import export_panel, replay_panel
 from pages.decode.race_panel import race_section, run_race
-from pages.frontier import export_panel
 from pages.shared import k_panel
 from pages.shared.pair import get_pair
 from pages.shared.rescue_panel import why_rejected
@@ -60,7 +56,9 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.maths.rules import Rule
 
-INSPECT_KEY = "dec_inspect"  # (run_id, round index, slot) of the token in the inspector
+# (run_id, round index, row, node) of the token in the inspector (node None: the token
+# emitted at the row)
+INSPECT_KEY = "dec_inspect"
 RUN_COUNTER_KEY = "dec_run_counter"
 OWN_CURVE_KEY = "dec_own_curve"  # ((run_id, rule, k), the rule's curve from the run's positions)
 
@@ -267,10 +265,9 @@ def pick_token(run: DecodeRun, round_index: int) -> None:
     choice = st.session_state.get(chips_key(run, round_index))
     if choice is None:
         return
-    flips = flipped_slots(run.replay).get(round_index)
+    flips = flipped_nodes(run.replay).get(round_index)
     view = round_tokens(run.trace.rounds[round_index], flips)[choice]
-    # A recovered token sits at its rejected draft's slot; inspect_token shows that slot.
-    st.session_state[INSPECT_KEY] = (run.run_id, round_index, view.slot)
+    st.session_state[INSPECT_KEY] = (run.run_id, round_index, view.row, view.node)
     for other in range(len(run.trace.rounds)):
         if other != round_index:
             st.session_state[chips_key(run, other)] = None
@@ -279,7 +276,7 @@ def pick_token(run: DecodeRun, round_index: int) -> None:
 def rounds(run: DecodeRun) -> None:
     st.subheader("Rounds")
     st.caption("Expand a round and click a token to inspect it.")
-    flips = flipped_slots(run.replay)
+    flips = flipped_nodes(run.replay)
     with st.container(height=620):
         for rnd in run.trace.rounds:
             # Lazy: a round's chips and table are built only while it is open, so a finished
@@ -312,7 +309,7 @@ def inspector(run: DecodeRun) -> None:
     if pick is None or pick[0] != run.run_id:
         st.info("Click a token in a round to see p, q, h and the residual there.")
         return
-    view = inspect_token(run.trace, pick[1], pick[2])
+    view = inspect_token(run.trace, *pick[1:])
     st.markdown(f"**{view.title}**")
     for note in view.notes:
         st.caption(note)
@@ -324,11 +321,11 @@ def inspector(run: DecodeRun) -> None:
             "h_n (rule's target)", prob_text(view.h_n), help="what a(n) = min(1, h_n/p_n) uses"
         )
         k3, k4 = st.columns(2)
-        k3.metric("KL(h ‖ q), nats", f"{view.kl_h_q:.4f}", help="this position's h")
+        k3.metric("KL(h ‖ q), nats", kl_text(view.kl_h_q), help="this position's h")
         k4.metric(
             "KL(pi ‖ q), nats",
-            f"{view.kl_pi_q:.4f}",
-            help="the emitted distribution at this position, exact",
+            kl_text(view.kl_pi_q),
+            help="the emitted distribution at this position, exact (– where nothing was judged)",
         )
     if view.tree is not None:
         st.plotly_chart(tree_figure(view.tree), key="dec_tree")
@@ -343,6 +340,10 @@ def inspector(run: DecodeRun) -> None:
             ),
             key="dec_bars",
         )
+
+
+def kl_text(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"
 
 
 def replay(run: DecodeRun) -> None:

@@ -1,7 +1,7 @@
 """Frontier: sweep rules and their parameters, plot throughput against divergence, pick delta.
 
-Widgets and layout only: the sweep, its cache, the statistics, the limit and the figures come
-from cactus_core.experiments (sweep_config, sweep, tune, frontier) and
+Widgets and layout only: the sweep, its cache, the statistics and the limit come through the
+page's view (cactus_core.app.frontier.sweep_view), the figures from
 cactus_core.app.frontier.figures; the rules, their parameters and default grids from the rules'
 metadata.
 """
@@ -15,35 +15,31 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from cactus_core.app.frontier import figures as ff
-from cactus_core.app.frontier.reference import pair_in_words, reference_part
 from cactus_core.app.frontier.sweep_file import page_sweep_file
-from cactus_core.app.shared.limits import MAX_SWEEP_RUNS, check_prompts_fit, check_sweep_size
-from cactus_core.app.shared.metrics import METRIC_HELP
+from cactus_core.app.frontier.sweep_view import (
+    BASELINE,
+    METRIC_LABELS,
+    Reference,
+    ReferenceSweep,
+    SweepCache,
+    SweepCancelled,
+    SweepConfig,
+    SweepResult,
+    cached_chunks,
+    load_reference,
+    parse_grid,
+    parse_tagged_prompt_file,
+    progress_text,
+    run_sweep,
+    sweep_config,
+)
+from cactus_core.app.frontier.tuner import reference_source, sweep_source
+from cactus_core.app.shared.limits import MAX_SWEEP_RUNS, check_prompts_fit
+from cactus_core.app.shared.metrics import METRIC_HELP, PREDICTED_HELP
+from cactus_core.app.shared.reference import pair_in_words, reference_part
 from cactus_core.app.shared.settings import AppSettings, grid_text, swept_rules
 from cactus_core.app.shared.tables import display_rows
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
-from cactus_core.experiments.reference import (
-    Reference,
-    ReferenceSweep,
-    load_reference,
-)
-from cactus_core.experiments.speedup import PREDICTED_HELP
-from cactus_core.experiments.sweep import (
-    METRIC_LABELS,
-    Progress,
-    SweepCancelled,
-    SweepResult,
-    cached_chunks,
-    run_sweep,
-)
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import (
-    BASELINE,
-    SweepConfig,
-    parse_grid,
-    parse_tagged_prompt_file,
-    settings_from_grids,
-)
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
 from pages.frontier import export_panel, tuner_panel
 from pages.frontier.sweep_file_panel import ray_backend, sweep_file_section
@@ -151,18 +147,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
     if not grids:
         return None, "Pick at least one rule."
     try:
-        settings_ = tuple(settings_from_grids(grids))
-        check_sweep_size(len(settings_), len(prompts))
-        config = SweepConfig(
-            prompts=tuple(prompts),
-            settings=settings_,
-            sampling=s.sampling,
-            max_new_tokens=max_new,
-            chunk_size=chunk,
-            limit=with_limit,
-            tasks=tuple(tasks) if any(tasks) else (),
-            tree=s.tree,  # the sidebar's Drafting: a tree sweep decodes prompt by prompt
-        )
+        config = sweep_config(s, prompts, tasks, grids, max_new, chunk, with_limit)
     except ValueError as err:  # over the app's cap, or a setting SweepConfig refuses
         st.error(str(err))
         return None, None
@@ -188,12 +173,6 @@ def prompts_problem(pair: ModelPair, config: SweepConfig) -> str | None:
         problem = f"These prompts cannot be swept: {err}."
     st.session_state[PROMPT_CHECK_KEY] = (key, problem)
     return problem
-
-
-def _progress_text(p: Progress) -> str:
-    where = "from the cache" if p.cached else "computed"
-    workers = f", {p.workers} Ray workers" if p.workers > 1 else ""
-    return f"{p.done} / {p.total} chunks{workers} — {p.setting} ({where})"
 
 
 def sweep(
@@ -222,7 +201,7 @@ def sweep(
                 pair,
                 config,
                 cache,
-                on_progress=lambda p: bar.progress(p.fraction, _progress_text(p)),
+                on_progress=lambda p: bar.progress(p.fraction, progress_text(p)),
                 backend=chosen,
             )
         except SweepCancelled as err:
@@ -505,7 +484,7 @@ def main() -> None:
     early = shown is not None and not st.session_state.get(OWN_TUNER_KEY, False)
     if early:
         with tuner_slot.container():
-            tuner_panel.tuner(tuner_panel.reference_source(s, *shown))
+            tuner_panel.tuner(reference_source(s, *shown, get_pair))
     st.divider()
     st.subheader("Your sweep")
     mine = user_sweep(s, shown[1] if shown else None)
@@ -513,15 +492,16 @@ def main() -> None:
     if mine is not None:
         # The user's own sweep replaces the reference in the tuner.
         with tuner_slot.container():
-            tuner_panel.tuner(tuner_panel.sweep_source(*mine))
+            tuner_panel.tuner(sweep_source(*mine))
     elif shown is not None and not early:
         with tuner_slot.container():
-            tuner_panel.tuner(tuner_panel.reference_source(s, *shown))
+            tuner_panel.tuner(reference_source(s, *shown, get_pair))
     if mine is not None:
         k_panel.frontier_k(mine[2].rows(), mine[0])
     elif shown is not None:
         k_panel.frontier_k(shown[1].rows, get_pair(s))
-    export_panel.frontier_panel(s, shown if mine is None else None)
+    view = st.session_state.get(tuner_panel.SHOWN_KEY)
+    export_panel.frontier_panel(s, shown if mine is None else None, view)
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

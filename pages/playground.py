@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from cactus_core.app.decode.run import decode_positions
 from cactus_core.app.playground.comparison import (
     ParamGroup,
     RuleRow,
@@ -27,6 +26,7 @@ from cactus_core.app.shared.positions import (
     parse_table,
     with_drafted,
 )
+from cactus_core.app.shared.round_view import decided_rows
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, CactusBudget, CactusExact
 from pages.shared.rule_picker import param_widget
 from pages.shared.session import LAST_RUN_KEY, require_entry_point
@@ -57,7 +57,7 @@ def _from_run() -> tuple[Position | None, str]:
     if run is None:
         st.info("No decode run in this session yet. Generate on the Decode page, then come back.")
         return None, ""
-    choices = decode_positions(run.trace)
+    choices = decided_rows(run.trace)
     if not choices:
         st.info("The last decode run has no drafted positions (was k = 0 or the output empty?).")
         return None, ""

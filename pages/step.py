@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from cactus_core.app.decode.run import DecodeRequest
 from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.shared.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
+from cactus_core.app.shared.request import DecodeRequest
 from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings
 from cactus_core.app.shared.transcript import legend_html, transcript_html, transcript_tokens
 from cactus_core.app.step.figures import step_figures

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.decode.run import LiveStats, live_stats
 from cactus_core.app.shared.links import EMBEDDED_DRAFT_LABELS, TOP_P
+from cactus_core.app.shared.round_view import LiveStats, live_stats
 from cactus_core.app.shared.transcript import round_tokens
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
@@ -120,9 +120,14 @@ def test_clicking_a_token_opens_the_inspector(pair_dirs):
     at.pills[0].set_value(chip).run()
     assert not at.exception
     run = at.session_state["decode_run"]
-    slot = round_tokens(run.trace.rounds[0], None)[chip].slot
-    assert at.session_state["dec_inspect"][1:] == (0, slot)
-    assert any(m.value.startswith(f"**Round 1, slot {slot + 1}") for m in at.markdown)
+    view = round_tokens(run.trace.rounds[0], None)[chip]
+    assert at.session_state["dec_inspect"][1:] == (0, view.row, view.node)
+    title = (
+        "**Round 1: "
+        if view.node is None and view.fate == "bonus"
+        else f"**Round 1, slot {view.row + 1}"
+    )
+    assert any(m.value.startswith(title) for m in at.markdown)
     charts = at.get("plotly_chart")
     assert len(charts) >= 3  # timeline, the coin and the bars
     # picking in another round clears the first round's selection

@@ -16,7 +16,6 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.decode.run import DecodeRequest
 from cactus_core.app.playground.comparison import (
     compare_rules,
     headlines,
@@ -27,6 +26,7 @@ from cactus_core.app.playground.comparison import (
 from cactus_core.app.shared import limits
 from cactus_core.app.shared.pair_cache import PairCache
 from cactus_core.app.shared.positions import Position, parse_table, with_drafted
+from cactus_core.app.shared.request import DecodeRequest
 from cactus_core.app.shared.settings import EMBEDDED_DRAFT_LABEL, AppSettings, public_pair
 from cactus_core.engine.loading.deployment import (
     ALLOWED_ENV,

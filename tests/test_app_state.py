@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cactus_core.app.decode import run as D
 from cactus_core.app.playground import comparison as P
+from cactus_core.app.shared import inspector as INS
 from cactus_core.app.shared import metrics as M
 from cactus_core.app.shared import positions as S
+from cactus_core.app.shared import request as R
+from cactus_core.app.shared import round_view as D
 from cactus_core.app.shared import settings as A
 from cactus_core.app.shared import transcript as T
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
@@ -313,37 +315,40 @@ def test_live_stats_agree_with_the_decoder(decoded):
 
 
 def test_trace_position_is_a_distribution_pair_with_the_drafted_token(decoded):
-    choices = D.decode_positions(decoded.trace)
+    choices = D.decided_rows(decoded.trace)
     assert choices
     for choice in choices[:5]:
         pos = choice.position(decoded.trace)
         assert float(pos.p.sum()) == pytest.approx(1.0, abs=1e-5)
         assert float(pos.q.sum()) == pytest.approx(1.0, abs=1e-5)
         rnd = decoded.trace.rounds[choice.round_index]
-        assert pos.labels[pos.drafted] == rnd.draft_text[choice.slot]
+        node = rnd.verdict.children[choice.row][0]  # a chain's draft at that slot
+        assert pos.labels[pos.drafted] == rnd.draft_text[node]
         # The tiny vocabulary (259) fits in the kept rows, so a(n) is the decoder's exactly.
         row = P.compare_rules(pos, [decoded.trace.rule])[0]
-        assert row.accept_drafted == pytest.approx(rnd.accept_probs[choice.slot], abs=1e-4)
+        assert row.accept_drafted == pytest.approx(rnd.accept_probs[node], abs=1e-4)
 
 
 def test_inspect_every_token_of_every_round(decoded):
     for rnd in decoded.trace.rounds:
         for view in T.round_tokens(rnd):
-            ins = D.inspect_token(decoded.trace, rnd.index, view.slot)
+            ins = INS.inspect_token(decoded.trace, rnd.index, view.row, view.node)
             assert ins.title
-            if view.fate in ("accepted", "rejected", "dropped"):
-                assert ins.accept_prob == rnd.accept_probs[view.slot]
+            if view.node is not None:
+                assert ins.accept_prob == rnd.accept_probs[view.node]
                 assert set(ins.series) == {"p", "q", "h", "residual"}
                 assert ins.highlight is not None
+            elif view.fate == "recovered":  # drawn at its rejected draft's row
+                assert set(ins.series) == {"p", "q", "h", "residual"}
             else:
                 assert set(ins.series) == {"q"}
             for values in ins.series.values():
                 assert all(math.isfinite(v) for v in values)
 
 
-def test_flipped_slots_follow_the_replay(decoded):
+def test_flipped_nodes_follow_the_replay(decoded):
     replay = reverify(decoded.trace, make_rule("cactus", delta=3.0))
-    flips = T.flipped_slots(replay)
+    flips = T.flipped_nodes(replay)
     assert sum(len(v) for v in flips.values()) == replay.flips
     views = T.transcript_tokens(decoded.trace.rounds, replay)
     assert any(v.flipped for v in views) == (replay.flips > 0)
@@ -361,7 +366,7 @@ def test_speed_comparison_from_the_two_runs_stats():
 
 def test_a_decode_request_needs_a_prompt():
     with pytest.raises(ValueError, match="prompt"):
-        D.DecodeRequest("  ", A.AppSettings(), make_rule("sps"), 8, True)
+        R.DecodeRequest("  ", A.AppSettings(), make_rule("sps"), 8, True)
 
 
 def test_playground_figures_keep_the_drafted_token_and_count_the_hidden_ones():

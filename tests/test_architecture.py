@@ -4,8 +4,10 @@
   engine runtime <- loading <- drafting <- decoding <- hf; no module of cactus_core imports
   Streamlit;
 - the app is grouped by page: cactus_core/app/{shared,overview,decode,step,playground,frontier},
-  and pages/ with a script per page and its parts in a folder of the same name; a `shared`
-  folder imports no page's folder;
+  and pages/ with a script per page and its parts in a folder of the same name; a page's
+  modules (in either tree) import only their own page's folder and the shared ones, and a
+  `shared` folder imports no page's folder;
+- pages/ never imports cactus_core.experiments: a page reads it through the app's views;
 - no import cycles in cactus_core, pages/ or training/, counting imports inside functions and
   TYPE_CHECKING blocks;
 - no function in app.py, pages/ or cactus_core/ is longer than 80 lines, no module longer than
@@ -156,7 +158,8 @@ def test_pages_have_no_import_cycles() -> None:
 def test_the_app_is_grouped_by_page(root: Path) -> None:
     """cactus_core/app: one folder per page and one shared folder. pages/: one script per page
     (directly in pages/, where Streamlit's legacy mode finds a deep link's page) and a folder
-    for a page's parts where it has any. A shared folder imports no page's folder."""
+    for a page's parts where it has any. A page's modules import no other page's folder, and a
+    shared folder imports no page's folder (in either tree)."""
     folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
     scripts = {p.stem for p in root.glob("*.py")} - {"__init__"}
     if root == PAGES:
@@ -164,12 +167,29 @@ def test_the_app_is_grouped_by_page(root: Path) -> None:
         assert scripts == set(PAGE_GROUPS) - {"overview"} and folders <= {"shared", *PAGE_GROUPS}
     else:
         assert folders == {"shared", *PAGE_GROUPS} and not scripts
-    prefix = "cactus_core.app" if root.name == "app" else "pages"
-    for path in sorted((root / "shared").rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
+        own = path.relative_to(root).parts[0].removesuffix(".py")
         for module in _imports(_tree(path)):
-            parts = module.split(".")
-            group = parts[len(prefix.split("."))] if module.startswith(prefix + ".") else None
-            assert group not in PAGE_GROUPS, f"{path.relative_to(ROOT)} imports {module}"
+            group = _page_group(module)
+            assert group in (None, own), f"{path.relative_to(ROOT)} imports {module}"
+
+
+def _page_group(module: str) -> str | None:
+    """The page whose folder a module belongs to (in cactus_core/app or pages/), if any."""
+    for prefix in ("cactus_core.app.", "pages."):
+        if module.startswith(prefix):
+            group = module[len(prefix) :].split(".")[0]
+            return group if group in PAGE_GROUPS else None
+    return None
+
+
+@pytest.mark.parametrize("path", sorted(PAGES.rglob("*.py")), ids=lambda p: p.name)
+def test_pages_read_experiments_only_through_the_app(path: Path) -> None:
+    """Type-only imports count too: a page names the app's view of a type, not the type."""
+    for module in _imports(_tree(path)):
+        assert not module.startswith("cactus_core.experiments"), (
+            f"{path.relative_to(ROOT)} imports {module}: read it through cactus_core.app"
+        )
 
 
 def test_the_training_scripts_have_no_import_cycles() -> None:

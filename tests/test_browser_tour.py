@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_browser import Session, server  # noqa: F401  (the app on the tiny pair)
 
-from cactus_core.app.overview.tour import tour
+from cactus_core.app.shared.tour import tour
 
 pytestmark = pytest.mark.browser
 

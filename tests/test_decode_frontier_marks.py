@@ -8,7 +8,7 @@ import json
 import pytest
 from test_app_decode import decode_page, generate
 
-from cactus_core.app.frontier.reference import compact_caption
+from cactus_core.app.shared.reference import compact_caption
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,8 @@ import shlex
 import pytest
 from distributions import dirichlet
 
-from cactus_core.app.decode.run import DecodeRequest, DecodeRun
-from cactus_core.app.frontier.engine_export import ExportSetting, export_blocks, summary
-from cactus_core.app.frontier.export_setting import (
+from cactus_core.app.shared.engine_export import ExportSetting, export_blocks, summary
+from cactus_core.app.shared.export_setting import (
     EMBEDDED_DRAFT_PATH,
     EMBEDDED_VERIFIER_HUB,
     decode_export,
@@ -25,6 +24,7 @@ from cactus_core.app.frontier.export_setting import (
     frontier_export,
     frontier_rule,
 )
+from cactus_core.app.shared.request import DecodeRequest, DecodeRun
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.experiments.engine_fit import SGLANG_RULE

@@ -18,9 +18,9 @@ import threading
 import pytest
 import torch
 
+from cactus_core.engine.decoding.caches import open_caches
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
-from cactus_core.engine.drafting.caches import open_caches
 from cactus_core.engine.drafting.feature_drafting import (
     FeatureDrafter,
     FeatureDrafters,
@@ -272,7 +272,7 @@ def test_a_padded_prefill_in_pieces_gives_every_row_its_own_features(feature_pai
     ids = [list(range(5, 45)), list(range(7, 20))]
     vocab = SpeculativeDecoder(feature_pair, "sps").vocab
     caches = open_caches(feature_pair, vocab, ids, speculative=True)
-    verifier, drafters = caches.verifier, caches.chain
+    verifier, drafters = caches.verifier, caches.drafter
     assert verifier.features.shape[1] == 39
     for row, tokens in zip(drafters.rows, ids, strict=True):
         assert row.length == len(tokens) - 1

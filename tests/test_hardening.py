@@ -416,11 +416,16 @@ _DELETE = object()
     [
         (["rounds"], {"a": 1}, "'rounds' must be a list"),
         (["rounds", 0], [1, 2], "rounds[0] must be an object"),
-        (["rounds", 0, "k"], "3", "rounds[0].k must be an integer"),
-        (["rounds", 0, "k"], _DELETE, "rounds[0] has no 'k'"),
-        (["rounds", 0, "draft_ids"], [1, "x"], "rounds[0].draft_ids must be a list of ints"),
-        (["rounds", 0, "draft_ids"], [-1], "rounds[0].draft_ids holds a token id"),
-        (["rounds", 0, "draft_fates"], ["maybe"], "rounds[0].draft_fates must be among"),
+        (["rounds", 0, "index"], "3", "rounds[0].index must be an integer"),
+        (["rounds", 0, "emitted_ids"], _DELETE, "rounds[0] has no 'emitted_ids'"),
+        (["rounds", 0, "emitted_ids"], [-1], "rounds[0].emitted_ids holds a token id"),
+        (["rounds", 0, "emitted_fates"], ["maybe"], "rounds[0].emitted_fates must be among"),
+        (["rounds", 0, "draft_text"], [1], "rounds[0].draft_text must be a list of strs"),
+        (["rounds", 0, "draft_text"], [], "draft_text must have one entry per node"),
+        (["rounds", 0, "verdict"], _DELETE, "rounds[0].verdict is not a round's verdict"),
+        (["rounds", 0, "verdict", "tokens"], [1, "x"], "verdict tokens must hold integers"),
+        (["rounds", 0, "verdict", "emitted", -1], 10**6, "outside the vocabulary"),
+        (["rounds", 0, "verdict", "fates"], ["maybe"], "verdict fates must be among"),
         (["rounds", 0, "truncated"], "no", "rounds[0].truncated must be true or false"),
         (["rounds", 0, "positions"], {}, "rounds[0].positions must be a list"),
         (["rounds", 0, "positions", 0, "q_probs"], "x", "positions[0].q_probs must be a list"),
@@ -449,11 +454,16 @@ def test_trace_vocab_size_is_bounded_before_allocating(trace_dict):
         reverify(trace, "cactus")
 
 
-def test_replay_of_an_inconsistent_round_is_a_value_error(trace_dict):
+def test_a_round_whose_rows_do_not_fit_its_tree_is_refused(trace_dict):
     data = json.loads(json.dumps(trace_dict))
-    rnd = next(r for r in data["rounds"] if r["k"] > 0)
-    rnd["accept_coins"] = rnd["accept_coins"][:-1]
-    with pytest.raises(ValueError, match="accept_coins"):
+    rnd = next(r for r in data["rounds"] if r["verdict"]["tokens"])
+    rnd["positions"] = rnd["positions"][:-1]
+    with pytest.raises(ValueError, match="one position per row"):
+        Trace.from_dict(data)
+    data = json.loads(json.dumps(trace_dict))
+    for pos in data["rounds"][0]["positions"]:
+        pos["replay_q_ids"], pos["replay_q_probs"] = [], []
+    with pytest.raises(ValueError, match="replay rows"):
         reverify(Trace.from_dict(data), "cactus")
     data = _broken(trace_dict, ["meta", "rule_params"], "x")
     with pytest.raises(ValueError, match="rule_params"):

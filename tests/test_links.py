@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.app.overview.tour import FOCUS_PARAM, focus_script, tour, tour_target
 from cactus_core.app.shared.links import (
     JUMPS,
     STEP_INDEX_KEY,
@@ -26,6 +25,7 @@ from cactus_core.app.shared.links import (
 )
 from cactus_core.app.shared.param_groups import headline_group
 from cactus_core.app.shared.positions import PRESETS
+from cactus_core.app.shared.tour import FOCUS_PARAM, focus_script, tour, tour_target
 from cactus_core.app.step.view import JUMP_TESTS
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 

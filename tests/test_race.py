@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from cactus_core.app.decode.race import CLOCKS_START, WARM_UP, Race, race_figure
-from cactus_core.app.decode.run import DecodeRequest
 from cactus_core.app.frontier.figures import frontier_chart
-from cactus_core.app.frontier.reference import compact_frontier, pair_in_words, reference_part
 from cactus_core.app.playground.comparison_figure import rule_comparison_figure
+from cactus_core.app.shared.reference import compact_frontier, pair_in_words, reference_part
+from cactus_core.app.shared.request import DecodeRequest
 from cactus_core.app.shared.rule_style import SHOWN_FIRST, STYLES, rule_colour, style
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cactus_core.app.decode.run import live_stats
 from cactus_core.app.shared.k_panel import counts_from_rounds, k_chart, position_chart
+from cactus_core.app.shared.round_view import live_stats
 from cactus_core.engine.decoding import decoder as decoder_module
 from cactus_core.engine.decoding import recording
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
@@ -224,7 +224,7 @@ def test_the_race_times_both_decoders_without_recording(tiny_pair) -> None:
     recording thread is left behind."""
     before = frozenset(_recorder_threads())
     from cactus_core.app.decode.race import Race
-    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.shared.request import DecodeRequest
     from cactus_core.app.shared.settings import AppSettings
     from cactus_core.maths.rules import make_rule
     from cactus_core.maths.sampling import SamplingSettings

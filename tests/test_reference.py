@@ -76,7 +76,7 @@ def test_matches_the_embedded_pair(shipped: ref.Reference) -> None:
 
 
 def test_the_pages_say_when_the_pair_is_not_the_reference_s(shipped: ref.Reference) -> None:
-    from cactus_core.app.frontier.reference import reference_part
+    from cactus_core.app.shared.reference import reference_part
     from cactus_core.app.shared.settings import AppSettings
     from cactus_core.maths.sampling import SamplingSettings
 

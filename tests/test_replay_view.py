@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cactus_core.app.decode.replay import replay_kl, replay_kl_figure
-from cactus_core.app.decode.run import replay_headlines
+from cactus_core.app.decode.replay import replay_headlines, replay_kl, replay_kl_figure
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.maths.rules import make_rule

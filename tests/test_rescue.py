@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from cactus_core.app.decode.rescue import (
+from cactus_core.app.shared.rescue import (
     Q_ZERO,
     RejectedDraft,
     rank_histogram,
@@ -117,7 +117,8 @@ def test_no_delta_past_the_slider_is_quoted():
         RejectedDraft(2, 1, "c", 0.9, 0.0001, 40, 7000.0),
     ]
     rows = rescue_table(drafts)
-    assert [r["slot"] for r in rows] == [1, 3, 2] and rows[1]["drafted token"] == "b"
+    assert [r["where"] for r in rows] == ["row 1", "row 3", "row 2"]
+    assert rows[1]["drafted token"] == "b"
     assert rows[0]["smallest rescuing delta"] == f"{0.5 * top:.3g}"
     assert rows[1]["smallest rescuing delta"] == f"> {top:g} (past the slider)"
     summary = rescue_summary(drafts)

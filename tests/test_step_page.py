@@ -12,8 +12,8 @@ from streamlit.testing.v1 import AppTest
 from test_step_through import check_round
 from transformers.models.llama.modeling_llama import LlamaModel
 
-from cactus_core.app.overview.tour import tour
 from cactus_core.app.shared.links import STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY, restore
+from cactus_core.app.shared.tour import tour
 from cactus_core.app.step.run import StepRun
 from cactus_core.app.step.view import round_steps
 from cactus_core.maths.rules import RULES

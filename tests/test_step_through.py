@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_core.app.decode.run import DecodeRequest
+from cactus_core.app.shared.request import DecodeRequest
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.app.shared.transcript import num, tok
 from cactus_core.app.step.figures import step_figures
@@ -173,7 +173,7 @@ def test_step_figures(cactus_run):
 
 def test_the_probe_keeps_no_rows(cactus_run):
     assert not cactus_run._decided  # every round that came out took its rows
-    assert all(isinstance(p.p, list) for rows in cactus_run.rows for p in rows.positions)
+    assert all(isinstance(p.p, list) for rows in cactus_run.rows for p in rows.positions.values())
     assert not any(isinstance(v, torch.Tensor) for v in vars(cactus_run.rows[0]).values())
 
 

@@ -38,7 +38,7 @@ def test_round_fields_are_consistent(traced, tiny_pair):
         for j, (a, u, fate) in enumerate(
             zip(rnd.accept_probs, rnd.accept_coins, rnd.draft_fates, strict=True)
         ):
-            if fate != "dropped":
+            if fate != "unreached":
                 assert (u < a) == (fate == "accepted"), (rnd.index, j)
         if not rnd.truncated:
             assert rnd.emitted_ids == [*rnd.draft_ids[:m], rnd.next_id]
@@ -48,7 +48,7 @@ def test_round_fields_are_consistent(traced, tiny_pair):
             assert len(pos.q_ids) <= 20 and len(pos.p_ids) <= 20 and len(pos.h_ids) <= 20
             assert pos.q_probs == sorted(pos.q_probs, reverse=True)
             assert pos.kl_h_q >= 0
-            assert (pos.kl_pi_q is None) == (rnd.draft_fates[j] == "dropped")
+            assert (pos.kl_pi_q is None) == (rnd.draft_fates[j] == "unreached")
         assert rnd.positions[-1].p_ids == [] and rnd.positions[-1].kl_pi_q is None
         assert rnd.draft_text == [trace.text(t) for t in rnd.draft_ids]
         assert rnd.draft_s > 0 and rnd.verify_s > 0

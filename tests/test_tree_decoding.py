@@ -12,9 +12,9 @@ import torch
 
 import cactus_core.engine.decoding.tree_round as tree_round
 from cactus_core.cli import add_tree_args, tree_from_args
+from cactus_core.engine.decoding.caches import open_caches
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.trace import Trace
-from cactus_core.engine.drafting.caches import open_caches
 from cactus_core.engine.drafting.feature_drafting import FeatureCache, FeatureDrafter
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.feature_draft import FeatureDraft
@@ -83,11 +83,11 @@ def test_the_caches_keep_only_the_accepted_path(feature_pair, monkeypatch):
     settings = TreeSettings(nodes=9, depth=4, width=1, branch=2, root_branch=3)
     sampling = SamplingSettings(temperature=0.0)
     caches = open_caches(feature_pair, vocab, [prompt], True, settings, greedy=True)
-    verifier, drafter = caches.verifier, caches.tree
+    verifier, drafter = caches.verifier, caches.drafter
     gen = torch.Generator().manual_seed(0)
     coins = tree_round.draw_tree_coins(gen, settings, torch.device("cpu"))
     out = tree_round.run_tree_round(lossless_rule(), verifier, drafter, prompt[-1], coins, sampling)
-    assert len(out.verdict.path) == 4 and len(out.tree.tokens) == 9
+    assert len(out.verdict.path) == 4 and out.verdict.size == 9
     committed = prompt + list(out.verdict.emitted)
     fresh = FeatureCache(feature_pair.verifier, vocab, feature_pair.feature_draft.feature_layers)
     fresh.prefill([committed[:-1]])
@@ -126,21 +126,21 @@ def test_a_tree_run_records_its_trees_and_counts(feature_pair, monkeypatch):
     assert st.verifier_calls == st.rounds == len(out.trace.rounds)
     assert st.tokens_per_call > 1  # every round accepts a path (q := p)
     for rnd in out.trace.rounds:
-        if rnd.tree is None:  # the verifier-only steps near the budget's end
+        if rnd.sampled:  # the verifier-only steps near the budget's end
             continue
-        assert len(rnd.tree["fates"]) == settings.nodes
-        assert rnd.num_accepted == len(rnd.tree["path"]) <= settings.depth
+        assert len(rnd.verdict.fates) == settings.nodes == rnd.k
+        assert rnd.num_accepted == len(rnd.verdict.path) <= settings.depth
         kept = len(rnd.emitted_ids)  # the last round may be cut at the token budget
-        assert rnd.emitted_ids[: rnd.num_accepted] == rnd.draft_ids[:kept]
+        path = [rnd.draft_ids[i] for i in rnd.verdict.path]
+        assert rnd.emitted_ids[: rnd.num_accepted] == path[:kept]
     again = Trace.from_json(out.trace.to_json())
     for a, b in zip(again.rounds, out.trace.rounds, strict=True):
         # JSON writes the NaN a(n) of unreached nodes as null: compare the rest.
-        same = ("path", "emitted", "fates")
-        assert (a.tree is None) == (b.tree is None)
-        assert a.tree is None or all(a.tree[f] == b.tree[f] for f in same)
+        same = ("path", "emitted", "fates", "tokens", "parents")
+        assert all(getattr(a.verdict, f) == getattr(b.verdict, f) for f in same)
     broken = out.trace.to_dict()
-    broken["rounds"][0]["tree"] = {"path": "nope"}
-    with pytest.raises(ValueError, match="tree"):
+    broken["rounds"][0]["verdict"] = {"path": "nope"}
+    with pytest.raises(ValueError, match="verdict"):
         Trace.from_dict(broken)
 
 

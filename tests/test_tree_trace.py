@@ -5,25 +5,23 @@ delta it is the walk of that rule on the same tree, q and coins."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-import cactus_core.engine.decoding.decoder as decoder_module
-from cactus_core.app.decode.replay import replay_kl
-from cactus_core.app.decode.run import inspect_token, live_stats, trace_position
-from cactus_core.app.shared.tree_view import tree_replay_note
+import cactus_core.engine.decoding.tree_round as tree_round_module
+from cactus_core.app.decode.replay import replay_kl, tree_replay_note
+from cactus_core.app.shared.inspector import inspect_token
+from cactus_core.app.shared.round_view import decided_rows, live_stats, trace_position
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
-from cactus_core.engine.decoding.trace import Trace, decided_positions
+from cactus_core.engine.decoding.trace import Trace
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule
-from cactus_core.maths.tree import children_of, verify_tree
+from cactus_core.maths.tree import DraftTree, children_of, verify_tree
 
 SHAPE = TreeSettings(nodes=7, depth=3, width=2, branch=2, root_branch=3)
 FULL = 512  # replay rows over the tiny vocabulary (259) keep every token: replay is exact
@@ -38,7 +36,7 @@ def feature_pair(tiny_pair):
 def recorded(feature_pair):
     """A cactus tree run with its engine outcomes (tree, q, verdict) kept per round."""
     outcomes = []
-    real = decoder_module.run_tree_round
+    real = tree_round_module.run_tree_round
 
     def keep(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -46,7 +44,7 @@ def recorded(feature_pair):
         return out
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(decoder_module, "run_tree_round", keep)
+    mp.setattr(tree_round_module, "run_tree_round", keep)
     try:
         rule = make_rule("cactus", delta=0.5)
         dec = SpeculativeDecoder(feature_pair, rule, temperature=1.0, tree=SHAPE, replay_top_m=FULL)
@@ -57,7 +55,13 @@ def recorded(feature_pair):
 
 
 def _tree_rounds(out):
-    return [r for r in out.trace.rounds if r.tree is not None]
+    return [r for r in out.trace.rounds if not r.sampled]
+
+
+def _tree(o) -> DraftTree:
+    """A round outcome's draft tree: its verdict's nodes and the p rows."""
+    v = o.verdict
+    return DraftTree(torch.tensor(v.tokens), torch.tensor(v.parents), o.p[0])
 
 
 def test_every_row_keeps_p_q_h_and_every_candidate(recorded):
@@ -65,23 +69,28 @@ def test_every_row_keeps_p_q_h_and_every_candidate(recorded):
     rounds = _tree_rounds(out)
     assert len(rounds) == len(outcomes) > 0
     for rnd, o in zip(rounds, outcomes, strict=True):
-        kids = children_of(o.tree.parents.tolist())
-        assert len(rnd.positions) == o.tree.size + 1
+        tree = _tree(o)
+        kids = children_of(tree.parents.tolist())
+        assert len(rnd.positions) == tree.size + 1
+        decided = set(rnd.verdict.decided_rows)
         for r, pos in enumerate(rnd.positions):
             assert pos.q_ids and pos.replay_q_ids
             if not kids[r]:
                 assert pos.draft_id is None and not pos.p_ids and not pos.replay_p_ids
                 continue
-            first = int(o.tree.tokens[kids[r][0]])
+            first = int(tree.tokens[kids[r][0]])
             assert pos.draft_id == first and pos.p_ids and pos.h_ids
-            assert pos.p_n == pytest.approx(float(o.tree.draft_probs[r, first]), abs=1e-6)
+            assert pos.p_n == pytest.approx(float(tree.draft_probs[r, first]), abs=1e-6)
             for i in kids[r]:  # every candidate's exact p and q in the replay rows
-                t = int(o.tree.tokens[i])
+                t = int(tree.tokens[i])
                 p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
                 q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
-                assert p[t] == pytest.approx(float(o.tree.draft_probs[r, t]), abs=1e-6)
+                assert p[t] == pytest.approx(float(tree.draft_probs[r, t]), abs=1e-6)
                 assert q[t] == pytest.approx(float(o.q[0, r, t]), abs=1e-6)
-            pi = emitted_distribution(rule, o.tree.draft_probs[r], o.q[0, r])
+            if r not in decided:  # a row off the walk: nothing was judged there
+                assert pos.kl_pi_q is None
+                continue
+            pi = emitted_distribution(rule, tree.draft_probs[r], o.q[0, r])
             assert pos.kl_pi_q == pytest.approx(float(kl(pi, o.q[0, r])), rel=1e-4, abs=1e-6)
 
 
@@ -89,7 +98,7 @@ def test_emitted_kl_in_the_trace_equals_the_stats(recorded):
     out, _, _ = recorded
     st = out.stats
     from_trace = sum(
-        pos.kl_pi_q for r in out.trace.rounds for pos in decided_positions(r) if pos.kl_pi_q
+        pos.kl_pi_q for r in out.trace.rounds for pos in r.decided_positions() if pos.kl_pi_q
     )
     assert st.kl_sum == pytest.approx(from_trace, rel=1e-6)
     assert st.kl_sum > 0
@@ -109,8 +118,8 @@ def test_replay_under_its_own_rule_reproduces_every_verdict(recorded):
     assert replay.exact and replay.decisions_exact
     assert len(replay.rounds) == len(_tree_rounds(out))
     for rr, rnd in zip(replay.rounds, _tree_rounds(out), strict=True):
-        assert rr.fates_after == rnd.tree["fates"] and not rr.flipped
-        assert rr.tree_after["emitted"] == rnd.tree["emitted"]
+        assert rr.fates_after == rnd.verdict.fates and not rr.flipped
+        assert rr.after.emitted == rnd.verdict.emitted
         assert rr.next_after == rr.next_before
 
 
@@ -120,14 +129,13 @@ def test_replay_under_another_delta_is_that_rules_walk(recorded):
     replay = reverify(out.trace, other)
     flips = 0
     for rr, o in zip(replay.rounds, outcomes, strict=True):
-        walk = verify_tree(other, o.tree, o.q[0], o.verdict.uniforms.float())
+        walk = verify_tree(other, _tree(o), o.q[0], o.verdict.uniforms.float())
         assert rr.fates_after == walk.fates
-        assert rr.tree_after["emitted"] == walk.emitted
-        a, b = rr.accept_probs_after, walk.accept_probs
-        assert all(math.isnan(x) == math.isnan(y) for x, y in zip(a, b, strict=True))
-        assert [x for x in a if not math.isnan(x)] == pytest.approx(
-            [y for y in b if not math.isnan(y)], abs=1e-5
-        )
+        assert rr.after.emitted == walk.emitted
+        # a(n) where the walk decided (the replay fills in the untried rows' first candidates)
+        judged = [i for i, f in enumerate(walk.fates) if f != "unreached"]
+        a = [rr.accept_probs_after[i] for i in judged]
+        assert a == pytest.approx([walk.accept_probs[i] for i in judged], abs=1e-5)
         flips += len(rr.flipped)
     assert replay.tokens_per_call_after <= replay.tokens_per_call_before
     assert flips > 0
@@ -136,19 +144,21 @@ def test_replay_under_another_delta_is_that_rules_walk(recorded):
 
 def test_the_inspector_and_the_playground_read_a_tree_rows(recorded):
     out, _, _ = recorded
-    rnd = _tree_rounds(out)[0]
+    rnd = next(r for r in _tree_rounds(out) if r.branching)
     for slot in range(len(rnd.emitted_ids)):
-        view = inspect_token(out.trace, rnd.index, slot)
+        row = rnd.verdict.path_rows[slot]
+        view = inspect_token(out.trace, rnd.index, row)
         assert view.tree is not None and view.labels and "q" in view.series
-        row = rnd.tree["path"][slot - 1] + 1 if slot else 0
         if rnd.positions[row].draft_id is not None:
             assert {"p", "h", "residual"} <= set(view.series)
             assert view.kl_pi_q == rnd.positions[row].kl_pi_q
             assert any("coin u" in n for n in view.notes)
-            assert any("KL(pi ‖ q) =" in n for n in view.notes)
-    if rnd.num_accepted:
-        pos = trace_position(out.trace, rnd.index, 0)
-        assert pos.labels[pos.drafted] == out.trace.text(rnd.positions[0].draft_id)
+    pos = trace_position(out.trace, rnd.index, 0)
+    assert pos.labels[pos.drafted] == out.trace.text(rnd.positions[0].draft_id)
+    # the picker offers every row the walk decided at, the all-rejected one included
+    offered = {(c.round_index, c.row) for c in decided_rows(out.trace)}
+    for r in _tree_rounds(out):
+        assert {(r.index, row) for row in r.verdict.decided_rows} <= offered
 
 
 def test_the_sweep_probe_sees_the_judged_rows_on_the_path(feature_pair):
@@ -166,8 +176,8 @@ def test_the_sweep_probe_sees_the_judged_rows_on_the_path(feature_pair):
     assert out.trace.rounds[0].positions == []
     rounds = {r.index: r for r in out.trace.rounds}
     for rnd, n_p, n_q in seen:
-        tree = rounds[rnd].tree
-        judged = len(tree["path"]) + (tree["last"] == "recovered")
+        verdict = rounds[rnd].verdict
+        judged = len(verdict.path) + (verdict.last == "recovered")
         assert n_p == n_q == judged
     assert torch.isfinite(torch.tensor(out.stats.kl_sum))
 

@@ -13,9 +13,11 @@ import torch
 from streamlit.testing.v1 import AppTest
 from test_tree_verify import PARENTS, one_tree
 
-from cactus_core.app.decode.run import DecodeRequest, inspect_token, live_stats, round_label
 from cactus_core.app.shared.figures import FATE_COLOURS
+from cactus_core.app.shared.inspector import inspect_token
 from cactus_core.app.shared.pair_cache import PairCache
+from cactus_core.app.shared.request import DecodeRequest
+from cactus_core.app.shared.round_view import live_stats, round_label
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.app.shared.transcript import num, round_tokens
 from cactus_core.app.shared.tree_figure import TreeFrame, node_hover, tree_figure, tree_positions
@@ -115,43 +117,44 @@ def tree_run(feature_pair) -> StepRun:
 
 
 def test_step_through_takes_a_tree_round_apart(tree_run):
-    assert tree_run.rounds and all(r.tree is not None for r in tree_run.rounds)
+    assert tree_run.rounds and all(not r.sampled for r in tree_run.rounds)
     endings = set()
     for r, rnd in enumerate(tree_run.rounds):
         steps = round_steps(tree_run, r)
         kinds = [s.kind for s in steps]
-        v = rnd.tree
-        walked = [0] + [i + 1 for i in v["path"]]
-        with_kids = [row for row in walked if children_of(v["parents"])[row]]
-        assert kinds == ["draft", "verify"] + ["decide"] * len(with_kids) + [
-            "residual" if v["last"] == "recovered" else "bonus",
+        v = rnd.verdict
+        depth = max(v.depths)
+        assert kinds == ["draft"] * depth + ["verify"] + ["decide"] * len(v.decided_rows) + [
+            "residual" if v.last == "recovered" else "bonus",
             "summary",
         ]
         endings.add(kinds[-2])
         for step in steps:
             for value in step.numbers.values():
                 assert num(value) in step.narration, (step.kind, value)
-            assert "tree" in step_figures(step)
-            if step.kind == "decide":  # the row's p, q, h and residual from the trace's rows
-                assert set(step.bars.series) == {"p", "q", "h", "residual"}
+            if rnd.branching:
+                assert "tree" in step_figures(step)
+            if step.kind == "decide":  # the row's exact p, q and h (first candidate)
+                assert set(step.bars.series) == {"p", "q", "h"}
                 assert "bars" in step_figures(step)
         # the decide steps reveal one depth more each, the ending all of it
-        reveals = [s.tree.reveal for s in steps]
-        assert reveals[:2] == [0, 0] and reveals[-1] is None
+        if rnd.branching:
+            reveals = [s.tree.reveal for s in steps]
+            assert reveals[: depth + 1] == [0] * (depth + 1) and reveals[-1] is None
     assert endings == {"residual", "bonus"}  # both endings occur in this run
 
 
 def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
     trace = tree_run.output.trace
     stats = live_stats(trace.rounds, 1.0)
-    judged = sum(f != "unreached" for r in trace.rounds for f in r.tree["fates"])
+    judged = sum(r.verdict.decided for r in trace.rounds)
     stats_out = tree_run.output.stats
     assert stats.acceptance_rate == pytest.approx(stats_out.accepted_tokens / judged)
     assert stats_out.decided_tokens == judged
-    for rnd in trace.rounds[:4]:
+    for rnd in [r for r in trace.rounds if r.branching][:4]:
         assert "-node tree" in round_label(rnd, False)
         for view in round_tokens(rnd, None):
-            ins = inspect_token(trace, rnd.index, view.slot)
+            ins = inspect_token(trace, rnd.index, view.row, view.node)
             assert ins.tree is not None and ins.notes
             assert tree_figure(ins.tree).data
 
@@ -192,25 +195,28 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
     at.run()
     at.pills[0].set_value(0).run()
     assert not at.exception, at.exception
-    assert any(m.value.startswith("**Round 1, token 1") for m in at.markdown)
+    assert any(m.value.startswith("**Round 1, depth 1") for m in at.markdown)
     assert any(t.startswith("The draft tree") for t in _titles(at))
     assert any(c.value.startswith("Tree rounds replay node by node") for c in at.caption)
     at.button(key="dec_replay").click().run()
     assert not at.exception, at.exception
     replay = at.session_state["decode_run"].replay
-    assert replay is not None and replay.rounds[0].tree_after is not None
+    assert replay is not None and replay.rounds[0].after.branching
     assert any(m.label == "tokens per call" for m in at.metric)
 
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
     at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
     run: StepRun = at.session_state["step_run"]
-    assert run.rounds[0].tree is not None
+    assert run.rounds[0].branching
     assert any(t.startswith("The draft tree") for t in _titles(at))
     at.button(key="step_next").click().run()
     at.button(key="step_next").click().run()
     assert not at.exception
-    assert at.subheader[0].value == round_steps(run, 0)[2].title  # the first decision
+    depth = max(run.rounds[0].verdict.depths)
+    for _ in range(depth - 1):  # one draft step per depth, then the verify step
+        at.button(key="step_next").click().run()
+    assert at.subheader[0].value == round_steps(run, 0)[depth + 1].title  # the first decision
 
 
 def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypatch, tmp_path):

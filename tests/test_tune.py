@@ -104,8 +104,8 @@ def test_the_tuner_view_shows_every_run_and_the_edge() -> None:
 def test_speed_parts_add_up_to_the_measured_speedup() -> None:
     from types import SimpleNamespace
 
-    from cactus_core.app.decode.speed import cost_parts, explanation
     from cactus_core.app.shared.metrics import speed_comparison
+    from cactus_core.app.shared.speed import cost_parts, explanation
 
     spec = SimpleNamespace(rounds=10, new_tokens=30, verifier_calls=10, draft_calls=40,
                            wall_s=1.1, prefill_s=0.1, draft_s=0.2, verify_s=0.6, record_s=0.0,

@@ -15,9 +15,10 @@ Two ways to fill a shard, same record format:
 - --benchmark-prompts N: the verifier's answers to the first N built-in benchmark prompts
   (cactus_core/data/chat_prompts.jsonl) instead of the training prompts. For measurement
   only (`training.measure_feature_draft --eval-data`): never train on them.
-- --add-layers 2,15 --convert DIR: shards written here get the outputs of those verifier
-  decoder layers (0-based) as `layer_features`, for a multi-depth (EAGLE-3 style) draft. The
-  forward stops after the deepest of them, so two early layers cost half a full pass.
+- --add-layers 2,15: the outputs of those verifier decoder layers (0-based) as well, as
+  `layer_features`, for a multi-depth (EAGLE-3 style) draft: recorded by hooks in the same
+  forwards while generating, or, with --convert DIR, added to DIR's shards written here by a
+  forward that stops after the deepest of them (two early layers cost half a full pass).
 Shards are written one batch at a time (resumable; several workers can share the prompt list,
 as in gen_data), named by batch index, so a shard index means the same prompts in every folder.
 
@@ -54,10 +55,11 @@ from cactus_core.engine.loading.prompts import builtin_prompts
 from training.common import load_verifier_and_tokenizer
 from training.gen_data import RecordAndSample
 from training.prompts import generate_prompts
+from training.wide_prompts import wide_prompts
 
 
 class FeatureHook:
-    """Collects the last decoder layer's output ([B, T_step, D] per call) during generate."""
+    """Collects one decoder layer's output ([B, T_step, D] per call) during generate."""
 
     def __init__(self, layer: torch.nn.Module) -> None:
         self.chunks: list[torch.Tensor] = []
@@ -83,6 +85,8 @@ def generate_shard(model, tok, batch: list[str], args, seed: int) -> list[dict]:
     gen = torch.Generator().manual_seed(seed)
     rec = RecordAndSample(args.top_k, args.temperature, args.top_p, gen)
     hook = FeatureHook(model.model.layers[-1])
+    # Earlier layers for a multi-depth draft, captured in the same forwards (no second pass).
+    layer_hooks = [FeatureHook(model.model.layers[i]) for i in args.layers]
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     try:
         model.generate(
@@ -98,9 +102,17 @@ def generate_shard(model, tok, batch: list[str], args, seed: int) -> list[dict]:
         )
     finally:
         hook.close()
+        for h in layer_hooks:
+            h.close()
     # chunks[0]: prefill [B, P, D] (left-padded); chunks[s]: [B, 1, D], the feature of answer
     # token s - 1 (fed back at step s).
     feats = torch.cat(hook.chunks, dim=1)  # [B, P + steps - 1, D]
+    # [B, P + steps - 1, len(layers) * D], the layers side by side
+    layer_feats = (
+        torch.cat([torch.cat(h.chunks, dim=1) for h in layer_hooks], dim=-1)
+        if layer_hooks
+        else None
+    )
     chosen = torch.stack(rec.chosen, 1)  # [B, steps]
     vals = torch.stack(rec.values, 1)  # [B, steps, K]
     idx = torch.stack(rec.indices, 1)  # [B, steps, K]
@@ -113,17 +125,21 @@ def generate_shard(model, tok, batch: list[str], args, seed: int) -> list[dict]:
         n = ans.index(eos) + 1 if eos in ans else len(ans)
         prompt_feats = feats[b, :pad][keep]  # [n_p, D]
         ans_feats = feats[b, pad : pad + n - 1]  # [n - 1, D]
-        records.append(
-            {
-                "prompt": prompt,
-                "prompt_ids": prompt_ids,
-                "answer_ids": ans[:n],
-                "top_p": args.top_p,
-                "features": torch.cat([prompt_feats, ans_feats]).clone(),
-                "top_values": vals[b, :n].clone(),
-                "top_indices": idx[b, :n].clone(),
-            }
-        )
+        record = {
+            "prompt": prompt,
+            "prompt_ids": prompt_ids,
+            "answer_ids": ans[:n],
+            "top_p": args.top_p,
+            "features": torch.cat([prompt_feats, ans_feats]).clone(),
+            "top_values": vals[b, :n].clone(),
+            "top_indices": idx[b, :n].clone(),
+        }
+        if layer_feats is not None:
+            record["feature_layers"] = list(args.layers)
+            record["layer_features"] = torch.cat(
+                [layer_feats[b, :pad][keep], layer_feats[b, pad : pad + n - 1]]
+            ).clone()
+        records.append(record)
     return records
 
 
@@ -201,7 +217,8 @@ def main() -> None:
     ap.add_argument(
         "--add-layers",
         default="",
-        help="with --convert: add these decoder layers' outputs (comma-separated, 0-based)",
+        help="these decoder layers' outputs too (comma-separated, 0-based): recorded while"
+        " generating, or added to the shards named by --convert",
     )
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-new", type=int, default=192)
@@ -222,6 +239,11 @@ def main() -> None:
         "--extra-prompts", action="store_true", help="add training.prompts' EXTRA_FAMILIES"
     )
     ap.add_argument(
+        "--wide-prompts",
+        action="store_true",
+        help="training.wide_prompts' list (seeded by --prompt-seed) instead of training.prompts'",
+    )
+    ap.add_argument(
         "--benchmark-prompts",
         type=int,
         default=0,
@@ -235,11 +257,9 @@ def main() -> None:
     tok.padding_side = "left"
     t0, n_tokens = time.time(), 0
 
-    if args.add_layers:
-        if args.convert is None:
-            raise SystemExit("--add-layers reads the shards named by --convert")
-        layers = [int(x) for x in args.add_layers.split(",")]
-        add_layers(model, args.convert, args.out, layers, args.worker, args.workers)
+    args.layers = [int(x) for x in args.add_layers.split(",")] if args.add_layers else []
+    if args.layers and args.convert is not None:
+        add_layers(model, args.convert, args.out, args.layers, args.worker, args.workers)
         return
     if args.convert is not None:
         for src in sorted(args.convert.glob("shard_*.pt")):
@@ -259,6 +279,8 @@ def main() -> None:
         return
 
     prompts = generate_prompts(args.prompt_seed, extra=args.extra_prompts)
+    if args.wide_prompts:
+        prompts = wide_prompts(args.prompt_seed)
     if args.benchmark_prompts:
         prompts = builtin_prompts()[: args.benchmark_prompts]
     for start in range(0, len(prompts), args.batch):

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from cactus_core.engine.decoding.trace import decided_positions
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.limit import LimitCurve, limit_sums
 from cactus_core.maths.rules import LOSSLESS_RULE, RULES, make_rule, rule_class
@@ -122,7 +121,7 @@ def rows_from_trace(
     positions a sweep scores), from the replay rows (top-M of p and q and the tail)."""
     rows: list[tuple[dict[int, float], dict[int, float]]] = []
     for rnd in trace.rounds:
-        for pos in decided_positions(rnd):
+        for pos in rnd.decided_positions():
             p = dict(zip(pos.replay_p_ids, pos.replay_p_probs, strict=True))
             q = dict(zip(pos.replay_q_ids, pos.replay_q_probs, strict=True))
             rows.append((p, q))

@@ -456,6 +456,45 @@ def verify_tree(
     )
 
 
+def row_residual(rule: Rule, p: torch.Tensor, q: torch.Tensor, rejected: list[int]) -> torch.Tensor:
+    """The residual a row's next token is drawn from once its candidates `rejected` (token
+    ids, in the order tried) were all rejected: the rule's r_n after the first, then plain RRS
+    (the module's walk) after each later one. p, q [V] -> [V], normalised."""
+    if not rejected:
+        raise ValueError("row_residual needs at least one rejected candidate")
+    first = torch.tensor(rejected[0], device=p.device)
+    r = rule.residual(q, p, first, validate=False)[None]  # [1, V]
+    left = _drop(p[None].to(r.dtype), first[None])  # [1, V]
+    for token in rejected[1:]:
+        c = torch.tensor([token], device=p.device)
+        mass = left.sum(-1, keepdim=True)
+        if float(mass) <= 0 or float(_at(left, c)) <= 0:  # a deterministic candidate: δ_c
+            drawn_from = torch.nn.functional.one_hot(c, r.shape[-1]).to(r.dtype)
+        else:
+            drawn_from = left / mass
+        r = _next_residual(r, drawn_from)
+        left = _drop(left, c)
+    return r[0]
+
+
+def unjudged_first_accepts(
+    rule: Rule, verdict: TreeVerdict, draft_probs: torch.Tensor, target_probs: torch.Tensor
+) -> dict[int, float]:
+    """a(n) of the first candidates of rows the walk did not decide at, which have none (NaN),
+    from the rows draft_probs, target_probs [R, V] (R ≥ the rows with children): what the rule
+    would have judged each by, as `verify` reports for a chain's drafts after its rejection.
+    A row's later candidates are judged against residuals, never by a(n): they keep NaN."""
+    firsts = {kids[0] for kids in verdict.children if kids}
+    missing = [i for i, a in enumerate(verdict.accept_probs) if math.isnan(a) and i in firsts]
+    if not missing or rule.round_level:  # a round-level rule has no per-node a(n)
+        return {}
+    dev = target_probs.device
+    rows = torch.tensor([verdict.parents[i] + 1 for i in missing], dtype=torch.long, device=dev)
+    n = torch.tensor([verdict.tokens[i] for i in missing], dtype=torch.long, device=dev)
+    a = rule.accept_probs(target_probs[rows], draft_probs[rows], n, validate=False)  # [d]
+    return dict(zip(missing, a.tolist(), strict=True))
+
+
 def tree_emitted(rule: Rule, tree: DraftTree, target_probs: torch.Tensor) -> torch.Tensor:
     """The law of the token emitted after each row [N + 1, V]: the chain's pi of (p, q) at a
     node with children (whatever their number, see the module's doc), q at a leaf."""
@@ -476,8 +515,10 @@ __all__ = [
     "children_of",
     "coin_count",
     "node_depths",
+    "row_residual",
     "sample_without_replacement",
     "tree_emitted",
+    "unjudged_first_accepts",
     "verify_tree",
     "verify_tree_batch",
 ]

@@ -1,9 +1,12 @@
-"""A tree round's verdict (`TreeVerdict`) and the tree-shape helpers it shares with the walk
+"""A round's verdict (`TreeVerdict`) and the tree-shape helpers it shares with the walk
 (`maths.tree`): plain Python, JSON-safe, checked strictly when read back from a trace.
 
-A tree's shape is its parents list in topological order: parents[i] is −1 (a child of the
-root) or an earlier node. Row 0 is the root and row i + 1 is node i, the layout of the draft's
-and the verifier's probability rows.
+Every round's verdict is a tree: a draft tree's as the walk decided it, a chain of k drafts as
+the one-child tree it is (`of_chain`), a verifier-only step as a tree with no nodes
+(`of_sampled`). A tree's shape is its parents list in topological order: parents[i] is −1 (a
+child of the root) or an earlier node. Row 0 is the root and row i + 1 is node i, the layout of
+the draft's and the verifier's probability rows. What differs between a chain and a tree that
+branches is wording only (`branching`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 import torch
 
 FATES = ("accepted", "rejected", "unreached")
-LAST_KINDS = ("recovered", "bonus")
+# How a round ends: a token from the last residual, a bonus from q, or (no draft) the
+# verifier's own sample.
+LAST_KINDS = ("recovered", "bonus", "sampled")
 
 
 def check_parents(parents: list[int]) -> None:
@@ -50,7 +55,7 @@ def coin_count(parents: list[int]) -> int:
 
 @dataclass
 class TreeVerdict:
-    """What the walk decided on one tree, node by node (lists of length N unless said).
+    """What the walk decided on one round's tree, node by node (lists of length N unless said).
 
     a(n), h, p_left are NaN for a node that got no decision (fate "unreached"). h is what the
     node was judged against at its token: the rule's h(n) for a node's first child, the
@@ -106,6 +111,58 @@ class TreeVerdict:
             p_left=list(p_n),
             emit_coins=[sample_coin] * (k + 1),
         )
+
+    @classmethod
+    def of_sampled(cls, token: int, coin: float) -> TreeVerdict:
+        """A verifier-only step: no node, the verifier's own sample with its coin."""
+        return cls(
+            tokens=[],
+            parents=[],
+            path=[],
+            emitted=[token],
+            last="sampled",
+            accept_probs=[],
+            coins=[],
+            fates=[],
+            p=[],
+            q=[],
+            h=[],
+            p_left=[],
+            emit_coins=[coin],
+        )
+
+    @property
+    def size(self) -> int:
+        """Drafted nodes (0 for a verifier-only step)."""
+        return len(self.tokens)
+
+    @property
+    def branching(self) -> bool:
+        """Whether some node has more than one candidate child: a draft tree proper, rather
+        than a chain (a one-child tree) or a verifier-only step. Only wording depends on it."""
+        return any(len(kids) > 1 for kids in children_of(self.parents))
+
+    @property
+    def children(self) -> list[list[int]]:
+        """children[r]: the children of row r, in the order tried (`children_of`)."""
+        return children_of(self.parents)
+
+    @property
+    def depths(self) -> list[int]:
+        """Each node's depth (a child of the root has depth 1)."""
+        return node_depths(self.parents)
+
+    @property
+    def decided_rows(self) -> list[int]:
+        """The rows on the walk where the rule decided (rows with children), root first: a
+        chain's positions 0..d − 1, d the drafts that got a decision."""
+        kids = self.children
+        return [r for r in self.path_rows if kids[r]]
+
+    @property
+    def decided(self) -> int:
+        """Candidates that got a decision (accepted or rejected)."""
+        return sum(f != "unreached" for f in self.fates)
 
     @property
     def uniforms(self) -> torch.Tensor:
@@ -170,13 +227,13 @@ class TreeVerdict:
 
     def _check(self) -> None:
         n = len(self.tokens)
-        if n < 1:
-            raise ValueError("a tree verdict needs at least one node")
+        if (n == 0) != (self.last == "sampled"):
+            raise ValueError("a tree verdict ends 'sampled' exactly when it has no node")
         for name in ("parents", "accept_probs", "coins", "fates", "p", "q", "h", "p_left"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"tree verdict {name} must have one entry per node ({n})")
         check_parents(self.parents)
-        if len(self.emit_coins) != max(node_depths(self.parents)) + 1:
+        if len(self.emit_coins) != max(node_depths(self.parents), default=0) + 1:
             raise ValueError("tree verdict emit_coins must have depth + 1 entries")
         if any(t < 0 for t in self.tokens) or any(t < 0 for t in self.emitted):
             raise ValueError("tree verdict token ids must be ≥ 0")

@@ -12,12 +12,12 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from cactus_core.app.decode.race import Lane, Race, race_figure
-from cactus_core.app.decode.speed import cost_parts, explanation, parts_chart
 from cactus_core.app.shared.metrics import METRIC_HELP
+from cactus_core.app.shared.speed import cost_parts, explanation, parts_chart
 from pages.shared import k_panel
 
 if TYPE_CHECKING:
-    from cactus_core.app.decode.run import DecodeRun
+    from cactus_core.app.shared.request import DecodeRun
     from cactus_core.engine.loading.pair import ModelPair
 
 REDRAW_S = 0.25  # how often the live race redraws: often enough to watch, rarely enough to race

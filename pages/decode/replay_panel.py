@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from cactus_core.app.decode.replay import ReplayKL, replay_kl, replay_kl_figure
-from cactus_core.app.decode.run import DecodeRun
+from cactus_core.app.shared.request import DecodeRun
 from cactus_core.maths.rules import rule_from_values
 
 CACHE_KEY = "dec_replay_kl"  # (the Replay it was computed for, its ReplayKL)

@@ -1,8 +1,8 @@
 """The Frontier page's sweep-file section: open a portable sweep file (made with `python -m
 cactus_core sweep --export FILE`, e.g. on a GPU cluster) and read its frontier here, with the
 tuner on it (all prompts and each task's); and the Ray backend the operator may turn on for the
-app's own sweeps (CACTUS_LAB_RAY_ADDRESS). Widgets only: the file comes from
-cactus_core.experiments.sweep_file, its tuner from pages/frontier/tuner_panel.py."""
+app's own sweeps (CACTUS_LAB_RAY_ADDRESS). Widgets only: the file comes through
+cactus_core.app.frontier.sweep_file, its tuner from pages/frontier/tuner_panel.py."""
 
 from __future__ import annotations
 
@@ -12,13 +12,20 @@ from typing import TYPE_CHECKING
 import streamlit as st
 
 from cactus_core.app.frontier import figures as ff
-from cactus_core.app.frontier.sweep_file import sweep_file_in_words
+from cactus_core.app.frontier.sweep_file import (
+    SweepFile,
+    SweepFileError,
+    load_sweep_file,
+    operator_ray_address,
+    operator_ray_backend,
+    sweep_file_in_words,
+)
+from cactus_core.app.frontier.tuner import file_source
 from cactus_core.app.shared.settings import AppSettings
-from cactus_core.experiments.sweep_file import SweepFile, SweepFileError, load_sweep_file
 from pages.frontier import tuner_panel
 
 if TYPE_CHECKING:
-    from cactus_core.experiments.sweep_ray import RayBackend
+    from cactus_core.app.frontier.sweep_file import RayBackend
 
 OPENED_KEY = "fr_file"  # ((name, SHA-256), SweepFile or its error) of the file last opened
 
@@ -61,22 +68,18 @@ def sweep_file_section() -> None:
     fig = ff.frontier_chart(result.rows(), "tokens_per_call",
                             title="sweep file: tokens per call vs emitted KL")  # fmt: skip
     st.plotly_chart(fig, key="fr_file_tpc")
-    tuner_panel.tuner(tuner_panel.file_source(result))
+    tuner_panel.tuner(file_source(result))
 
 
 @st.cache_resource(show_spinner="Starting the Ray workers…")
 def _ray_backend(pair_key: tuple, kwargs_items: tuple) -> RayBackend | None:
-    from cactus_core.experiments.sweep_ray import backend_from_env
-
-    return backend_from_env(dict(kwargs_items))
+    return operator_ray_backend(dict(kwargs_items))
 
 
 def ray_backend(s: AppSettings) -> RayBackend | None:
     """The operator's Ray backend for this pair (one per pair, kept across reruns), or None
     when CACTUS_LAB_RAY_ADDRESS is unset or a public deployment does not allow it."""
-    from cactus_core.experiments.sweep_ray import ray_address
-
-    if ray_address() is None:
+    if operator_ray_address() is None:
         return None
     from pages.shared.pair import pair_load_kwargs
 

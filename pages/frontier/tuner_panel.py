@@ -8,40 +8,42 @@ the refinement, and the runs done so far stay cached on disk, so asking again re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from cactus_core.app.frontier.tasks import answer_rows, task_frontier_chart, tasks_caption
-from cactus_core.app.frontier.tuner import range_note, refinement_chart, step_line, step_rows
-from cactus_core.app.shared.links import decode_setting_query
-from cactus_core.app.shared.settings import AppSettings, tunable_rules
-from cactus_core.experiments.k_tuner import cached_costs
-from cactus_core.experiments.speedup import PREDICTED_HELP
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.tasks import answers_by_task
-from cactus_core.experiments.tune import (
+from cactus_core.app.frontier.tasks import (
+    answer_rows,
+    answers_by_task,
+    task_frontier_chart,
+    tasks_caption,
+)
+from cactus_core.app.frontier.tuner import (
     DEFAULT_MAX_RUNS,
     FirstGuess,
+    OnStep,
     TuneResult,
+    TunerSource,
+    TunerView,
     TuneStep,
-    first_guess,
-    reference_tune,
-    tune,
+    range_note,
+    refinement_chart,
+    rule_param,
+    step_line,
+    step_rows,
 )
-from cactus_core.maths.rules import rule_class, rule_from_values
-from pages.shared.pair import get_pair
+from cactus_core.app.shared.k_panel import cached_costs
+from cactus_core.app.shared.links import decode_setting_query
+from cactus_core.app.shared.metrics import PREDICTED_HELP
+from cactus_core.app.shared.settings import tunable_rules
+from cactus_core.maths.rules import rule_from_values
 
 if TYPE_CHECKING:
+    from cactus_core.app.frontier.sweep_view import SweepResult
     from cactus_core.engine.loading.pair import ModelPair
-    from cactus_core.experiments.reference import Reference, ReferenceSweep
-    from cactus_core.experiments.sweep import SweepResult
-    from cactus_core.experiments.sweep_config import SweepConfig
 
 TUNED_KEY = "fr_tuned"  # (the answer's key: the source's identity, rule, budget; TuneResult)
 SHOWN_KEY = "fr_tuner_shown"  # TunerView: what the tuner shows now (the export reads it)
-OnStep = Callable[[TuneStep, int, int], None]
 STATUS_BOX = {"met": "success", "edge": "info", "runs": "warning", "cancelled": "warning"}
 
 
@@ -99,98 +101,6 @@ def run_with_progress(
     bar.empty()
     lines.empty()
     return res
-
-
-@dataclass(frozen=True)
-class TunerSource:
-    """What the tuner tunes on. `identity` tells its answers apart (with the rule and budget);
-    `refine` runs the refinement (None back: no pair to run it on now; no `refine`: a source
-    that is only read, such as an opened sweep file); `guess` is the estimate before any run,
-    where the source has a curve to read it from; `tasks` a sweep whose prompts get an answer
-    on all of them and on each task's, read off its measured curve."""
-
-    key: str  # the widgets' key prefix
-    name: str  # in words, for the captions: "the reference" or "your sweep"
-    rules: tuple[str, ...]  # the tunable rules with points in the source
-    identity: tuple[Any, ...]
-    refine: Callable[[str, float, OnStep], TuneResult | None] | None
-    explain: str  # how the answer is found, under the controls
-    guess: Callable[[str, float], FirstGuess] | None = None
-    tasks: SweepResult | None = None
-    pair: Callable[[], ModelPair | None] = lambda: None  # for the predicted speedups
-
-
-@dataclass(frozen=True)
-class TunerView:
-    """What the tuner shows now: its rule, budget, first guess and refined answer."""
-
-    source: str
-    rule: str
-    budget: float
-    guess: FirstGuess | None
-    result: TuneResult | None
-
-
-def reference_source(s: AppSettings, ref: Reference, part: ReferenceSweep) -> TunerSource:
-    """The shipped reference: a first guess at once from its curve; runs on its prompts."""
-
-    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
-        pair = get_pair(s)
-        if pair is None:
-            return None
-        return reference_tune(pair, ref, part, rule, budget, SweepCache(), on_step=on_step)
-
-    return TunerSource(
-        "fr_ref",  # its own keys: on the run a sweep finishes, both tuners are drawn
-        "the reference",
-        tuple(r for r in tunable_rules() if part.rule_rows(r)),
-        ("reference", part.top_p),
-        refine,
-        "An estimate, not yet a measurement: the reference's curve gives this first guess. "
-        "Then each run measures one value on the "
-        f"reference's {ref.provenance['prompts']} prompts, seeds and sampling, until a run's "
-        "emitted KL fits the budget at the upper end of its 95% interval (at most "
-        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
-        guess=lambda rule, budget: first_guess(part, rule, budget),
-        pair=lambda: get_pair(s),
-    )
-
-
-def sweep_source(
-    pair: ModelPair, config: SweepConfig, result: SweepResult, cache: SweepCache
-) -> TunerSource:
-    """Your own sweep: runs on its prompts, from its points; its tasks answered each."""
-
-    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
-        return tune(pair, config, budget, rule, result, cache, on_step=on_step)
-
-    swept = {x.setting.rule for x in result.settings}
-    return TunerSource(
-        "fr",
-        "your sweep",
-        tuple(r for r in tunable_rules() if r in swept),
-        ("sweep", pair.identity, config),
-        refine,
-        f"Runs on your sweep's {len(config.prompts)} prompts, starting from its points, until "
-        "a run's emitted KL fits the budget at the upper end of its 95% interval (at most "
-        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
-        tasks=result if config.task_names else None,
-        pair=lambda: pair,
-    )
-
-
-def file_source(result: SweepResult) -> TunerSource:
-    """An opened sweep file: read, never run (its prompts and pair may be elsewhere)."""
-    swept = {x.setting.rule for x in result.settings}
-    return TunerSource(
-        "fr_file",
-        "the sweep file",
-        tuple(r for r in tunable_rules() if r in swept),
-        ("file", result.model_identity, result.config),
-        None,
-        "Read off the file's measured curve, on all its prompts and on each task's (no run).",
-        tasks=result,
-    )
 
 
 @st.fragment
@@ -288,8 +198,3 @@ def task_answers(result: SweepResult, rule: str, budget: float, key: str) -> Non
     st.caption(tasks_caption(answers))
     if len(answers) > 1:
         st.plotly_chart(task_frontier_chart(result, rule), key=f"{key}_task_chart")
-
-
-def rule_param(rule: str) -> str:
-    spec = rule_class(rule).swept()
-    return spec.name if spec is not None else ""

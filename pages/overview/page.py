@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from cactus_core.app.overview.round_diagram import round_diagram_svg
-from cactus_core.app.overview.tour import tour
 from cactus_core.app.shared.settings import rules_markdown
+from cactus_core.app.shared.tour import tour
 from cactus_core.maths.rules import RULES, CactusBudget, CactusExact
 from pages.shared.navigation import PAGES, page_entry
 

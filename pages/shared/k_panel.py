@@ -11,33 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from cactus_core.app.decode.speed import record_share
 from cactus_core.app.shared.k_panel import (
     COSTS_NEEDED,
     MEASURE_LABEL,
     POSITION_HELP,
+    PairCosts,
+    cached_costs,
     costs_caption,
     counts_from_rounds,
     default_k_settings,
     k_chart,
     k_summary,
     measure_progress_text,
-    position_chart,
-)
-from cactus_core.engine.decoding.generation import PositionCounts
-from cactus_core.engine.loading.deployment import deployment_policy
-from cactus_core.experiments.k_tuner import (
-    PairCosts,
-    cached_costs,
     measuring_now,
+    position_chart,
     predict_k,
     predict_row,
     shared_costs,
 )
+from cactus_core.app.shared.speed import record_share
+from cactus_core.engine.decoding.generation import PositionCounts
+from cactus_core.engine.loading.deployment import deployment_policy
 from cactus_core.maths.rules import DEFAULT_RULE, make_rule
 
 if TYPE_CHECKING:
-    from cactus_core.app.decode.run import DecodeRun
+    from cactus_core.app.shared.request import DecodeRun
     from cactus_core.engine.loading.pair import ModelPair
 
 

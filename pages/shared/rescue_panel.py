@@ -1,6 +1,6 @@
 """'Why drafts get rejected': the Decode page (a finished run) and Step through (the run so
 far) draw it with this one function. Widgets and layout only; the numbers come from
-cactus_core.app.decode.rescue."""
+cactus_core.app.shared.rescue."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from cactus_core.app.decode.rescue import (
+from cactus_core.app.shared.rescue import (
     rank_histogram,
+    rank_histogram_figure,
     rejected_drafts,
     rescue_curve,
+    rescue_curve_figure,
     rescue_summary,
     rescue_table,
 )
-from cactus_core.app.step.figures import rank_histogram_figure, rescue_curve_figure
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import RoundTrace

@@ -1,11 +1,11 @@
 """The guided tour's landing: a tour stop's link names the element it describes, and the page
-brings that element into view once it has been drawn (cactus_core/app/overview/tour.py)."""
+brings that element into view once it has been drawn (cactus_core/app/shared/tour.py)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from cactus_core.app.overview.tour import FOCUS_PARAM, focus_script, tour_target
+from cactus_core.app.shared.tour import FOCUS_PARAM, focus_script, tour_target
 
 PENDING_KEY = "tour_focus"  # the element to bring into view at the end of the next full run
 

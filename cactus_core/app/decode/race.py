@@ -36,7 +36,7 @@ from cactus_core.app.shared.metrics import SpeedComparison, speed_comparison
 from cactus_core.experiments.speedup import spread
 
 if TYPE_CHECKING:
-    from cactus_core.app.decode.run import DecodeRequest
+    from cactus_core.app.shared.request import DecodeRequest
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
     from cactus_core.engine.decoding.generation import DecodeStream, GenerationOutput
     from cactus_core.engine.decoding.trace import RoundTrace

@@ -10,15 +10,15 @@ are the decoder's (exact, from the full rows); the replay's come from the rows t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import plotly.graph_objects as go
 
+from cactus_core.app.shared.metrics import Headline
 from cactus_core.engine.decoding.replay import Replay, position_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import make_rule
+from cactus_core.maths.rules import make_rule, rule_from_values
 from cactus_core.maths.tree_verdict import TreeVerdict
 
 RUN_COLOUR, REPLAY_COLOUR = "#848482", "#008856"
@@ -48,22 +48,24 @@ class ReplayKL:
         ]
 
 
-def _emitted_positions(accepted: int, k: int) -> int:
-    """Positions a round emits from under a rule: its accepted drafts and the rejection's slot
-    (the bonus after k acceptances is drawn from q: KL 0)."""
-    return min(accepted + 1, k)
+def _emitted_from(rnd: RoundTrace, verdict: TreeVerdict) -> list[PositionTrace]:
+    """The recorded positions a round emits from under a verdict: its rows on the walk with
+    candidates, each emitting the chain's pi of its row (a bonus after them is drawn from q:
+    KL 0)."""
+    return [rnd.positions[r] for r in verdict.decided_rows if rnd.positions[r].draft_id is not None]
 
 
-def _emitted_from(
-    rnd: RoundTrace, accepted: int, tree: dict[str, Any] | None = None
-) -> list[PositionTrace]:
-    """The recorded positions a round emits from under a rule that accepted `accepted` drafts:
-    a chain's (`_emitted_positions`); a tree's judged rows along the walk's path (`tree`, the
-    replay's verdict, or the run's), each emitting the chain's pi of its row."""
-    if rnd.tree is None:
-        return rnd.positions[: _emitted_positions(accepted, rnd.k)]
-    rows = TreeVerdict.from_dict(tree if tree is not None else rnd.tree).path_rows
-    return [rnd.positions[r] for r in rows if rnd.positions[r].draft_id is not None]
+def tree_replay_note(trace: Trace) -> str | None:
+    """What a replay of a run whose trees branch does and when it is exact; None otherwise."""
+    if not any(r.branching for r in trace.rounds):
+        return None
+    return (
+        "Tree rounds replay node by node: the same tree, the same q at every node and the same "
+        "coins, walked under the other rule. The replay is exact when the trace's rows hold all "
+        "the mass (top-k or a top-p nucleus within the trace's kept rows). Otherwise a node's "
+        "first candidate is judged exactly for rules whose a(n) needs only p_n and q_n, while "
+        "later candidates and the last token read residuals of the cut rows and are approximate."
+    )
 
 
 def replay_kl(trace: Trace, replay: Replay) -> ReplayKL:
@@ -78,10 +80,10 @@ def replay_kl(trace: Trace, replay: Replay) -> ReplayKL:
     exact = True
     for rr in replay.rounds:
         rnd = by_index[rr.index]
-        before = sum(pos.kl_pi_q or 0.0 for pos in _emitted_from(rnd, rr.num_accepted_before))
+        before = sum(pos.kl_pi_q or 0.0 for pos in _emitted_from(rnd, rr.before))
         after = 0.0
         if not greedy:  # at T = 0 every rule is exact match: pi = q
-            for pos in _emitted_from(rnd, rr.num_accepted_after, rr.tree_after):
+            for pos in _emitted_from(rnd, rr.after):
                 p, q, ok = position_rows(pos, vocab)
                 exact &= ok
                 after += float(kl(emitted_distribution(rule, p, q), q))
@@ -117,3 +119,22 @@ def replay_kl_figure(data: ReplayKL, run_label: str, replay_label: str) -> go.Fi
         legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
     )
     return fig
+
+
+def replay_headlines(replay: Replay) -> list[Headline]:
+    """What a replay changed, as metric cards."""
+    change = replay.tokens_per_call_after - replay.tokens_per_call_before
+    return [
+        Headline("flipped drafts", str(replay.flips)),
+        Headline(
+            "tokens per call",
+            f"{replay.tokens_per_call_after:.2f}",
+            # no green arrow for a change that rounds to nothing
+            None if abs(change) < 0.005 else f"{change:+.2f} vs the run",
+        ),
+    ]
+
+
+def replay_caption(replay: Replay) -> str:
+    """Which rule the replay judged under, in full (a metric card cut its label short)."""
+    return f"Replayed under {rule_from_values(replay.rule, replay.rule_params).label}."

@@ -15,7 +15,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.app.shared.rule_style import rule_colour, shown_first, style
+from cactus_core.app.shared.rule_style import LIMIT_COLOUR, rule_colour, shown_first, style
 from cactus_core.experiments.frontier import Estimate, pareto_front
 from cactus_core.experiments.k_tuner import PairCosts, row_speedup
 from cactus_core.experiments.speedup import PREDICTED_LABEL, predicted_estimate
@@ -39,7 +39,6 @@ MAX_SHOWN = 5
 FRONT_COLOUR = "#444444"
 FRONT_NAME = "Pareto frontier (every rule, shown or hidden)"
 _LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL, "modelled_speedup": "modelled speedup"}
-LIMIT_COLOUR = "#000000"
 
 
 __all__ = ["rule_colour"]  # re-exported: older callers import it from here

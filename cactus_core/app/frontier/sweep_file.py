@@ -1,6 +1,7 @@
 """The Frontier page's sweep files, without Streamlit: the page's own sweep as a sweep file (its
-download, in the one format `sweep --export` writes and "Open a sweep file" reads), and an
-opened file's provenance in words.
+download, in the one format `sweep --export` writes and "Open a sweep file" reads), an opened
+file (`open_sweep_file`) and its provenance in words, and the Ray backend an operator may turn
+on for the page's own sweeps.
 
 Every word of the provenance comes from the file, which anyone may have written: the page shows
 it as plain text (`st.text`), never as Markdown, so a field cannot load a remote image or draw
@@ -9,9 +10,18 @@ a link, and each field is cut short so a file cannot fill the page.
 
 from __future__ import annotations
 
-from cactus_core.app.frontier.reference import pair_in_words
+from typing import TYPE_CHECKING, Any
+
+from cactus_core.app.shared.reference import pair_in_words
 from cactus_core.experiments.sweep import SweepResult
 from cactus_core.experiments.sweep_file import SweepFile, export_sweep, provenance
+
+# What the page reads of sweep files: through this view, never from experiments directly.
+from cactus_core.experiments.sweep_file import SweepFileError as SweepFileError
+from cactus_core.experiments.sweep_file import load_sweep_file as load_sweep_file
+
+if TYPE_CHECKING:
+    from cactus_core.experiments.sweep_ray import RayBackend
 
 PAGE_COMMAND = "the Frontier page's Run sweep"  # what made a file the page's download wrote
 FIELD_CHARS = 200  # the most of one provenance field shown
@@ -43,3 +53,18 @@ def sweep_file_in_words(opened: SweepFile) -> str:
         f"{_short(p['commit'][:10])} with: {_short(p['command'])}. "
         f"Pair: {_short(pair_in_words(opened.pair))}."
     )
+
+
+def operator_ray_address() -> str | None:
+    """The Ray cluster the operator named for the app's sweeps (CACTUS_LAB_RAY_ADDRESS), or
+    None. Ray is imported only where it is asked for: the app does not need it."""
+    from cactus_core.experiments.sweep_ray import ray_address
+
+    return ray_address()
+
+
+def operator_ray_backend(pair_kwargs: dict[str, Any]) -> RayBackend | None:
+    """The operator's Ray backend for a pair (`sweep_ray.backend_from_env`)."""
+    from cactus_core.experiments.sweep_ray import backend_from_env
+
+    return backend_from_env(pair_kwargs)

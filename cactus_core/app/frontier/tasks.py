@@ -15,6 +15,7 @@ from cactus_core.experiments.tasks import (
     split_by_task,
     spread,
 )
+from cactus_core.experiments.tasks import answers_by_task as answers_by_task
 
 # Distinct from the rules' palette: here a colour is a task, and every line is one rule.
 TASK_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")

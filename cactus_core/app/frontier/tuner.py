@@ -1,19 +1,41 @@
-"""What the tuner shows, without Streamlit: the refinement's runs as a table and as a chart of
-measured emitted KL (with its 95% interval) against the parameter, the budget, and where the
-answer sits in the parameter's range."""
+"""The Frontier's tuner without Streamlit: what it tunes on (`TunerSource`: the shipped
+reference, your sweep, an opened sweep file), what it shows now (`TunerView`, which the export
+reads), the refinement's runs as a table and as a chart of measured emitted KL (with its 95%
+interval) against the parameter, the budget, and where the answer sits in the parameter's
+range."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
 from cactus_core.app.frontier.figures import rule_colour
+from cactus_core.app.shared.settings import AppSettings, tunable_rules
 from cactus_core.experiments.k_tuner import PairCosts, row_speedup
-from cactus_core.experiments.sweep import METRIC_LABELS
-from cactus_core.experiments.tune import TuneResult, TuneStep
+from cactus_core.experiments.sweep import METRIC_LABELS, SweepResult
+from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweep_config import SweepConfig
+from cactus_core.experiments.tune import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
+from cactus_core.experiments.tune import (
+    FirstGuess,
+    TuneResult,
+    TuneStep,
+    first_guess,
+    reference_tune,
+    tune,
+)
 from cactus_core.maths.rules import rule_class
+
+if TYPE_CHECKING:
+    from cactus_core.engine.loading.pair import ModelPair
+    from cactus_core.experiments.reference import Reference, ReferenceSweep
+
+# on_step(step, runs done, at most): a refinement's progress, one call per finished run
+OnStep = Callable[[TuneStep, int, int], None]
 
 SOURCE_LABELS = {"run": "run now", "sweep": "your sweep", "reference": "reference"}
 
@@ -128,3 +150,106 @@ def _num(x: float) -> float | None:
 
 def _cell(x: float, fmt: str) -> str:
     return format(x, fmt) if math.isfinite(x) else "–"
+
+
+@dataclass(frozen=True)
+class TunerSource:
+    """What the tuner tunes on. `identity` tells its answers apart (with the rule and budget);
+    `refine` runs the refinement (None back: no pair to run it on now; no `refine`: a source
+    that is only read, such as an opened sweep file); `guess` is the estimate before any run,
+    where the source has a curve to read it from; `tasks` a sweep whose prompts get an answer
+    on all of them and on each task's, read off its measured curve."""
+
+    key: str  # the widgets' key prefix
+    name: str  # in words, for the captions: "the reference" or "your sweep"
+    rules: tuple[str, ...]  # the tunable rules with points in the source
+    identity: tuple[Any, ...]
+    refine: Callable[[str, float, OnStep], TuneResult | None] | None
+    explain: str  # how the answer is found, under the controls
+    guess: Callable[[str, float], FirstGuess] | None = None
+    tasks: SweepResult | None = None
+    pair: Callable[[], ModelPair | None] = lambda: None  # for the predicted speedups
+
+
+@dataclass(frozen=True)
+class TunerView:
+    """What the tuner shows now: its rule, budget, first guess and refined answer."""
+
+    source: str
+    rule: str
+    budget: float
+    guess: FirstGuess | None
+    result: TuneResult | None
+
+
+def reference_source(
+    s: AppSettings,
+    ref: Reference,
+    part: ReferenceSweep,
+    get_pair: Callable[[AppSettings], ModelPair | None],
+) -> TunerSource:
+    """The shipped reference: a first guess at once from its curve; runs on its prompts, on the
+    pair `get_pair` loads for the settings (None: none can be loaded now)."""
+
+    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
+        pair = get_pair(s)
+        if pair is None:
+            return None
+        return reference_tune(pair, ref, part, rule, budget, SweepCache(), on_step=on_step)
+
+    return TunerSource(
+        "fr_ref",  # its own keys: on the run a sweep finishes, both tuners are drawn
+        "the reference",
+        tuple(r for r in tunable_rules() if part.rule_rows(r)),
+        ("reference", part.top_p),
+        refine,
+        "An estimate, not yet a measurement: the reference's curve gives this first guess. "
+        "Then each run measures one value on the "
+        f"reference's {ref.provenance['prompts']} prompts, seeds and sampling, until a run's "
+        "emitted KL fits the budget at the upper end of its 95% interval (at most "
+        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
+        guess=lambda rule, budget: first_guess(part, rule, budget),
+        pair=lambda: get_pair(s),
+    )
+
+
+def sweep_source(
+    pair: ModelPair, config: SweepConfig, result: SweepResult, cache: SweepCache
+) -> TunerSource:
+    """Your own sweep: runs on its prompts, from its points; its tasks answered each."""
+
+    def refine(rule: str, budget: float, on_step: OnStep) -> TuneResult | None:
+        return tune(pair, config, budget, rule, result, cache, on_step=on_step)
+
+    swept = {x.setting.rule for x in result.settings}
+    return TunerSource(
+        "fr",
+        "your sweep",
+        tuple(r for r in tunable_rules() if r in swept),
+        ("sweep", pair.identity, config),
+        refine,
+        f"Runs on your sweep's {len(config.prompts)} prompts, starting from its points, until "
+        "a run's emitted KL fits the budget at the upper end of its 95% interval (at most "
+        f"{DEFAULT_MAX_RUNS} runs, each cached on disk; a click stops it).",
+        tasks=result if config.task_names else None,
+        pair=lambda: pair,
+    )
+
+
+def file_source(result: SweepResult) -> TunerSource:
+    """An opened sweep file: read, never run (its prompts and pair may be elsewhere)."""
+    swept = {x.setting.rule for x in result.settings}
+    return TunerSource(
+        "fr_file",
+        "the sweep file",
+        tuple(r for r in tunable_rules() if r in swept),
+        ("file", result.model_identity, result.config),
+        None,
+        "Read off the file's measured curve, on all its prompts and on each task's (no run).",
+        tasks=result,
+    )
+
+
+def rule_param(rule: str) -> str:
+    spec = rule_class(rule).swept()
+    return spec.name if spec is not None else ""

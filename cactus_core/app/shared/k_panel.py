@@ -15,6 +15,14 @@ from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.engine.decoding.trace import RoundTrace
 from cactus_core.experiments.k_tuner import KPrediction, PairCosts, cost_runs
 
+# What the pages read of the k tuner: through this view, never from experiments directly.
+from cactus_core.experiments.k_tuner import cached_costs as cached_costs
+from cactus_core.experiments.k_tuner import cached_costs_for as cached_costs_for
+from cactus_core.experiments.k_tuner import measuring_now as measuring_now
+from cactus_core.experiments.k_tuner import predict_k as predict_k
+from cactus_core.experiments.k_tuner import predict_row as predict_row
+from cactus_core.experiments.k_tuner import shared_costs as shared_costs
+
 MEASURE_LABEL = "Measure the pair's costs"
 COSTS_NEEDED = (
     "Predicted speedups need this pair's costs on this machine: the verifier over 1–13 tokens, "
@@ -139,17 +147,20 @@ def k_chart(preds: Mapping[str, KPrediction], rule: str | None = None) -> go.Fig
 
 
 def counts_from_rounds(rounds: Sequence[RoundTrace]) -> PositionCounts:
-    """Per-position counts of the speculative rounds so far, from their draft fates (what Step
-    through has decoded before the run is finished and its stats exist)."""
-    k = max((r.k for r in rounds), default=0)
+    """Per-position counts of the speculative rounds so far, from their verdicts (what Step
+    through has decoded before the run is finished and its stats exist), in the decoder's
+    definitions: depth j + 1 was reached when the walk stood on a row with candidates at depth
+    j, and accepted when it went on."""
+    k = max((max(r.verdict.depths, default=0) for r in rounds), default=0)
     reached, accepted, n = [0] * k, [0] * k, 0
     for r in rounds:
-        if r.k == 0:
+        if r.sampled:
             continue
         n += 1
-        for j, fate in enumerate(r.draft_fates):
-            reached[j] += fate in ("accepted", "rejected")
-            accepted[j] += fate == "accepted"
+        for j in range(len(r.verdict.decided_rows)):
+            reached[j] += 1
+        for j in range(r.num_accepted):
+            accepted[j] += 1
     return PositionCounts(tuple(reached), tuple(accepted), n)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cactus_core.experiments.speedup import MEASURED_HELP, Spread, decoding_rate
+from cactus_core.experiments.speedup import PREDICTED_HELP as PREDICTED_HELP
 
 METRIC_HELP: dict[str, str] = {
     "tokens per call": (
@@ -30,9 +31,11 @@ METRIC_HELP: dict[str, str] = {
 }
 
 
-def prob_text(x: float) -> str:
+def prob_text(x: float | None) -> str:
     """A probability for a label: three decimals, but never a rounded-off "0.000" for a
-    small positive one (q_n = 0.0004 is not q_n = 0, which no rule can rescue)."""
+    small positive one (q_n = 0.0004 is not q_n = 0, which no rule can rescue); "–" for none."""
+    if x is None:
+        return "–"
     if x == 0 or abs(x) >= 0.001:
         return f"{x:.3f}"
     return f"{x:.2g}"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from cactus_core.experiments.sweep_config import BASELINE
 from cactus_core.maths.rules import RULES
 
+LIMIT_COLOUR = "#000000"  # the limit's curve, on every chart
+
 
 @dataclass(frozen=True)
 class RuleStyle:

@@ -23,6 +23,7 @@ FATE_STYLE: dict[str, str] = {
     # verifier-only steps (when the context leaves no room to draft) and never-judged drafts
     "sampled": "border-bottom:2px solid #999999;",
     "dropped": "color:#999999;text-decoration:line-through;",
+    "not tried": "color:#999999;",
 }
 FATE_LABELS: dict[str, str] = {
     "accepted": "accepted draft",
@@ -31,6 +32,7 @@ FATE_LABELS: dict[str, str] = {
     "bonus": "bonus (all k accepted; drawn from q)",
     "sampled": "sampled by the verifier alone",
     "dropped": "dropped (drafted after a rejection, never judged)",
+    "not tried": "not tried (the walk took another branch)",
 }
 # The clean text: the emitted tokens only, each underlined in its fate's colour (no struck
 # drafts, no fills), in the page's own font, so it reads as the answer it is.
@@ -48,6 +50,7 @@ _CHIP_COLOUR = {
     "bonus": "blue",
     "sampled": "gray",
     "dropped": "gray",
+    "not tried": "gray",
 }
 _CHIP_SYMBOL = {
     "accepted": "✓",
@@ -56,18 +59,37 @@ _CHIP_SYMBOL = {
     "bonus": "★",
     "sampled": "•",
     "dropped": "–",
+    "not tried": "·",
 }
 
 
 @dataclass(frozen=True)
 class TokenView:
-    """One token as the transcript shows it."""
+    """One token as the transcript shows it: its fate, its round, the row of the round's tree it
+    was judged or drawn at (the inspector's index), and the drafted node it is, if one."""
 
     text: str
-    fate: str  # accepted | rejected | recovered | bonus
+    fate: str  # accepted | rejected | dropped | recovered | bonus | sampled
     round: int
-    slot: int
+    row: int
+    node: int | None = None
     flipped: bool = False
+
+
+def node_fates(rnd: RoundTrace) -> list[str]:
+    """Each node's fate as the pages name it: "accepted", "rejected", "dropped" (never judged
+    because a candidate above it was rejected: a chain's drafts after its rejection) or "not
+    tried" (never judged because the walk took another branch)."""
+    v = rnd.verdict
+    out: list[str] = []
+    for i, fate in enumerate(v.fates):
+        if fate != "unreached":
+            out.append(fate)
+            continue
+        parent = v.parents[i]
+        below_rejection = parent >= 0 and out[parent] in ("rejected", "dropped")
+        out.append("dropped" if below_rejection else "not tried")
+    return out
 
 
 def show_text(text: str) -> str:
@@ -124,7 +146,7 @@ def transcript_html(prompt_text: str, tokens: Sequence[TokenView], annotated: bo
             style = CLEAN_STYLE[t.fate]
         if t.flipped:
             style += "outline:2px dashed #6a1b9a;"
-        title = html.escape(f"round {t.round + 1}, slot {t.slot + 1}: {FATE_LABELS[t.fate]}")
+        title = html.escape(f"round {t.round + 1}: {FATE_LABELS[t.fate]}")
         text = _visible(t.text, t.fate) if annotated else html.escape(t.text)
         parts.append(f'<span title="{title}" style="{style}border-radius:3px;">{text}</span>')
     parts.append("</div>")
@@ -143,34 +165,44 @@ def chip_label(t: TokenView) -> str:
     return f"{mark}{_CHIP_SYMBOL[t.fate]} :{colour}-background[:{colour}[{body}]]"
 
 
-def flipped_slots(replay: Replay | None) -> dict[int, set[int]]:
-    """Round index -> drafted slots whose fate changes under the replay."""
+def flipped_nodes(replay: Replay | None) -> dict[int, set[int]]:
+    """Round index -> drafted nodes whose fate changes under the replay."""
     if replay is None:
         return {}
-    return {r.index: set(r.flipped_slots) for r in replay.rounds if r.flipped_slots}
+    return {r.index: set(r.flipped) for r in replay.rounds if r.flipped}
 
 
 def round_tokens(
     rnd: RoundTrace, flips: set[int] | None = None, include_dropped: bool = True
 ) -> list[TokenView]:
-    """The tokens of one round in reading order: accepted drafts, the rejected draft, the
-    dropped drafts after it (if asked), then the recovered or bonus token."""
+    """The tokens of one round in reading order: at each row the walk stood on, the candidates
+    tried there (the rejected ones, then the accepted one), each rejected one followed, if
+    asked, by the drafts below it that were dropped; then the recovered or bonus token (or a
+    verifier-only step's sample). Rows whose token EOS or the budget cut show nothing."""
     flips = flips or set()
+    v = rnd.verdict
+    fates, kids = node_fates(rnd), v.children
+    emitted = len(rnd.emitted_ids)
     views: list[TokenView] = []
-    m, emitted = rnd.num_accepted, len(rnd.emitted_ids)
-    for j in range(rnd.k):
-        fate = rnd.draft_fates[j]
-        if fate == "accepted" and j >= emitted:
-            break  # cut by EOS or the token budget
-        if fate == "rejected" and emitted <= m:
-            break  # the recovered token was cut, so the rejection never showed
-        if fate == "dropped" and not include_dropped:
-            continue
-        views.append(TokenView(rnd.draft_text[j], fate, rnd.index, j, j in flips))
-    if emitted > m:
-        fate = rnd.emitted_fates[m]
-        text = rnd.emitted_text[m] if m < len(rnd.emitted_text) else ""
-        views.append(TokenView(text, fate, rnd.index, m if fate != "sampled" else 0))
+
+    def dropped_below(node: int) -> None:
+        for child in kids[node + 1]:
+            if fates[child] == "dropped":
+                views.append(
+                    TokenView(rnd.draft_text[child], "dropped", rnd.index, node + 1, child)
+                )
+                dropped_below(child)
+
+    for slot, row in enumerate(v.path_rows[:emitted]):
+        for i in kids[row]:
+            if fates[i] not in ("accepted", "rejected"):
+                continue
+            views.append(TokenView(rnd.draft_text[i], fates[i], rnd.index, row, i, i in flips))
+            if fates[i] == "rejected" and include_dropped:
+                dropped_below(i)
+        if slot == len(v.path):
+            text = rnd.emitted_text[slot] if slot < len(rnd.emitted_text) else ""
+            views.append(TokenView(text, rnd.emitted_fates[slot], rnd.index, row))
     return views
 
 
@@ -178,7 +210,7 @@ def transcript_tokens(
     rounds: Sequence[RoundTrace], replay: Replay | None = None
 ) -> list[TokenView]:
     """Every round's tokens for the transcript (dropped drafts left out)."""
-    flips = flipped_slots(replay)
+    flips = flipped_nodes(replay)
     out: list[TokenView] = []
     for rnd in rounds:
         out.extend(round_tokens(rnd, flips.get(rnd.index), include_dropped=False))

@@ -3,8 +3,6 @@ Streamlit so tests can check them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import plotly.graph_objects as go
 
 from cactus_core.app.shared import figures
@@ -42,47 +40,3 @@ def step_figures(step: Step) -> dict[str, go.Figure]:
 def _coin_title(who: str, a: float, u: float) -> str:
     verdict = "accepts" if u < a else "rejects"
     return f"{who}: a(n) = {a:.3f}, u = {u:.3f}, {verdict}"
-
-
-def rescue_curve_figure(deltas: Sequence[float], shares: Sequence[float]) -> go.Figure:
-    """The share of the rejected drafts Cactus would have accepted for sure, against delta."""
-    if len(deltas) != len(shares):
-        raise ValueError("deltas and shares differ in length")
-    fig = go.Figure()
-    fig.add_scatter(
-        x=list(deltas),
-        y=list(shares),
-        mode="lines",
-        line={"shape": "hv", "width": 3, "color": figures.SERIES_COLOURS["h"]},
-        name="rescued",
-        hovertemplate="delta = %{x:.3g}: %{y:.0%} rescued<extra></extra>",
-    )
-    fig.update_layout(
-        _LAYOUT,
-        title="Rescue curve: share accepted for sure",
-        xaxis_title="Cactus delta (nats, log scale)",
-        yaxis_title="share rescued",
-        height=300,
-    )
-    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
-    fig.update_xaxes(type="log")
-    return fig
-
-
-def rank_histogram_figure(labels: Sequence[str], counts: Sequence[int]) -> go.Figure:
-    """Where the rejected drafts sat in q: counts per rank bin, q_n = 0 last."""
-    if len(labels) != len(counts):
-        raise ValueError("labels and counts differ in length")
-    colours = [figures.FATE_COLOURS["rejected"]] * (len(labels) - 1) + ["#999999"]
-    fig = go.Figure()
-    fig.add_bar(x=list(labels), y=list(counts), marker_color=colours, name="rejected drafts")
-    fig.update_layout(
-        _LAYOUT,
-        title="Where the rejected drafts sat in q (rank)",
-        xaxis_title="rank of the draft in q",
-        yaxis_title="rejected drafts",
-        height=300,
-        showlegend=False,
-    )
-    fig.update_xaxes(type="category")
-    return fig

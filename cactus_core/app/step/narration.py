@@ -164,6 +164,13 @@ def tree_draft_sentence(nodes: int, depth: int, root: list[tuple[str, float]]) -
     )
 
 
+def tree_depth_sentence(depth: int, nodes: list[tuple[str, float, str]]) -> str:
+    """A deeper level of the tree as drafted: each node (token, p at its parent, the token it
+    hangs under), in the order drawn."""
+    listed = "; ".join(f"{tok(t)} after {tok(up)} (p = {num(p)})" for t, p, up in nodes)
+    return f"At depth {depth} the draft drew {len(nodes)} node(s): {listed}."
+
+
 def tree_verify_sentence(nodes: int, call: int) -> str:
     return (
         f"The verifier scored all {nodes + 1} rows, the root and each of the {nodes} node(s), "
@@ -213,27 +220,35 @@ def tree_decide_sentence(after: str | None, cands: list[Candidate], rule: str | 
     return " ".join(out)
 
 
-def tree_residual_sentence(token: str, coin: float, tried: int) -> str:
-    return (
+def tree_residual_sentence(token: str, coin: float, tried: int, r_prob: float | None) -> str:
+    out = (
         f"All {tried} candidate(s) here were rejected. The residual after the last rejection, "
-        f"normalised, gives the token instead: the coin {num(coin)} picks {tok(token)}."
+        f"normalised, gives the token instead: the coin {num(coin)} picks {tok(token)}"
     )
+    return out + ("." if r_prob is None else f", which the residual gives r = {num(r_prob)}.")
 
 
-def tree_bonus_sentence(depth: int, token: str, coin: float) -> str:
+def tree_bonus_sentence(depth: int, token: str, q: float, coin: float) -> str:
     return (
         f"The walk reached a node without children at depth {depth}, so the verifier's pass "
         f"pays for one more token: the bonus, drawn from q there. The coin {num(coin)} picks "
-        f"{tok(token)}."
+        f"{tok(token)} (q = {num(q)})."
     )
 
 
 def tree_summary_sentence(
-    emitted: int, accepted: int, nodes: int, judged: int, calls: int, tokens_per_call: float
+    emitted: int,
+    accepted: int,
+    nodes: int,
+    judged: int,
+    calls: int,
+    tokens_per_call: float,
+    emitted_kl: float,
 ) -> str:
     return (
         f"This round walked {accepted} node(s) deep in a tree of {nodes}, judged {judged} "
         f"candidate(s) and emitted {emitted} token(s). After {calls} verifier call(s): "
-        f"{num(tokens_per_call)} tokens per call. At every node the emitted token follows the "
-        "rule's own pi for that node's p and q, as a chain's would."
+        f"{num(tokens_per_call)} tokens per call, and an emitted KL of {num(emitted_kl)} nats "
+        "per token. At every node the emitted token follows the rule's own pi for that node's "
+        "p and q, as a chain's would."
     )

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.app.decode.run import DecodeRequest
+from cactus_core.app.shared.request import DecodeRequest
 from cactus_core.engine.loading.pair import token_display
 from cactus_core.maths.rules import Rule
+from cactus_core.maths.tree import row_residual
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.decoder import SpeculativeDecoder
@@ -56,10 +57,10 @@ class Residual:
 
 @dataclass
 class RoundRows:
-    """What a round's steps show beyond its trace: one PositionRows per decided position, and
-    the residual if the round ended in a rejection."""
+    """What a round's steps show beyond its trace: PositionRows at each row where the rule
+    decided (by row), and the residual if the round ended in a rejection."""
 
-    positions: list[PositionRows]
+    positions: dict[int, PositionRows] = field(default_factory=dict)
     residual: Residual | None = None
 
 
@@ -80,9 +81,12 @@ def position_rows(judge: Rule, p: torch.Tensor, q: torch.Tensor, n: int) -> Posi
     return PositionRows(ids, p[index].tolist(), q[index].tolist(), h[index].tolist())
 
 
-def residual_rows(judge: Rule, p: torch.Tensor, q: torch.Tensor, n: int, token: int) -> Residual:
-    """The residual the recovered token was drawn from, at the rejected position."""
-    r = judge.residual(q, p, torch.tensor(n), validate=False)
+def residual_rows(
+    judge: Rule, p: torch.Tensor, q: torch.Tensor, rejected: list[int], token: int
+) -> Residual:
+    """The residual the recovered token was drawn from, at the row whose candidates
+    `rejected` (token ids, in the order tried) were all rejected."""
+    r = row_residual(judge, p, q, rejected)
     ids = _unique([*_top_ids(r, 2 * SHOWN), token])
     return Residual(ids, r[torch.tensor(ids)].tolist(), float(r[token]))
 
@@ -206,16 +210,21 @@ class StepRun:
             self.ensure(len(self.rounds))
 
     def _keep(self, rnd: RoundTrace) -> None:
-        rows = RoundRows(positions=[])
+        rows = RoundRows()
         decided = self._decided.pop(rnd.index, None)
-        if decided is not None and rnd.k and rnd.tree is None:
-            p, q = decided
-            for j in range(p.shape[0]):
-                rows.positions.append(position_rows(self.judge, p[j], q[j], rnd.draft_ids[j]))
+        v = rnd.verdict
+        if decided is not None:
+            p, q = decided  # [d, V] at the verdict's decided rows, root first
+            kids = v.children
+            for j, row in enumerate(v.decided_rows):
+                first = v.tokens[kids[row][0]]
+                rows.positions[row] = position_rows(self.judge, p[j], q[j], first)
             # A round-level rule's residual is its own, for the whole draft, not this one's.
-            if rnd.num_accepted < rnd.k and not self.judge.round_level:
-                m = rnd.num_accepted
-                rows.residual = residual_rows(self.judge, p[m], q[m], rnd.draft_ids[m], rnd.next_id)
+            if v.last == "recovered" and not self.judge.round_level:
+                row = v.path_rows[-1]
+                rejected = [v.tokens[i] for i in kids[row] if v.fates[i] == "rejected"]
+                j = len(v.decided_rows) - 1
+                rows.residual = residual_rows(self.judge, p[j], q[j], rejected, rnd.next_id)
         self.rounds.append(rnd)
         self.rows.append(rows)
 

@@ -38,6 +38,34 @@ def draw_coins(generators: list[torch.Generator], k: int, device: torch.device) 
     return Coins(draft=uniforms[:, :k], accept=uniforms[:, k : 2 * k], sample=uniforms[:, 2 * k])
 
 
+class ChainRounds:
+    """A chain drafter's rounds (`caches.Rounds`): k drafts per row of a batch, fewer when the
+    context has less room."""
+
+    def __init__(self, drafter: Drafter[Draft]) -> None:
+        self.drafter = drafter
+
+    def size(self, k: int, room: int, rows: int) -> int:
+        return max(0, min(k, room))
+
+    def draw_coins(
+        self, generators: list[torch.Generator], size: int, device: torch.device
+    ) -> Coins:
+        return draw_coins(generators, size, device)
+
+    def run(
+        self,
+        judge: Rule,
+        verifier: SequenceCache,
+        last: list[int],
+        coins: Coins,
+        sampling: SamplingSettings,
+        clock: RoundClock,
+        lazy: bool,
+    ) -> RoundOutcome:
+        return run_chain_round(judge, verifier, self.drafter, last, coins, sampling, clock, lazy)
+
+
 @torch.inference_mode()
 def run_chain_round(
     judge: Rule,

@@ -1,7 +1,7 @@
 """KV-cached speculative decoding with any acceptance rule, traced round by round.
 
-The loop, per round: draw the coins; run the round (`chain_round.run_chain_round` for a chain
-of k drafts, `tree_round.run_tree_round` for a draft tree), which drafts, verifies under the
+The loop, per round: ask the drafter's rounds (`caches.Rounds`: a chain of k drafts, or a draft
+tree) how far the round drafts, draw its coins and run it, which drafts, verifies under the
 rule, brings the round's numbers to the host in one sync and cuts the caches back to what was
 accepted, and returns a `RoundOutcome`; commit its tokens (cut at EOS or the budget) and count
 it; hand it to the recording (emitted KL, trace rows). Both models keep their KV caches across
@@ -40,13 +40,13 @@ the verifier's own greedy output, and the emitted KL is 0.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cactus_core.engine.decoding.chain_round import draw_coins, run_chain_round
+from cactus_core.engine.decoding.caches import Caches, open_caches
 from cactus_core.engine.decoding.clock import RoundClock
 from cactus_core.engine.decoding.generation import (
     DecodeStream,
@@ -70,10 +70,9 @@ from cactus_core.engine.decoding.recording import (
 )
 from cactus_core.engine.decoding.rows import DecodeRow, Prompt, check_int, decode_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
-from cactus_core.engine.decoding.tree_round import draw_tree_coins, run_tree_round
-from cactus_core.engine.drafting.caches import Caches, open_caches
 from cactus_core.engine.drafting.tree_settings import TreeSettings
-from cactus_core.engine.loading.pair import eos_ids, token_display
+from cactus_core.engine.loading.pair import eos_ids as pair_eos_ids
+from cactus_core.engine.loading.pair import token_display
 from cactus_core.engine.loading.pairing import head_vocab
 from cactus_core.engine.runtime.fast_head import single_row_copy
 from cactus_core.engine.runtime.kv_cache import SequenceCache
@@ -150,6 +149,7 @@ class SpeculativeDecoder:
         *,
         sampling: SamplingSettings | None = None,
         tree: TreeSettings | None = None,
+        eos_ids: Collection[int] | None = None,
     ) -> None:
         self.pair = pair
         self.probe = probe
@@ -169,7 +169,8 @@ class SpeculativeDecoder:
                 f"the tokenizer has {len(pair.tokenizer)} tokens but the models' heads only "
                 f"{self.vocab}"
             )
-        self.eos_ids = eos_ids(pair)
+        # A caller with its own stop ids (transformers' eos_token_id) replaces the pair's.
+        self.eos_ids = pair_eos_ids(pair) if eos_ids is None else {int(t) for t in eos_ids}
         # At T = 0 every rule verifies by exact match (see the module docstring).
         self.judge = lossless_rule() if self.sampling.greedy else self.rule
         if tree is not None and not isinstance(tree, TreeSettings):
@@ -340,22 +341,14 @@ class SpeculativeDecoder:
         """The next round of every active row: coins, outcome, and its recording handed to the
         recorder; verifier-only steps where nothing drafts or a draft no longer fits."""
         room = min(self.pair.context_length - len(r.tokens) for r in active) - 1
-        k = min(self.k, room)
-        verifier, sampling = caches.verifier, self.sampling
-        if caches.tree is not None and self.tree is not None and room >= self.tree.depth:
-            row = active[0]  # a tree round decodes one sequence
-            coins = draw_tree_coins(row.generator, self.tree, self.device)
-            last = row.tokens[-1]
-            out = run_tree_round(self.judge, verifier, caches.tree, last, coins, sampling, clock)
-        elif caches.chain is not None and k > 0:
-            chain_coins = draw_coins([r.generator for r in active], k, self.device)
-            lazy = self._lazy_head(len(active), verifier)
-            last_ids = [r.tokens[-1] for r in active]
-            out = run_chain_round(
-                self.judge, verifier, caches.chain, last_ids, chain_coins, sampling, clock, lazy
-            )
-        else:
+        rounds, verifier = caches.rounds, caches.verifier
+        size = rounds.size(self.k, room, len(active)) if rounds is not None else 0
+        if rounds is None or size == 0:
             return self._plain_round(active, verifier, clock)
+        coins = rounds.draw_coins([r.generator for r in active], size, self.device)
+        lazy = self._lazy_head(len(active), verifier)
+        last = [r.tokens[-1] for r in active]
+        out = rounds.run(self.judge, verifier, last, coins, self.sampling, clock, lazy)
         with clock.record, clock.record_inline:
             record = self._record(active, out, recorder)
         events = []
@@ -529,8 +522,7 @@ class SpeculativeDecoder:
     def _fill_texts(self, trace: Trace) -> None:
         ids: set[int] = set()
         for rnd in trace.rounds:
-            tree = rnd.tree["tokens"] if rnd.tree is not None else ()  # rejected candidates too
-            ids.update(rnd.draft_ids, rnd.emitted_ids, tree)
+            ids.update(rnd.draft_ids, rnd.emitted_ids)  # every node: rejected candidates too
             for pos in rnd.positions:
                 ids.update(pos.q_ids)
                 ids.update(pos.p_ids)

@@ -27,15 +27,14 @@ import torch
 
 from cactus_core.engine.decoding.generation import GenerationStats
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
-from cactus_core.maths.tree import DraftTree, TreeVerdict, children_of, node_depths
+from cactus_core.maths.tree import TreeVerdict, node_depths
 
 QRest = Callable[[], torch.Tensor]
 
 
 @dataclass
 class RoundOutcome:
-    """One round of B sequences. `tree` is a tree round's proposal (one sequence): its trace
-    keeps the whole verdict and a replay walks it again; None for a chain."""
+    """One round of B sequences, whatever its proposal's shape (a tree round has one)."""
 
     verdicts: list[TreeVerdict]  # [B] every node's verdict, the path and the emitted tokens
     p: torch.Tensor  # [B, R, V] p at the rows with children (a chain: R = k; a tree: N + 1)
@@ -44,7 +43,6 @@ class RoundOutcome:
     draft_calls: int  # draft forwards per sequence
     draft_s: float  # proposing, and the draft reading what was accepted
     verify_s: float  # the verify pass, the rule's decisions, cutting the caches back
-    tree: DraftTree | None = None
     # q at the rows the lazy head left unscored (a chain's rows past every decision),
     # [B, k + 1 − J, V], computed when called: by the recording of a full trace, on its thread
     q_rest: QRest | None = None
@@ -65,15 +63,10 @@ class RoundOutcome:
         """[B] the accepted drafts, then the recovered or bonus token."""
         return [list(v.emitted) for v in self.verdicts]
 
-    def judged_rows(self, b: int) -> list[int]:
-        """Sequence b's rows with children: the rows a rule judges at."""
-        return [r for r, kids in enumerate(children_of(self.verdicts[b].parents)) if kids]
-
     def decided_rows(self, b: int) -> list[int]:
         """Sequence b's rows on the walk where the rule decided (a chain: positions 0..d − 1,
         d the drafts that got a decision), root first."""
-        judged = set(self.judged_rows(b))
-        return [r for r in self.verdicts[b].path_rows if r in judged]
+        return self.verdicts[b].decided_rows
 
     def path_rows(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         """p and q [d, V] at sequence b's decided rows: what the decoder's probe sees."""
@@ -108,54 +101,32 @@ def count_round(st: GenerationStats, out: RoundOutcome, b: int) -> None:
         st.position_accepted[j] += 1
 
 
-_CHAIN_FATES = {"accepted": "accepted", "rejected": "rejected", "unreached": "dropped"}
-
-
 def round_trace(index: int, out: RoundOutcome, b: int, text: Any) -> RoundTrace:
-    """Sequence b's `RoundTrace`, before `_commit` cuts it at EOS or the budget. Its per-draft
-    lists describe the drafted chain: a chain's every draft; a tree's accepted path, with the
-    whole tree and its verdict in `tree`. Its `positions` come with the recording."""
+    """Sequence b's `RoundTrace`, before `_commit` cuts it at EOS or the budget: its verdict,
+    whatever the proposal's shape. Its `positions` come with the recording."""
     v = out.verdicts[b]
     m = len(v.path)
-    tree = out.tree is not None
-    nodes = v.path if tree else list(range(len(v.tokens)))
-    ids = [v.tokens[i] for i in nodes]
     return RoundTrace(
         index=index,
-        k=len(nodes),
-        draft_ids=ids,
-        draft_text=[text(t) for t in ids],
-        draft_fates=[_CHAIN_FATES[v.fates[i]] for i in nodes],
-        accept_probs=[v.accept_probs[i] for i in nodes],
-        accept_coins=[v.coins[i] for i in nodes],
-        num_accepted=m,
-        next_id=v.emitted[-1],
-        sample_coin=v.emit_coin,
+        verdict=v,
+        draft_text=[text(t) for t in v.tokens],
         emitted_ids=list(v.emitted),
         emitted_text=[],
         emitted_fates=["accepted"] * m + [v.last],
         draft_s=out.draft_s,
         verify_s=out.verify_s,
         emitted_logprobs=list(out.logprobs[b]),
-        tree=v.to_dict() if tree else None,
     )
 
 
 def plain_round_trace(
     index: int, token: int, coin: float, logprob: float, positions: list[PositionTrace]
 ) -> RoundTrace:
-    """A verifier-only step's trace: one sampled token, no draft."""
+    """A verifier-only step's trace: one sampled token, no draft (a tree with no nodes)."""
     return RoundTrace(
         index=index,
-        k=0,
-        draft_ids=[],
+        verdict=TreeVerdict.of_sampled(token, coin),
         draft_text=[],
-        draft_fates=[],
-        accept_probs=[],
-        accept_coins=[],
-        num_accepted=0,
-        next_id=token,
-        sample_coin=coin,
         emitted_ids=[token],
         emitted_text=[],
         emitted_fates=["sampled"],

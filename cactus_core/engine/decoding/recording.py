@@ -18,7 +18,6 @@ vocabulary.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from cactus_core.engine.decoding.outcome import RoundOutcome
 from cactus_core.engine.decoding.trace import PositionTrace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.rules import Rule
-from cactus_core.maths.tree import children_of
+from cactus_core.maths.tree import unjudged_first_accepts
 
 TopRows = list[tuple[list[int], list[float]]]  # [M] -> (ids, probs)
 T = TypeVar("T")
@@ -123,12 +122,9 @@ def record_round(
     (0 for a lossless judge, a bonus, or when not measured) and, with trace = (top_n, top_m),
     one `PositionTrace` per row of the proposal (`position_traces`).
 
-    KL is taken at the rows the walk decided at; a tree's trace also shows it at every other
-    row with children (a chain's drafts after a rejection keep None: they were never judged)."""
-    rows = [
-        out.judged_rows(b) if trace is not None and out.tree is not None else out.decided_rows(b)
-        for b in range(len(out.verdicts))
-    ]
+    KL is taken at the rows the walk decided at; a row with children off the walk (a chain's
+    drafts after a rejection, a tree's untried branches) keeps None: nothing was judged there."""
+    rows = [v.decided_rows for v in out.verdicts]
     kl_rows = row_kl(judge, out, rows, measure_kl)
     # a token drawn at a row without children is a bonus from q (KL 0); 0 too where KL is
     # not measured (`GenerationStats.kl_measured` says so)
@@ -148,20 +144,13 @@ def record_round(
 def unjudged_accept_probs(
     judge: Rule, out: RoundOutcome, q_all: torch.Tensor
 ) -> list[dict[int, float]]:
-    """a(n) at the chain drafts that got no decision and no a(n) (NaN: the lazy head scored q
-    only up to the decisions), from every row of q: what `verify` on all k + 1 rows reports
-    there, so that a trace reads the same whichever head scored it."""
-    found: list[dict[int, float]] = []
-    for b, v in enumerate(out.verdicts):
-        missing = [j for j, a in enumerate(v.accept_probs) if math.isnan(a)]
-        if out.tree is not None or not missing:
-            found.append({})
-            continue
-        at = torch.tensor(missing, dtype=torch.long, device=out.p.device)  # [d]
-        n = torch.tensor([v.tokens[j] for j in missing], dtype=torch.long, device=out.p.device)
-        a = judge.accept_probs(q_all[b, at], out.p[b, at], n, validate=False)  # [d]
-        found.append(dict(zip(missing, a.tolist(), strict=True)))
-    return found
+    """Per sequence, a(n) at the first candidates of rows the walk did not decide at
+    (`maths.tree.unjudged_first_accepts`: NaN there, also when the lazy head scored q only up
+    to the decisions), from every row of q, so that a trace reads the same whichever head
+    scored it."""
+    return [
+        unjudged_first_accepts(judge, v, out.p[b], q_all[b]) for b, v in enumerate(out.verdicts)
+    ]
 
 
 def row_kl(
@@ -202,7 +191,7 @@ def position_traces(
     `kl_rows`, and the replay rows of p, with every child's exact p and q kept so that a
     replay finds them. One batched pass over the judged rows of the whole round, then one
     over every q row."""
-    kids = [children_of(v.parents) for v in out.verdicts]
+    kids = [v.children for v in out.verdicts]
     judged = [(b, r) for b, k in enumerate(kids) for r, c in enumerate(k) if c]
     seq = torch.tensor([b for b, _ in judged], dtype=torch.long, device=out.p.device)
     row = torch.tensor([r for _, r in judged], dtype=torch.long, device=out.p.device)

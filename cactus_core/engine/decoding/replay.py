@@ -14,11 +14,13 @@ spread evenly over the other tokens when the rows are rebuilt. Hence:
 Replay judges each round on its own: the later rounds keep the drafts that were actually made.
 
 Every round is replayed the same way: its rows rebuilt (p at the rows with children, q at
-every row), then judged again with its own coins. A chain is judged as a chain (`verify`,
-which also takes the rules that decide on a whole draft); a tree round walks the same tree
-(`maths.tree.verify_tree`): the tree and q at every node do not depend on the rule, only the
-walk does. With a tail, a node's first child is judged from values the cut keeps (p_n, q_n);
-a later candidate's decision and the last token read residuals, which need whole rows.
+every row), then its tree walked again with its own coins (`maths.tree.verify_tree`): the tree
+and q at every node do not depend on the rule, only the walk does, and a chain is the one-child
+tree it is (the walk of a one-child tree is `verify` on the chain, coin for coin: tested). A
+rule that decides on a whole draft at once (`Rule.round_level`, which has no per-node form)
+judges the chain through `verify`. With a tail, a node's first child is judged from values the
+cut keeps (p_n, q_n); a later candidate's decision and the last token read residuals, which
+need whole rows.
 """
 
 from __future__ import annotations
@@ -28,49 +30,60 @@ from typing import Any
 
 import torch
 
-from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace, round_verdict
+from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.trace_io import is_num, vocab_size
 from cactus_core.maths.rules import Rule, lossless_rule, make_rule
-from cactus_core.maths.tree import DraftTree, TreeVerdict, children_of, verify_tree
+from cactus_core.maths.tree import DraftTree, TreeVerdict, unjudged_first_accepts, verify_tree
 from cactus_core.maths.verify import verify
 
 # Below this the tail of a kept row is treated as empty (float32 rounding of the kept mass).
 _TAIL_EPS = 1e-6
-_CHAIN_FATES = {"accepted": "accepted", "rejected": "rejected", "unreached": "dropped"}
 
 
 @dataclass
 class RoundReplay:
+    """One round's verdict as decoded and as the replay's rule walks it, node by node."""
+
     index: int
-    fates_before: list[str]
-    fates_after: list[str]
-    accept_probs_after: list[float]
-    num_accepted_before: int
-    num_accepted_after: int
-    # The token emitted after the accepted drafts (recovered or bonus), before and after.
-    next_before: int
-    next_after: int
+    before: TreeVerdict
+    after: TreeVerdict
     decisions_exact: bool  # the accept/reject fates are exactly what the full rows give
     exact: bool  # ... and so is next_after (the kept rows held all the mass)
-    # A tree round: the fates above are per node, and these are the verdicts before and after
-    # (`TreeVerdict.to_dict`). None for a chain round.
-    tree_before: dict[str, Any] | None = None
-    tree_after: dict[str, Any] | None = None
+
+    @property
+    def fates_before(self) -> list[str]:
+        return self.before.fates
+
+    @property
+    def fates_after(self) -> list[str]:
+        return self.after.fates
+
+    @property
+    def accept_probs_after(self) -> list[float]:
+        return self.after.accept_probs
+
+    @property
+    def num_accepted_before(self) -> int:
+        return len(self.before.path)
+
+    @property
+    def num_accepted_after(self) -> int:
+        return len(self.after.path)
+
+    @property
+    def next_before(self) -> int:
+        """The token emitted after the accepted drafts (recovered or bonus), as decoded."""
+        return self.before.emitted[-1]
+
+    @property
+    def next_after(self) -> int:
+        return self.after.emitted[-1]
 
     @property
     def flipped(self) -> list[int]:
-        """Drafted positions (a tree's nodes) whose fate changed."""
+        """Drafted nodes whose fate changed."""
         pairs = zip(self.fates_before, self.fates_after, strict=True)
         return [j for j, (a, b) in enumerate(pairs) if a != b]
-
-    @property
-    def flipped_slots(self) -> list[int]:
-        """Emitted slots of the run whose drafted token's fate changed (a tree: the nodes on
-        the run's path)."""
-        if self.tree_before is None:
-            return self.flipped
-        flipped = set(self.flipped)
-        return [j for j, node in enumerate(self.tree_before["path"]) if node in flipped]
 
     @property
     def tokens_before(self) -> int:
@@ -155,12 +168,10 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
 
 def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
     """One round judged again under `judge` with its own coins (module docstring)."""
-    # A chain is judged as a chain (`verify` takes the round-level rules too), a tree walked.
-    chain = rnd.tree is None
-    before = _checked_verdict(rnd, vocab, chain)
-    kids = children_of(before.parents)
+    before = _checked_verdict(rnd, vocab)
+    kids = before.children
     p_rows, q_rows, exact = _rows(rnd, kids, vocab)
-    if chain:
+    if judge.round_level:
         after = _judge_chain(judge, before, p_rows, q_rows)
     else:
         tree = DraftTree(
@@ -169,42 +180,20 @@ def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
             p_rows,
         )
         after = verify_tree(judge, tree, q_rows, before.uniforms.float())
+        for i, a in unjudged_first_accepts(judge, after, p_rows, q_rows).items():
+            after.accept_probs[i] = a
     firsts = {k[0] for k in kids if k}
     judged = {i for w in (before, after) for i, f in enumerate(w.fates) if f != "unreached"}
     kept = len(rnd.positions[0].replay_q_ids)
     pointwise = judge.decisions_replay_exactly(judge.params, kept) and judged <= firsts
-    # a chain's fates in the trace's words ("dropped"), a tree's in its verdict's
-    names = _CHAIN_FATES if chain else {f: f for f in _CHAIN_FATES}
-    return RoundReplay(
-        index=rnd.index,
-        fates_before=[names[f] for f in before.fates],
-        fates_after=[names[f] for f in after.fates],
-        accept_probs_after=list(after.accept_probs),
-        num_accepted_before=len(before.path),
-        num_accepted_after=len(after.path),
-        next_before=before.emitted[-1],
-        next_after=after.emitted[-1],
-        decisions_exact=exact or pointwise,
-        exact=exact,
-        tree_before=rnd.tree,
-        tree_after=None if chain else after.to_dict(),
-    )
+    return RoundReplay(rnd.index, before, after, decisions_exact=exact or pointwise, exact=exact)
 
 
-def _checked_verdict(rnd: RoundTrace, vocab: int, chain: bool) -> TreeVerdict:
-    """The round's verdict, once its lists fit it: a chain's k drafts, coins and fates, one
-    position per row with its replay rows, token ids inside the vocabulary."""
-    k = rnd.k
-    lists: dict[str, list[Any]] = {
-        "draft_ids": rnd.draft_ids,
-        "accept_coins": rnd.accept_coins,
-        "draft_fates": rnd.draft_fates,
-    }
-    for name, values in lists.items() if chain else ():
-        if len(values) != k:
-            raise ValueError(f"not a trace: round {rnd.index} has k = {k} but {len(values)} {name}")
-    verdict = round_verdict(rnd)
-    rows = len(verdict.tokens) + 1
+def _checked_verdict(rnd: RoundTrace, vocab: int) -> TreeVerdict:
+    """The round's verdict, once its positions fit it: one per row with its replay rows,
+    token ids inside the vocabulary."""
+    verdict = rnd.verdict
+    rows = verdict.size + 1
     if len(rnd.positions) != rows:
         raise ValueError(
             f"not a trace: round {rnd.index} needs the replay rows of its {rows} rows, got "
@@ -239,7 +228,10 @@ def _rows(
 def _judge_chain(
     judge: Rule, before: TreeVerdict, p_rows: torch.Tensor, q_rows: torch.Tensor
 ) -> TreeVerdict:
-    """A chain judged again as a chain (`verify`), with its coins."""
+    """A chain judged again as a chain (`verify`) by a rule that decides on the whole draft,
+    with its coins."""
+    if before.branching:
+        raise ValueError("a rule that decides on a whole draft judges chains, not draft trees")
     k = len(before.tokens)
     drafts = torch.tensor([before.tokens], dtype=torch.long)
     res = verify(

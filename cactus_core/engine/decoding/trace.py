@@ -2,29 +2,35 @@
 and reading a trace back from JSON, strictly (`trace_io`); `replay.reverify` replays one under
 another rule.
 
-One `RoundTrace` per verifier call. Positions j = 0..k of a speculative round are the k drafted
-positions and the bonus position after them; a verifier-only step has one position.
+One `RoundTrace` per verifier call. Every round holds its verdict as a tree
+(`maths.tree_verdict.TreeVerdict`): a chain of k drafts is the one-child tree whose node i is
+draft i, a draft tree is itself, and a verifier-only step is a tree with no nodes. The per-draft
+lists (`draft_ids`, `draft_fates`, `accept_probs`, ...) are views of it, node by node, and what
+a chain and a tree that branches still do differently is wording (`RoundTrace.branching`).
 
-Fates of drafted tokens: "accepted", "rejected" (the first rejection ends the round), "dropped"
-(drafted after a rejection, never judged). Fates of emitted tokens: "accepted" (a drafted token
-kept), "recovered" (drawn from the residual after a rejection), "bonus" (drawn from q after k
-acceptances), "sampled" (a verifier-only step).
+Fates of drafted tokens (nodes): "accepted", "rejected" (a chain's first rejection ends the
+round; a tree's walk tries the next candidate), "unreached" (never judged: a chain's drafts after
+its rejection, which the pages call dropped; a tree's candidates the walk did not try). Fates
+of emitted tokens: "accepted" (a drafted token kept), "recovered" (drawn from the residual after
+a rejection), "bonus" (drawn from q at a leaf), "sampled" (a verifier-only step).
 
-Positions follow the rows of the round's proposal: row 0 before the first drafted token, row
-i + 1 after node i. A chain of k drafts is the tree whose node i has the one child i + 1, so its
-rows are its positions; a tree round (`RoundTrace.tree`, its `TreeVerdict`) keeps one position
-per row of its tree, and its per-draft lists describe the accepted path. `round_verdict` gives
-every round's verdict as a tree, a chain's rebuilt from its lists.
+Positions follow the rows of the round's tree: row 0 before the first drafted token (the root),
+row i + 1 after node i, so a chain's rows are its positions 0..k and a verifier-only step has
+one. Emitted token j was drawn at row `verdict.path_rows[j]`; the rows where the rule decided
+are `verdict.decided_rows`. This row is the one index every view of a round uses.
 
 Each position keeps top-N of q, p and h for the inspector and, for replay, its top-M entries
 of p and of q (M = `replay_top_m`, 128 by default) plus the drafted token's exact p_n and q_n
-(`replay` says what is exact).
+(`replay` says what is exact). A row with several candidates keeps p, h and the drafted-token
+fields of its first child, and every child's p and q in its replay rows.
+
+Version 2 of the file format stores the verdict; version 1 files (per-draft lists, and the
+verdict only for tree rounds) are read into it (`trace_io.upgrade_round_v1`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,13 +42,15 @@ from cactus_core.engine.decoding.trace_io import (
     is_file,
     is_int,
     meta_field,
+    upgrade_round_v1,
 )
 from cactus_core.maths.rules import Rule, make_rule
-from cactus_core.maths.tree import TreeVerdict
+from cactus_core.maths.tree_verdict import FATES, TreeVerdict
 
-DRAFT_FATES = ("accepted", "rejected", "dropped")
+DRAFT_FATES = FATES
 EMIT_FATES = ("accepted", "recovered", "bonus", "sampled")
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+READ_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -74,23 +82,12 @@ class PositionTrace:
 
 @dataclass
 class RoundTrace:
-    """One round. The per-draft lists have k entries; `positions` has k + 1 (k drafted
-    positions, then the bonus position) when the decoder records traces, else it is empty. A
-    tree round's per-draft lists describe its accepted path and its `positions` has one entry
-    per row of the tree (N + 1: the root, then after each node; a row with children has the
-    p, h and drafted-token fields of its first child, and every child's p and q in its replay
-    rows)."""
+    """One round: its verdict as a tree, what it emitted once cut at EOS or the budget, and
+    (when the decoder records traces) one position per row of its tree."""
 
     index: int
-    k: int  # tokens drafted this round (0 for a verifier-only step)
-    draft_ids: list[int]
-    draft_text: list[str]
-    draft_fates: list[str]
-    accept_probs: list[float]  # a(n) of each drafted token
-    accept_coins: list[float]  # the coin u it was compared with (accepted iff u < a(n))
-    num_accepted: int
-    next_id: int  # the recovered / bonus / sampled token, before any truncation
-    sample_coin: float  # its inverse-CDF coin
+    verdict: TreeVerdict
+    draft_text: list[str]  # each node's token as the pages show it
     emitted_ids: list[int]
     emitted_text: list[str]
     emitted_fates: list[str]
@@ -101,47 +98,66 @@ class RoundTrace:
     # The verifier's log-probability of each emitted token at T = 1 (raw logits, no top-k or
     # top-p): how the verifier itself judges the text, whatever rule emitted it.
     emitted_logprobs: list[float] = field(default_factory=list)
-    # A tree round: the whole tree and the verdict on it (`maths.tree.TreeVerdict.to_dict`);
-    # the fields above then describe the accepted path. None for a chain round.
-    tree: dict[str, Any] | None = None
+
+    # -- views of the verdict, node by node --------------------------------------------------
+    @property
+    def k(self) -> int:
+        """Tokens drafted this round (the tree's nodes; 0 for a verifier-only step)."""
+        return self.verdict.size
+
+    @property
+    def branching(self) -> bool:
+        """A draft tree with several candidates somewhere, rather than a chain."""
+        return self.verdict.branching
 
     @property
     def sampled(self) -> bool:
         """A verifier-only step (no draft)."""
-        return self.emitted_fates == ["sampled"]
+        return self.verdict.last == "sampled"
 
+    @property
+    def draft_ids(self) -> list[int]:
+        return self.verdict.tokens
 
-def round_verdict(rnd: RoundTrace) -> TreeVerdict:
-    """The round's verdict on every node: a tree round's, as stored; a chain's rebuilt as the
-    one-child tree it is (`TreeVerdict.of_chain`; p, q, h at its tokens from the positions
-    where it kept them, NaN otherwise)."""
-    if rnd.tree is not None:
-        return TreeVerdict.from_dict(rnd.tree)
-    kept = rnd.positions[: rnd.k]
-    values = [[getattr(pos, f) for pos in kept] for f in ("p_n", "q_n", "h_n")]
-    p_n, q_n, h_n = ([math.nan if x is None else x for x in v] if v else [math.nan] * rnd.k
-                     for v in values)  # fmt: skip
-    return TreeVerdict.of_chain(
-        rnd.draft_ids,
-        rnd.num_accepted,
-        [*rnd.draft_ids[: rnd.num_accepted], rnd.next_id],
-        rnd.accept_probs,
-        rnd.accept_coins,
-        rnd.sample_coin,
-        p_n,
-        q_n,
-        h_n,
-    )
+    @property
+    def draft_fates(self) -> list[str]:
+        return self.verdict.fates
 
+    @property
+    def accept_probs(self) -> list[float]:
+        """a(n) of each node (NaN where none was computed)."""
+        return self.verdict.accept_probs
 
-def decided_positions(rnd: RoundTrace) -> list[PositionTrace]:
-    """The round's recorded positions that got a rule's decision and whose token was kept (not
-    cut by EOS or the budget): the rows with candidates along the walk (a chain's drafted
-    positions up to the first rejection). Empty when the round kept no positions."""
-    if not rnd.positions or rnd.sampled:
-        return []
-    rows = round_verdict(rnd).path_rows[: len(rnd.emitted_ids)]
-    return [rnd.positions[r] for r in rows if rnd.positions[r].draft_id is not None]
+    @property
+    def accept_coins(self) -> list[float]:
+        """The coin u each node was compared with (accepted iff u < a(n))."""
+        return self.verdict.coins
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.verdict.path)
+
+    @property
+    def next_id(self) -> int:
+        """The recovered / bonus / sampled token, before any truncation."""
+        return self.verdict.emitted[-1]
+
+    @property
+    def sample_coin(self) -> float:
+        """The inverse-CDF coin of `next_id`."""
+        return self.verdict.emit_coin
+
+    def row_of(self, node: int) -> int:
+        """The row node `node` was judged at (its parent's row)."""
+        return self.verdict.parents[node] + 1
+
+    def decided_positions(self) -> list[PositionTrace]:
+        """The recorded positions where the rule decided and whose token was kept (not cut by
+        EOS or the budget), root first. Empty when the round kept no positions."""
+        if not self.positions:
+            return []
+        rows = self.verdict.path_rows[: len(self.emitted_ids)]
+        return [self.positions[r] for r in rows if self.positions[r].draft_id is not None]
 
 
 @dataclass
@@ -154,10 +170,15 @@ class Trace:
         return self.token_text.get(int(token_id), f"<{int(token_id)}>")
 
     def to_dict(self) -> dict[str, Any]:
+        rounds = []
+        for r in self.rounds:
+            row = asdict(r)
+            row["verdict"] = r.verdict.to_dict()
+            rounds.append(row)
         return {
             "version": TRACE_VERSION,
             "meta": self.meta,
-            "rounds": [asdict(r) for r in self.rounds],
+            "rounds": rounds,
             # JSON object keys are strings; from_dict turns them back into ints.
             "token_text": {str(k): v for k, v in self.token_text.items()},
         }
@@ -182,9 +203,11 @@ class Trace:
         they are checked)."""
         if not isinstance(data, dict) or "rounds" not in data or "meta" not in data:
             raise ValueError("not a trace: expected a JSON object with 'meta' and 'rounds'")
-        if data.get("version") != TRACE_VERSION:
+        version = data.get("version")
+        if version not in READ_VERSIONS:
             raise ValueError(
-                f"trace version {data.get('version')!r} is not supported (expected {TRACE_VERSION})"
+                f"trace version {version!r} is not supported (this lab reads "
+                f"{', '.join(map(str, READ_VERSIONS))})"
             )
         meta = data["meta"]
         if not isinstance(meta, dict):
@@ -198,7 +221,6 @@ class Trace:
                 )
         if not isinstance(data["rounds"], list):
             raise ValueError("not a trace: 'rounds' must be a list")
-        rounds = [_round(r, f"rounds[{i}]", vocab) for i, r in enumerate(data["rounds"])]
         raw_text = data.get("token_text", {})
         if not isinstance(raw_text, dict):
             raise ValueError("not a trace: 'token_text' must be an object")
@@ -207,6 +229,11 @@ class Trace:
             if not isinstance(v, str) or not k.lstrip("-").isdigit() or len(k) > 12:
                 raise ValueError(f"not a trace: token_text[{k[:20]!r}] must map a token id to text")
             token_text[int(k)] = v
+        rounds = []
+        for i, raw in enumerate(data["rounds"]):
+            if version == 1:
+                raw = upgrade_round_v1(raw, f"rounds[{i}]", vocab, token_text)
+            rounds.append(_round(raw, f"rounds[{i}]", vocab))
         return cls(meta=dict(meta), rounds=rounds, token_text=token_text)
 
     @classmethod
@@ -266,13 +293,18 @@ def _round(raw: Any, where: str, vocab: int | None) -> RoundTrace:
             if len(getattr(pos, ids)) != len(getattr(pos, probs)):
                 raise ValueError(f"not a trace: {at}.{ids} and {probs} differ in length")
         positions.append(pos)
-    for name, allowed in (("draft_fates", DRAFT_FATES), ("emitted_fates", EMIT_FATES)):
-        if any(f not in allowed for f in values.get(name, [])):
-            raise ValueError(f"not a trace: {where}.{name} must be among {', '.join(allowed)}")
-    tree = raw.get("tree")
-    if tree is not None:
-        try:
-            TreeVerdict.from_dict(tree)
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ValueError(f"not a trace: {where}.tree is not a tree verdict ({exc})") from None
-    return RoundTrace(**values, positions=positions, tree=tree)
+    if any(f not in EMIT_FATES for f in values.get("emitted_fates", [])):
+        raise ValueError(
+            f"not a trace: {where}.emitted_fates must be among {', '.join(EMIT_FATES)}"
+        )
+    try:
+        verdict = TreeVerdict.from_dict(raw.get("verdict"))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"not a trace: {where}.verdict is not a round's verdict ({exc})") from None
+    if any(not 0 <= t < (vocab or MAX_VOCAB) for t in [*verdict.tokens, *verdict.emitted]):
+        raise ValueError(f"not a trace: {where}.verdict holds a token id outside the vocabulary")
+    if len(values["draft_text"]) != verdict.size:
+        raise ValueError(f"not a trace: {where}.draft_text must have one entry per node")
+    if positions and len(positions) != verdict.size + 1:
+        raise ValueError(f"not a trace: {where} must keep one position per row of its tree")
+    return RoundTrace(**values, verdict=verdict, positions=positions)

@@ -9,16 +9,18 @@ of the wrong type or out of range.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from cactus_core.maths.tree_verdict import TreeVerdict
 
 # The largest vocabulary a trace may declare: replay allocates rows of this size, and real
 # models stay far below it (262k for the largest common tokenizers).
 MAX_VOCAB = 1 << 20
 
 # Fields read apart by the caller (nested objects), never by `checked_fields`.
-NESTED = ("positions", "tree")
+NESTED = ("positions", "verdict", "tree")
 
 _KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text"}
 
@@ -127,3 +129,81 @@ def finite(x: Any) -> Any:
     if isinstance(x, list):
         return [finite(v) for v in x]
     return x
+
+
+@dataclass
+class _RoundV1:
+    """A version-1 round as the file held it: per-draft lists (a tree round's describe its
+    accepted path, its verdict in `tree`), the fates of a chain's drafts after its rejection
+    called "dropped"."""
+
+    index: int
+    k: int
+    draft_ids: list[int]
+    draft_text: list[str]
+    draft_fates: list[str]
+    accept_probs: list[float]
+    accept_coins: list[float]
+    num_accepted: int
+    next_id: int
+    sample_coin: float
+    emitted_ids: list[int]
+    emitted_text: list[str]
+    emitted_fates: list[str]
+    draft_s: float
+    verify_s: float
+    truncated: bool = False
+    emitted_logprobs: list[float] = field(default_factory=list)
+
+
+_V1_FATES = {"accepted": "accepted", "rejected": "rejected", "dropped": "unreached"}
+
+
+def upgrade_round_v1(
+    raw: Any, where: str, vocab: int | None, token_text: dict[int, str]
+) -> dict[str, Any]:
+    """A version-1 round as a version-2 one (its verdict as a tree: a tree round's as stored,
+    a chain's rebuilt as the one-child tree it is, a verifier-only step's with no node), in
+    the to_dict form that `Trace.from_dict` reads; ValueError naming what is wrong."""
+    old = checked_fields(_RoundV1, raw, where, vocab)
+    positions = raw.get("positions", [])
+    if not isinstance(positions, list):
+        raise ValueError(f"not a trace: {where}.positions must be a list")
+    if raw.get("tree") is not None:
+        try:
+            verdict = TreeVerdict.from_dict(raw["tree"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"not a trace: {where}.tree is not a tree verdict ({exc})") from None
+    elif old["k"] == 0:
+        verdict = TreeVerdict.of_sampled(old["next_id"], old["sample_coin"])
+    else:
+        k, m = old["k"], old["num_accepted"]
+        for name in ("draft_ids", "draft_fates", "accept_probs", "accept_coins"):
+            if len(old[name]) != k:
+                raise ValueError(f"not a trace: {where} has k = {k} but {len(old[name])} {name}")
+        if not 0 <= m <= k or any(f not in _V1_FATES for f in old["draft_fates"]):
+            raise ValueError(f"not a trace: {where} has fates that do not fit num_accepted")
+        kept = [p if isinstance(p, dict) else {} for p in positions[:k]]
+        values = [[_as_float(pos.get(f)) for pos in kept] or [math.nan] * k
+                  for f in ("p_n", "q_n", "h_n")]  # fmt: skip
+        p_n, q_n, h_n = (v + [math.nan] * (k - len(v)) for v in values)
+        try:
+            verdict = TreeVerdict.of_chain(
+                old["draft_ids"],
+                m,
+                [*old["draft_ids"][:m], old["next_id"]],
+                old["accept_probs"],
+                old["accept_coins"],
+                old["sample_coin"],
+                p_n,
+                q_n,
+                h_n,
+            )
+            verdict._check()
+        except ValueError as exc:
+            raise ValueError(f"not a trace: {where} is not a chain round ({exc})") from None
+    texts = [token_text.get(t, f"<{t}>") for t in verdict.tokens]
+    kept_names = ("index", "emitted_ids", "emitted_text", "emitted_fates", "draft_s", "verify_s",
+                  "truncated", "emitted_logprobs")  # fmt: skip
+    new: dict[str, Any] = {name: old[name] for name in kept_names if name in old}
+    return new | {"verdict": verdict.to_dict(), "draft_text": texts, "positions": positions}

@@ -42,6 +42,39 @@ def draw_tree_coins(generator: torch.Generator, s: TreeSettings, device: torch.d
     return TreeCoins(draft=u[None, :n], accept=u[n : 2 * n], sample=u[2 * n :])
 
 
+class TreeRounds:
+    """A tree drafter's rounds (`caches.Rounds`): one sequence, a tree of the settings' shape,
+    only where the context has room for its whole depth. The verify pass scores every node, so
+    the lazy head does not apply."""
+
+    def __init__(self, drafter: Drafter[DraftTree], settings: TreeSettings) -> None:
+        self.drafter, self.settings = drafter, settings
+
+    def size(self, k: int, room: int, rows: int) -> int:
+        if rows != 1:
+            raise ValueError("a draft tree decodes one sequence at a time")
+        return self.settings.depth if room >= self.settings.depth else 0
+
+    def draw_coins(
+        self, generators: list[torch.Generator], size: int, device: torch.device
+    ) -> TreeCoins:
+        (generator,) = generators
+        return draw_tree_coins(generator, self.settings, device)
+
+    def run(
+        self,
+        judge: Rule,
+        verifier: SequenceCache,
+        last: list[int],
+        coins: TreeCoins,
+        sampling: SamplingSettings,
+        clock: RoundClock,
+        lazy: bool,
+    ) -> RoundOutcome:
+        (token,) = last
+        return run_tree_round(judge, verifier, self.drafter, token, coins, sampling, clock)
+
+
 @torch.inference_mode()
 def run_tree_round(
     judge: Rule,
@@ -75,6 +108,4 @@ def run_tree_round(
     lp = logprobs(logits[None, verdict.path_rows], emitted)[0].tolist()
     # A draft call per depth but the deepest (never expanded), and the feed: the tree's depth.
     calls = max(node_depths(verdict.parents), default=1)
-    return RoundOutcome(
-        [verdict], tree.draft_probs[None], q[None], [lp], calls, draft_s, verify_s, tree=tree
-    )
+    return RoundOutcome([verdict], tree.draft_probs[None], q[None], [lp], calls, draft_s, verify_s)

@@ -1,6 +1,7 @@
 """Why drafts get rejected: every rejected draft of a run (finished, or so far), the smallest
 Cactus delta that would have accepted it for sure, the share rescued as delta grows, and where
-the rejected drafts sat in q. Shared by the Decode and Step through pages."""
+the rejected drafts sat in q, and their two charts. Shared by the Decode and Step through
+pages."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import plotly.graph_objects as go
+
+from cactus_core.app.shared import figures
+from cactus_core.app.shared.round_view import node_pq, row_place
 from cactus_core.app.shared.transcript import show_text
 from cactus_core.maths.rescue import NEVER, rescue_delta, rescued_share
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
-from cactus_core.maths.tree_verdict import TreeVerdict, node_depths
 
 if TYPE_CHECKING:
-    from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
+    from cactus_core.engine.decoding.trace import RoundTrace
 
+# The look of the other figures (figures.py, which also makes plotly_white the default).
+_LAYOUT = {"margin": {"l": 50, "r": 20, "t": 50, "b": 40}}
 # Where a rejected draft sat in q: rank bins, then a bin for the ones outside q's support
 # altogether (cut by top-k / top-p).
 RANK_BINS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20))
@@ -34,13 +40,14 @@ def slider_top() -> float:
 @dataclass(frozen=True)
 class RejectedDraft:
     round_index: int
-    slot: int
+    row: int  # the row of its round's tree it was judged at (a chain's slot)
     token: str
     p_n: float
     q_n: float
     q_rank: int | None  # 1 = q's top token; None when q_n = 0
     delta: float  # the smallest rescuing Cactus delta; NEVER (inf) when q_n = 0
     rank_is_bound: bool = False  # the draft sat below every kept entry: its rank is at least this
+    place: str = ""  # where in its round, in words (a chain's slot, a tree's depth)
 
     @property
     def delta_text(self) -> str:
@@ -50,60 +57,40 @@ class RejectedDraft:
         return f"> {top:g} (past the slider)" if self.delta > top else f"{self.delta:.3g}"
 
 
-def q_rank(pos: PositionTrace) -> int | None:
-    """The drafted token's rank in q (1 = q's top token, ties share the better rank); None when
-    q_n = 0. The trace keeps q's top-M entries plus the drafted one, so a draft below them gets
-    M + 1, which still falls in the last bin."""
-    if not pos.q_n:
+def q_rank(kept_q: Sequence[float], q_n: float) -> int | None:
+    """The drafted token's rank in q (1 = q's top token, ties share the better rank) among a
+    row's kept q entries; None when q_n = 0. The trace keeps q's top-M entries plus every
+    candidate, so a draft below them gets M + 1, which still falls in the last bin."""
+    if not q_n:
         return None
-    return 1 + sum(v > pos.q_n for v in pos.replay_q_probs)
+    return 1 + sum(v > q_n for v in kept_q)
 
 
 def rejected_drafts(
     rounds: Sequence[RoundTrace], text: Callable[[int], str] | None = None
 ) -> list[RejectedDraft]:
-    """The rejected draft of every round that had one, in order; in a tree round, every
-    candidate the walk rejected."""
+    """Every rejected draft, in order: a chain's rejected draft, every candidate a tree's walk
+    rejected. The rescuing delta is the one that accepts it as its row's first candidate (a
+    later one is judged against the residual of those before it); its rank in q comes from its
+    row's kept q, when the trace kept rows."""
     out = []
     for rnd in rounds:
-        if rnd.tree is not None:
-            out += _rejected_in_tree(rnd, text)
-            continue
-        if not rnd.k or rnd.num_accepted >= rnd.k or len(rnd.positions) <= rnd.num_accepted:
-            continue
-        m = rnd.num_accepted
-        pos = rnd.positions[m]
-        token = text(rnd.draft_ids[m]) if text is not None else rnd.draft_text[m]
-        rank = q_rank(pos)
-        # the drafted token is appended to the kept rows when it is not among them
-        bound = rank is not None and rank == len(pos.replay_q_ids) > RANK_BINS[-1][1]
-        out.append(
-            RejectedDraft(
-                rnd.index, m, token, pos.p_n, pos.q_n, rank, rescue_delta(pos.q_n, pos.p_n), bound
-            )
-        )
-    return out
-
-
-def _rejected_in_tree(rnd: RoundTrace, text: Callable[[int], str] | None) -> list[RejectedDraft]:
-    """A tree round's rejected candidates: p and q at each from the walk's verdict, its rank
-    in q from its parent row's kept q (when the trace kept rows), slot = its depth − 1. The
-    rescuing delta is the one that accepts it as its row's first candidate (a later one is
-    judged against the residual of those before it)."""
-    v = TreeVerdict.from_dict(rnd.tree)
-    depths = node_depths(v.parents)
-    out = []
-    for i, fate in enumerate(v.fates):
-        if fate != "rejected":
-            continue
-        q_n, p_n = v.q[i], v.p[i]
-        row = v.parents[i] + 1
-        kept = rnd.positions[row].replay_q_probs if row < len(rnd.positions) else []
-        rank = 1 + sum(x > q_n for x in kept) if q_n and kept else None
-        token = text(v.tokens[i]) if text is not None else str(v.tokens[i])
-        out.append(
-            RejectedDraft(rnd.index, depths[i] - 1, token, p_n, q_n, rank, rescue_delta(q_n, p_n))
-        )
+        v = rnd.verdict
+        for i, fate in enumerate(v.fates):
+            if fate != "rejected":
+                continue
+            p_n, q_n = node_pq(rnd, i)
+            if p_n is None or q_n is None:
+                continue
+            row = rnd.row_of(i)
+            kept = rnd.positions[row].replay_q_probs if row < len(rnd.positions) else []
+            rank = q_rank(kept, q_n) if kept else None
+            # the drafted token is appended to the kept rows when it is not among them
+            bound = rank is not None and rank == len(kept) > RANK_BINS[-1][1]
+            token = text(v.tokens[i]) if text is not None else rnd.draft_text[i]
+            delta = rescue_delta(q_n, p_n)
+            place = row_place(rnd, row)
+            out.append(RejectedDraft(rnd.index, row, token, p_n, q_n, rank, delta, bound, place))
     return out
 
 
@@ -156,7 +143,7 @@ def rescue_table(drafts: Sequence[RejectedDraft]) -> list[dict[str, object]]:
     return [
         {
             "round": d.round_index + 1,
-            "slot": d.slot + 1,  # the draft's place in its round
+            "where": d.place or f"row {d.row + 1}",
             "drafted token": show_text(d.token),
             "p_n": d.p_n,
             "q_n": d.q_n,
@@ -187,3 +174,47 @@ def rescue_summary(drafts: Sequence[RejectedDraft]) -> str:
         else:
             out += "; the rest need more than the slider offers."
     return out
+
+
+def rescue_curve_figure(deltas: Sequence[float], shares: Sequence[float]) -> go.Figure:
+    """The share of the rejected drafts Cactus would have accepted for sure, against delta."""
+    if len(deltas) != len(shares):
+        raise ValueError("deltas and shares differ in length")
+    fig = go.Figure()
+    fig.add_scatter(
+        x=list(deltas),
+        y=list(shares),
+        mode="lines",
+        line={"shape": "hv", "width": 3, "color": figures.SERIES_COLOURS["h"]},
+        name="rescued",
+        hovertemplate="delta = %{x:.3g}: %{y:.0%} rescued<extra></extra>",
+    )
+    fig.update_layout(
+        _LAYOUT,
+        title="Rescue curve: share accepted for sure",
+        xaxis_title="Cactus delta (nats, log scale)",
+        yaxis_title="share rescued",
+        height=300,
+    )
+    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def rank_histogram_figure(labels: Sequence[str], counts: Sequence[int]) -> go.Figure:
+    """Where the rejected drafts sat in q: counts per rank bin, q_n = 0 last."""
+    if len(labels) != len(counts):
+        raise ValueError("labels and counts differ in length")
+    colours = [figures.FATE_COLOURS["rejected"]] * (len(labels) - 1) + ["#999999"]
+    fig = go.Figure()
+    fig.add_bar(x=list(labels), y=list(counts), marker_color=colours, name="rejected drafts")
+    fig.update_layout(
+        _LAYOUT,
+        title="Where the rejected drafts sat in q (rank)",
+        xaxis_title="rank of the draft in q",
+        yaxis_title="rejected drafts",
+        height=300,
+        showlegend=False,
+    )
+    fig.update_xaxes(type="category")
+    return fig

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
-from cactus_core.app.frontier.figures import LIMIT_COLOUR
-from cactus_core.app.shared.rule_style import rule_colour
+from cactus_core.app.shared.rule_style import LIMIT_COLOUR, rule_colour
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
 from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
 from cactus_core.experiments.reference import Reference, ReferenceSweep
+from cactus_core.experiments.reference import load_reference as load_reference
 from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 

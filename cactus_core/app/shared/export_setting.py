@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cactus_core.app.frontier.engine_export import ExportSetting
+from cactus_core.app.shared.engine_export import ExportSetting
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.loading.embedded_drafts import embedded_draft
 from cactus_core.experiments.engine_fit import SGLANG_RULE, SGLangFit, fit_on_curves, fit_on_rows
@@ -20,9 +20,10 @@ from cactus_core.experiments.estimate import rows_from_trace
 from cactus_core.maths.rules import Rule, make_rule
 
 if TYPE_CHECKING:
-    from cactus_core.app.decode.run import DecodeRun
+    from cactus_core.app.shared.request import DecodeRun
+    from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.experiments.k_tuner import KPrediction
-    from cactus_core.experiments.reference import ReferenceSweep
+    from cactus_core.experiments.reference import Reference, ReferenceSweep
     from cactus_core.experiments.tune import FirstGuess
     from cactus_core.experiments.tune_refine import TuneResult
 
@@ -168,3 +169,31 @@ def frontier_export(
         sglang_note=note,
         notes=models.notes,
     )
+
+
+def decode_prediction(run: DecodeRun | None, pair: ModelPair | None) -> KPrediction | None:
+    """The k tuner's prediction for the last run's acceptance by position, where the pair's
+    costs on this machine are cached (None otherwise: nothing is measured here)."""
+    from cactus_core.experiments.k_tuner import cached_costs, predict_k
+
+    counts = run.output.stats.positions if run is not None else None
+    costs = cached_costs(pair) if pair is not None and counts and counts.rounds else None
+    if costs is None or counts is None:
+        return None
+    return predict_k(counts.conditional(), costs, reached=counts.reached)
+
+
+def frontier_prediction(
+    rule: Rule, ref: Reference | None, part: ReferenceSweep | None
+) -> KPrediction | None:
+    """The k tuner's prediction for the reference's row nearest this rule's value, where the
+    reference pair's costs on this machine are cached."""
+    from cactus_core.experiments.k_tuner import cached_costs_for, predict_row
+
+    costs = cached_costs_for(ref.model, "cpu") if ref is not None else None
+    rows = [] if part is None else part.rule_rows(rule.name)
+    if costs is None or not rows:
+        return None
+    value = next(iter(rule.params.values()), 0.0)
+    row = min(rows, key=lambda r: abs(float(r.get("value") or 0.0) - float(value)))
+    return predict_row(row, costs)

@@ -1,0 +1,63 @@
+"""The Frontier page's sweep without Streamlit, as the Decode page has its request and run: the
+sweep a form describes (`sweep_config`), its progress in words, and what the page reads of the
+experiments layer (sweeps, their cache and files, the reference), so that the page imports
+only the app. Running a sweep is `run_sweep`: the cache makes a rerun instant and an interrupted
+one resume."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from cactus_core.app.shared.limits import check_sweep_size
+from cactus_core.app.shared.settings import AppSettings
+
+# What the page reads of the experiments layer: through this view, never directly.
+from cactus_core.experiments.reference import Reference as Reference
+from cactus_core.experiments.reference import ReferenceSweep as ReferenceSweep
+from cactus_core.experiments.reference import load_reference as load_reference
+from cactus_core.experiments.sweep import METRIC_LABELS as METRIC_LABELS
+from cactus_core.experiments.sweep import Progress
+from cactus_core.experiments.sweep import SweepCancelled as SweepCancelled
+from cactus_core.experiments.sweep import SweepResult as SweepResult
+from cactus_core.experiments.sweep import cached_chunks as cached_chunks
+from cactus_core.experiments.sweep import run_sweep as run_sweep
+from cactus_core.experiments.sweep_cache import SweepCache as SweepCache
+from cactus_core.experiments.sweep_config import BASELINE as BASELINE
+from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweep_config import parse_grid as parse_grid
+from cactus_core.experiments.sweep_config import (
+    parse_tagged_prompt_file as parse_tagged_prompt_file,
+)
+
+
+def sweep_config(
+    s: AppSettings,
+    prompts: Sequence[str],
+    tasks: Sequence[str],
+    grids: Mapping[str, list[float]],
+    max_new_tokens: int,
+    chunk_size: int,
+    limit: bool,
+) -> SweepConfig:
+    """The sweep the form describes, with the sidebar's sampling and drafting (a tree sweep
+    decodes prompt by prompt); ValueError over the app's cap or for a setting SweepConfig
+    refuses."""
+    settings = tuple(settings_from_grids(dict(grids)))
+    check_sweep_size(len(settings), len(prompts))
+    return SweepConfig(
+        prompts=tuple(prompts),
+        settings=settings,
+        sampling=s.sampling,
+        max_new_tokens=max_new_tokens,
+        chunk_size=chunk_size,
+        limit=limit,
+        tasks=tuple(tasks) if any(tasks) else (),
+        tree=s.tree,
+    )
+
+
+def progress_text(p: Progress) -> str:
+    """A progress bar's words: chunks done, where from, the setting."""
+    where = "from the cache" if p.cached else "computed"
+    workers = f", {p.workers} Ray workers" if p.workers > 1 else ""
+    return f"{p.done} / {p.total} chunks{workers} — {p.setting} ({where})"
