@@ -327,8 +327,8 @@ def inspector(run: DecodeRun) -> None:
             kl_text(view.kl_pi_q),
             help="the emitted distribution at this position, exact (– where nothing was judged)",
         )
-    if view.tree is not None:
-        st.plotly_chart(tree_figure(view.tree), key="dec_tree")
+    if view.frame is not None:
+        st.plotly_chart(tree_figure(view.frame), key="dec_tree")
     if view.series:
         st.plotly_chart(
             figures.distribution_bars(

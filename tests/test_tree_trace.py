@@ -148,7 +148,7 @@ def test_the_inspector_and_the_playground_read_a_tree_rows(recorded):
     for slot in range(len(rnd.emitted_ids)):
         row = rnd.verdict.path_rows[slot]
         view = inspect_token(out.trace, rnd.index, row)
-        assert view.tree is not None and view.labels and "q" in view.series
+        assert view.frame is not None and view.labels and "q" in view.series
         if rnd.positions[row].draft_id is not None:
             assert {"p", "h", "residual"} <= set(view.series)
             assert view.kl_pi_q == rnd.positions[row].kl_pi_q

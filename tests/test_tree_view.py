@@ -139,7 +139,7 @@ def test_step_through_takes_a_tree_round_apart(tree_run):
                 assert "bars" in step_figures(step)
         # the decide steps reveal one depth more each, the ending all of it
         if rnd.branching:
-            reveals = [s.tree.reveal for s in steps]
+            reveals = [s.frame.reveal for s in steps]
             assert reveals[: depth + 1] == [0] * (depth + 1) and reveals[-1] is None
     assert endings == {"residual", "bonus"}  # both endings occur in this run
 
@@ -155,8 +155,8 @@ def test_the_decode_inspector_shows_the_rounds_tree(tree_run):
         assert "-node tree" in round_label(rnd, False)
         for view in round_tokens(rnd, None):
             ins = inspect_token(trace, rnd.index, view.row, view.node)
-            assert ins.tree is not None and ins.notes
-            assert tree_figure(ins.tree).data
+            assert ins.frame is not None and ins.notes
+            assert tree_figure(ins.frame).data
 
 
 def _tree_session(feature_pair, monkeypatch, page: str, **state) -> AppTest:

@@ -157,7 +157,7 @@ def transformers_export(s: ExportSetting) -> EngineExport:
         sampling = (
             f"do_sample=True, temperature={sp.temperature:g}, top_p={sp.top_p:g}, top_k={sp.top_k}"
         )
-    head = ["from cactus_core.engine.hf import cactus_generate"]
+    head = ["from cactus_transformers import cactus_generate  # in integrations/transformers"]
     if s.embedded:
         head = [
             "import torch",
@@ -182,7 +182,7 @@ def transformers_export(s: ExportSetting) -> EngineExport:
         ]
     body = [
         "out = model.generate(",
-        "    ids, assistant_model=draft, custom_generate=cactus_generate,",
+        "    ids, custom_generate=cactus_generate, cactus_draft=draft,",
         f"    cactus_rule={rule_spec_json(s.rule)},",
         f"    num_assistant_tokens={sp.k}, {sampling}, max_new_tokens=128,",
         ")",

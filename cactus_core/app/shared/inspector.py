@@ -109,7 +109,7 @@ class Inspection:
     h_n: float | None = None
     notes: list[str] = field(default_factory=list)
     mark: str = "drafted n"  # what the highlighted bar is
-    tree: TreeFrame | None = None  # a round whose tree branches: its picture
+    frame: TreeFrame | None = None  # a round whose tree branches: its picture
 
 
 def inspect_token(
@@ -150,7 +150,7 @@ def _inspect_leaf(trace: Trace, rnd: RoundTrace, row: int, top: int) -> Inspecti
         bars.highlight,
         notes=["No rule applies to this token: it is drawn from q itself."],
         mark="emitted",
-        tree=_frame(trace, rnd),
+        frame=_frame(trace, rnd),
     )
 
 
@@ -182,7 +182,7 @@ def _inspect_row(trace: Trace, rnd: RoundTrace, row: int, node: int | None, top:
     )
     notes = _row_notes(trace, rnd, row, node, slot)
     pos = rnd.positions[row] if row < len(rnd.positions) else None
-    out = Inspection(title, [], {}, None, notes=notes, mark=mark, tree=_frame(trace, rnd))
+    out = Inspection(title, [], {}, None, notes=notes, mark=mark, frame=_frame(trace, rnd))
     if pos is None or pos.draft_id is None:
         notes.append("This trace kept no rows here, so no bars.")
         return out

@@ -18,8 +18,8 @@ def step_figures(step: Step) -> dict[str, go.Figure]:
     against u), `sps_coin` (lossless a(n) against the same u) and `tree` (a tree round's
     tree), as far as the step has them."""
     out: dict[str, go.Figure] = {}
-    if step.tree is not None:
-        out["tree"] = tree_figure(step.tree)
+    if step.frame is not None:
+        out["tree"] = tree_figure(step.frame)
     if step.bars is not None:
         b = step.bars
         fig = figures.distribution_bars(b.labels, b.series, title=b.title)

@@ -41,7 +41,7 @@ class Step:
     bars: Bars | None = None
     coin: tuple[float, float] | None = None  # (a(n), u) of a decision
     sps_coin: tuple[float, float] | None = None  # (lossless a(n), the same u)
-    tree: TreeFrame | None = None  # a tree round's picture, told as far as this step
+    frame: TreeFrame | None = None  # a branching round's tree, told as far as this step
 
     @property
     def title(self) -> str:

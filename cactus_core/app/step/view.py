@@ -111,7 +111,7 @@ def _draft_step(r: _Round, depth: int) -> Step:
     if len(rows) == 1:
         where = "the root" if rows[0] == 0 else repr(r.text(r.v.tokens[rows[0] - 1]))
         bars = _p_bars(r, rows[0], [r.v.tokens[i] for i in nodes], f"p after {where}")
-    return Step("draft", r.index, None, line, numbers, bars, tree=r.frame(0))
+    return Step("draft", r.index, None, line, numbers, bars, frame=r.frame(0))
 
 
 def _verify_step(r: _Round) -> Step:
@@ -129,7 +129,7 @@ def _verify_step(r: _Round) -> Step:
         numbers["bonus_q"] = last.q_probs[0]
     else:  # a tree's sentence states no node's numbers: the bars show them
         line, numbers = say.tree_verify_sentence(k, r.index + 1), {}
-    return Step("verify", r.index, None, line, numbers, bars, tree=r.frame(0))
+    return Step("verify", r.index, None, line, numbers, bars, frame=r.frame(0))
 
 
 def _candidates(r: _Round, row: int) -> list[say.Candidate]:
@@ -199,7 +199,7 @@ def _decide_step(r: _Round, depth: int, row: int, judge: Rule) -> Step:
     a, u = r.v.accept_probs[first], r.v.coins[first]
     sps = (a_sps, u)
     slot = first if not r.rnd.branching else depth
-    return Step("decide", r.index, slot, line, numbers, bars, (a, u), sps, r.frame(depth + 1))
+    return Step("decide", r.index, slot, line, numbers, bars, (a, u), sps, frame=r.frame(depth + 1))
 
 
 def _trace_bars(pos: PositionTrace | None, text: Callable[[int], str], title: str) -> Bars | None:
@@ -234,7 +234,7 @@ def _bonus_step(r: _Round) -> Step:
         title = f"q at the bonus position {m + 1}"
         bars = Bars([r.text(i) for i in ids], series, ids.index(token), title, "bonus token")
     numbers = {"q": q_bonus, "coin": v.emit_coin}
-    return Step("bonus", r.index, None, line, numbers, bars, tree=r.frame(None))
+    return Step("bonus", r.index, None, line, numbers, bars, frame=r.frame(None))
 
 
 def _residual_step(r: _Round, judge: Rule) -> Step:
@@ -258,7 +258,7 @@ def _residual_step(r: _Round, judge: Rule) -> Step:
         series = {"residual": res.probs}
         labels = [r.text(i) for i in res.ids]
         bars = Bars(labels, series, res.ids.index(token), title, "recovered token")
-    return Step("residual", r.index, m, line, numbers, bars, tree=r.frame(None))
+    return Step("residual", r.index, m, line, numbers, bars, frame=r.frame(None))
 
 
 def _summary_step(r: _Round) -> Step:
@@ -279,7 +279,7 @@ def _summary_step(r: _Round) -> Step:
             emitted, live.verifier_calls, live.tokens_per_call, live.emitted_kl, m, r.rnd.k
         )
     numbers = {"tokens_per_call": live.tokens_per_call, "emitted_kl": live.emitted_kl}
-    return Step("summary", r.index, None, line, numbers, tree=r.frame(None))
+    return Step("summary", r.index, None, line, numbers, frame=r.frame(None))
 
 
 def _sampled_step(r: _Round) -> Step:
