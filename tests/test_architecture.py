@@ -1,8 +1,9 @@
 """The layout's rules, checked on the source (docs/architecture.md).
 
 - layers import downward only: maths <- engine <- experiments <- app <- cli, and within the
-  engine runtime <- loading <- drafting <- decoding <- hf; no module of cactus_core imports
-  Streamlit;
+  engine runtime <- loading <- drafting <- decoding; no module of cactus_core imports
+  Streamlit or an integration (integrations/: cactus_vllm, cactus_transformers), which import
+  cactus_core, not the other way;
 - the app is grouped by page: cactus_core/app/{shared,overview,decode,step,playground,frontier},
   and pages/ with a script per page and its parts in a folder of the same name; a page's
   modules (in either tree) import only their own page's folder and the shared ones, and a
@@ -31,6 +32,7 @@ LAYERS = ["maths", "engine", "experiments", "app", "cli"]
 PAGES = ROOT / "pages"
 SOURCES = [ROOT / "app.py", *sorted(PAGES.rglob("*.py")), *sorted(PACKAGE.rglob("*.py"))]
 PAGE_GROUPS = ["overview", "decode", "step", "playground", "frontier"]
+INTEGRATIONS = ("cactus_vllm", "cactus_transformers")  # packages under integrations/
 
 
 def _tree(path: Path) -> ast.Module:
@@ -58,6 +60,7 @@ def test_layers_import_downward_only(path: Path) -> None:
     own = _layer(path)
     for module in _imports(_tree(path)):
         assert not module.startswith("streamlit"), f"{path} imports Streamlit"
+        assert module.split(".")[0] not in INTEGRATIONS, f"{path} imports {module}"
         parts = module.split(".")
         if parts[0] != "cactus_core" or len(parts) < 2 or own is None:
             continue
@@ -213,7 +216,7 @@ def test_a_cycle_inside_a_function_is_found(tmp_path) -> None:
 
 
 # The engine's groups, in the order they may import each other (each only those before it).
-ENGINE_GROUPS = ["runtime", "loading", "drafting", "decoding", "hf"]
+ENGINE_GROUPS = ["runtime", "loading", "drafting", "decoding"]
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "engine").rglob("*.py")), ids=lambda p: p.name)

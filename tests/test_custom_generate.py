@@ -1,17 +1,19 @@
 """The lab's decoder inside transformers' `model.generate(custom_generate=...)` on the tiny pair:
 the output law at delta = 0 is the model's own sampling and at delta > 0 the lab's exact pi,
 greedy is generate's greedy, the streamer, EOS, left-padded batches, the return types, the
-Hub-style folder, and what it refuses."""
+Hub-style folder, the arguments transformers hands each of them, and what it refuses."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
+from cactus_transformers import cactus_generate
 from scipy import stats
-from transformers.generation import GenerateDecoderOnlyOutput
+from transformers.generation import GenerateDecoderOnlyOutput, GenerationMixin
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -20,7 +22,6 @@ from transformers.generation.logits_process import (
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.rows import TokenPrompt
-from cactus_core.engine.hf import cactus_generate
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule
 
@@ -37,7 +38,7 @@ def prompt_ids(pair, text: str = PROMPT) -> torch.Tensor:
 def run(pair, ids, **kw):
     kw.setdefault("num_assistant_tokens", 2)
     return pair.verifier.generate(
-        ids, assistant_model=pair.draft, custom_generate=cactus_generate, **kw
+        ids, custom_generate=cactus_generate, cactus_draft=pair.draft, **kw
     )
 
 
@@ -162,17 +163,29 @@ class Recorder:
         self.ended += 1
 
 
-def test_streamer_receives_the_prompt_then_every_token(tiny_pair):
-    ids = prompt_ids(tiny_pair)
-    streamer = Recorder()
-    out = run(tiny_pair, ids, do_sample=True, temperature=0.8, max_new_tokens=20,
-              eos_token_id=None, streamer=streamer, cactus_seed=2)  # fmt: skip
-    assert streamer.puts[0] == ids[0].tolist()  # generate puts the prompt first
+def check_stream(streamer: Recorder, ids: torch.Tensor, out: torch.Tensor) -> None:
+    assert streamer.puts[0] == ids[0].tolist()  # the prompt first, as generate puts it
     streamed = [t for put in streamer.puts[1:] for t in put]
     assert streamed == out[0, ids.shape[1] :].tolist() and len(streamed) == 20
     assert len(streamer.puts) > 2 and streamer.ended == 1  # round by round, then end
+
+
+def test_streamer_receives_the_prompt_then_every_token(tiny_pair):
+    ids = prompt_ids(tiny_pair)
+    kw = {"do_sample": True, "temperature": 0.8, "max_new_tokens": 20, "eos_token_id": None,
+          "cactus_seed": 2, "num_assistant_tokens": 2}  # fmt: skip
+    streamer = Recorder()
+    out = run(tiny_pair, ids, cactus_streamer=streamer, **kw)
+    check_stream(streamer, ids, out)
     with pytest.raises(ValueError, match="one sequence"):
-        run(tiny_pair, ids.expand(2, -1), max_new_tokens=4, streamer=Recorder())
+        run(tiny_pair, ids.expand(2, -1), max_new_tokens=4, cactus_streamer=Recorder())
+    streamer = Recorder()  # the folder gets generate's own `streamer` and hands it on
+    folder = tiny_pair.verifier.generate(
+        ids, assistant_model=tiny_pair.draft, streamer=streamer, custom_generate=str(FOLDER),
+        trust_remote_code=True, **kw,
+    )  # fmt: skip
+    assert torch.equal(folder, out)
+    check_stream(streamer, ids, folder)
 
 
 def test_eos_stops_and_rows_are_padded(pair64):
@@ -211,8 +224,7 @@ def test_same_coins_as_the_labs_decoder_and_the_folder(tiny_pair):
     kw = {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 16,
           "eos_token_id": None, "cactus_rule": rule, "cactus_seed": 7}  # fmt: skip
     out = run(tiny_pair, ids, num_assistant_tokens=3, **kw)
-    dec = SpeculativeDecoder(tiny_pair, rule, k=3, temperature=0.7, top_p=0.9)
-    dec.eos_ids = set()
+    dec = SpeculativeDecoder(tiny_pair, rule, k=3, temperature=0.7, top_p=0.9, eos_ids=())
     lab = dec.generate(TokenPrompt(tuple(ids[0].tolist())), max_new_tokens=16, seed=7)
     assert out[0, ids.shape[1] :].tolist() == lab.token_ids
     folder = tiny_pair.verifier.generate(
@@ -249,7 +261,29 @@ def test_refuses_what_it_cannot_honour(tiny_pair, kw, match):
 
 
 def test_needs_a_draft(tiny_pair):
-    with pytest.raises(ValueError, match="assistant_model"):
-        tiny_pair.verifier.generate(
-            prompt_ids(tiny_pair), custom_generate=cactus_generate, max_new_tokens=4
-        )
+    """generate keeps assistant_model to itself: without cactus_draft the callable says so."""
+    for kw in ({}, {"assistant_model": tiny_pair.draft}):
+        with pytest.raises(ValueError, match="cactus_draft=draft"):
+            tiny_pair.verifier.generate(
+                prompt_ids(tiny_pair), custom_generate=cactus_generate, max_new_tokens=4, **kw
+            )
+
+
+def test_the_callable_takes_only_what_transformers_hands_it(tiny_pair):
+    """transformers 5.24 passes a custom_generate callable the keywords its signature names
+    beyond `_sample`'s, and never generate's own named parameters: the callable's keywords
+    are all of the first kind, and it is a plain function of its arguments (called directly
+    with generate's prepared config, it gives what generate gives)."""
+    own = set(inspect.signature(cactus_generate).parameters)
+    handed = own - set(inspect.signature(GenerationMixin._sample).parameters)
+    assert {"cactus_draft", "cactus_streamer", "cactus_rule", "cactus_seed"} <= handed
+    assert not handed & set(inspect.signature(GenerationMixin.generate).parameters)
+    ids = prompt_ids(tiny_pair)
+    through = run(tiny_pair, ids, do_sample=True, temperature=0.7, top_k=0, max_new_tokens=8,
+                  eos_token_id=None, cactus_seed=4)  # fmt: skip
+    config = copy.deepcopy(tiny_pair.verifier.generation_config)
+    config.update(do_sample=True, temperature=0.7, top_k=0, num_assistant_tokens=2,
+                  eos_token_id=None, max_length=ids.shape[1] + 8)  # fmt: skip
+    direct = cactus_generate(tiny_pair.verifier, ids, generation_config=config,
+                             cactus_draft=tiny_pair.draft, cactus_seed=4)  # fmt: skip
+    assert torch.equal(direct, through)

@@ -32,7 +32,6 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
-from transformers.generation.utils import GenerationMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -54,7 +53,6 @@ __all__ = [
     "EosTokenCriteria",
     "GenerateDecoderOnlyOutput",
     "GenerationConfig",
-    "GenerationMixin",
     "LlamaConfig",
     "LlamaDecoderLayer",
     "LlamaForCausalLM",

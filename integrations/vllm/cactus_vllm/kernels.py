@@ -7,7 +7,8 @@ drafted token, h = what a rule verifies against, pi = what is emitted. vLLM call
 Shapes, in vLLM V1's flattened layout (requests one after another):
 
     target_logits  [T, V]   the verifier's processed logits at each drafted position
-    draft_probs    [T, V]   p there, or None for drafters that give none (ngram): one-hot
+    draft_probs    [T, V]   p there, or None when the drafter gives none (ngram, greedy
+                            drafting): one-hot at the drafted token
     draft ids      [T]      n (vLLM pads with -1, which is always rejected)
     num_draft      [R]      drafts per request, summing to T
 """

@@ -4,7 +4,9 @@
 Each change to vLLM is a `Patch`: a function of a module (or a class's method) replaced by a
 wrapper around it. Before replacing, the function's parameters are compared with those this
 plugin was written against; when they differ the patch is skipped and the reason logged, and
-vLLM keeps its own function. `status()` says what was done in this process.
+vLLM keeps its own function. `status()` says what was done in this process, and `guard`
+refuses a rule whose patches are not all in place, naming them, instead of letting vLLM's
+own sampler run in its place.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ EXPAND = ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to")
 
 
 def _patches() -> list[Patch]:
-    from cactus_vllm import kernels, mrv2, request_rules, v1_sampler
+    from cactus_vllm import guard, kernels, mrv2, request_rules, v1_sampler
 
     v1, rules = "vllm.v1.sample.rejection_sampler", request_rules
     return [
@@ -156,11 +158,25 @@ def _patches() -> list[Patch]:
             rules.wrap_verify_extra_args,
         ),
         Patch(
+            guard.ENGINE_CHECK,
+            "vllm.v1.engine.input_processor",
+            "InputProcessor._validate_params",
+            ("self", "params", "supported_tasks"),
+            rules.wrap_validate_params,
+        ),
+        Patch(
             "rule in speculative_config",
             "vllm.engine.arg_utils",
             "EngineArgs.create_speculative_config",
             ("self", "target_model_config", "target_parallel_config"),
             rules.wrap_create_speculative_config,
+        ),
+        Patch(
+            "rule checked at start-up",
+            "vllm.engine.arg_utils",
+            "EngineArgs.create_engine_config",
+            ("self", "usage_context", "headless"),
+            rules.wrap_create_engine_config,
         ),
         Patch(
             "CPU expand fix",

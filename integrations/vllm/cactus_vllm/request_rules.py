@@ -9,10 +9,14 @@
   {request slot: rule}; the V2 rejection sampler indexes requests by slot.
 - The front end: `SamplingParams` checks its `extra_args` when it is built; that check is
   wrapped to refuse a bad `cactus_rule` there (HTTP 400 from `vllm serve`), naming the
-  allowed values, instead of in the engine.
+  allowed values, instead of in the engine. The engine's input processor checks each request
+  again with the engine's config at hand. Both refuse a rule that could not run as asked
+  (`guard`: a patch it needs is not in place, or the deployment does not verify token by
+  token) rather than let it run as vLLM's lossless sampler.
 - The deployment: `speculative_config={..., "cactus_rule": {...}}` is taken out before vLLM
   checks the speculative config (which forbids unknown keys) and put into CACTUS_VLLM_RULE,
-  which the engine's processes inherit.
+  which the engine's processes inherit; when the engine's config is made, the deployment's
+  rule is parsed and checked (`guard`), so a bad or unavailable one fails at start-up.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from cactus_vllm import guard
 from cactus_vllm.rules import (
     ENV_VAR,
     EXTRA_ARGS_KEY,
@@ -125,6 +130,10 @@ def wrap_add_request(stock: Callable[..., Any]) -> Callable[..., Any]:
     return add_request
 
 
+REQUEST_SOURCE = f'SamplingParams.extra_args["{EXTRA_ARGS_KEY}"]'
+DEPLOYMENT_SOURCE = f'the deployment\'s rule ({ENV_VAR} or speculative_config["{EXTRA_ARGS_KEY}"])'
+
+
 def wrap_verify_extra_args(stock: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(stock)
     def _verify_extra_args(self) -> None:
@@ -133,11 +142,52 @@ def wrap_verify_extra_args(stock: Callable[..., Any]) -> Callable[..., Any]:
             from vllm.exceptions import VLLMValidationError
 
             try:
-                request_rule(self.extra_args)
+                planned = request_rule(self.extra_args)
+                guard.refuse_unavailable(planned, REQUEST_SOURCE, per_request=True)
             except RuleSpecError as e:
                 raise VLLMValidationError(str(e), parameter="extra_args") from None
 
     return _verify_extra_args
+
+
+def wrap_validate_params(stock: Callable[..., Any]) -> Callable[..., Any]:
+    """InputProcessor._validate_params: each request against the engine's own config."""
+
+    @functools.wraps(stock)
+    def _validate_params(self, params, supported_tasks):
+        result = stock(self, params, supported_tasks)
+        from vllm.exceptions import VLLMValidationError
+        from vllm.sampling_params import SamplingParams
+
+        if isinstance(params, SamplingParams):
+            try:
+                own = request_rule(params.extra_args)
+                if own is not None:
+                    planned, source = own, REQUEST_SOURCE
+                else:
+                    planned, source = deployment_rule(), DEPLOYMENT_SOURCE
+                guard.refuse_on_deployment(
+                    planned, source, self.vllm_config, per_request=own is not None
+                )
+            except RuleSpecError as e:
+                raise VLLMValidationError(str(e), parameter="extra_args") from None
+        return result
+
+    return _validate_params
+
+
+def wrap_create_engine_config(stock: Callable[..., Any]) -> Callable[..., Any]:
+    """EngineArgs.create_engine_config: the deployment's rule, checked at start-up."""
+
+    @functools.wraps(stock)
+    def create_engine_config(self, usage_context=None, headless=False):
+        config = stock(self, usage_context, headless)
+        guard.set_runner(guard.runner_of(config))
+        planned = deployment_rule()  # a bad CACTUS_VLLM_RULE fails here
+        guard.refuse_on_deployment(planned, DEPLOYMENT_SOURCE, config, per_request=False)
+        return config
+
+    return create_engine_config
 
 
 def wrap_create_speculative_config(stock: Callable[..., Any]) -> Callable[..., Any]:

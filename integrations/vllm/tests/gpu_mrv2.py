@@ -6,8 +6,10 @@ Each check hands the patched function R one-draft requests of one (p, q) pair (e
 in its own slot with its own seed, temperature 1) and compares the emitted token with pi (χ²)
 and the acceptance with Σ p(n)·a(n), with draft logits (a draft model's) and without
 (one-hot: ngram's). δ = 0 must give the stock output token for token (V2's coins are a
-function of each request's seed and position, so the same seeds give the same coins). Prints
-one line per check and exits 1 if any failed.
+function of each request's seed and position, so the same seeds give the same coins), and a
+seeded request must repeat under a log-h rule (V2's own coins) and a pointwise one (the
+plugin's, drawn from the same seed and position) whatever torch's global generator holds.
+Prints one line per check and exits 1 if any failed.
 """
 
 from __future__ import annotations
@@ -95,6 +97,27 @@ def delta_zero_is_stock(sample) -> bool:
     return ok
 
 
+def seeded_requests_repeat(sample) -> bool:
+    from cactus_vllm import request_rules
+    from cactus_vllm.rules import plan
+
+    p, q = dirichlet(V, 1, seed=7)[0], dirichlet(V, 1, seed=8)[0]
+    args = inputs(p, q, True, seed=9)
+    ok = True
+    for rule in (make_rule("cactus", delta=0.5), make_rule("topk", k_top=3)):
+        request_rules.SLOT_RULES.clear()
+        request_rules.SLOT_RULES.update(dict.fromkeys(range(R), plan(rule)))
+        outs = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            fresh = {k: v.clone() if torch.is_tensor(v) else v for k, v in args.items()}
+            outs.append(sample(**fresh))
+        same = all(torch.equal(a, b) for a, b in zip(*outs, strict=True))
+        print(f"{'ok  ' if same else 'FAIL'} {rule.label}: seeded requests repeat")
+        ok &= same
+    return ok
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device")
@@ -114,7 +137,7 @@ def main() -> int:
     if status.get("rules (Model Runner V2 sampler)") != "patched":
         print("FAIL the Model Runner V2 sampler is not patched")
         return 1
-    results = [delta_zero_is_stock(sample)]
+    results = [delta_zero_is_stock(sample), seeded_requests_repeat(sample)]
     for name, params in RULES:
         for with_logits in (True, False):
             results.append(check(sample, name, params, with_logits))

@@ -5,10 +5,11 @@
                    cactus_rule={"rule": "cactus", "delta": 0.1}, num_assistant_tokens=4,
                    do_sample=True, temperature=0.7, max_new_tokens=64)
 
-The code lives in cactus_core (cactus_core/engine/hf), which must be importable: run from the
-repository's root or put it on PYTHONPATH. See integrations/transformers/README.md.
+The code is the package `cactus_transformers` (integrations/transformers/cactus_transformers),
+which imports the lab's `cactus_core`: both must be importable (from the repository's root,
+PYTHONPATH=integrations/transformers). See integrations/transformers/README.md.
 """
 
-from cactus_core.engine.hf import generate
+from cactus_transformers import generate
 
 __all__ = ["generate"]

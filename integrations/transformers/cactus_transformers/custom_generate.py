@@ -1,35 +1,39 @@
 """The lab's speculative decoder inside transformers' `model.generate`.
 
-    from cactus_core.engine.hf import cactus_generate
-    out = model.generate(input_ids, assistant_model=draft, custom_generate=cactus_generate,
+    from cactus_transformers import cactus_generate
+    out = model.generate(input_ids, custom_generate=cactus_generate, cactus_draft=draft,
                          cactus_rule={"rule": "cactus", "delta": 0.1},
                          do_sample=True, temperature=0.7, num_assistant_tokens=4,
                          max_new_tokens=64)
 
-`model` is the verifier (q) and `assistant_model` the draft (p); they must score one
-vocabulary. `cactus_rule` is a `Rule`, a rule name or `{"rule": name, **params}`
-(`maths.rules.spec`; default: the lab's default rule). `cactus_seed` fixes the coins (row i of
-the batch gets cactus_seed + i, as in `SpeculativeDecoder.generate`); without it they are
-drawn from torch's global generator, so `torch.manual_seed` makes a call repeatable, as it
-does for generate's own sampling. The GenerationConfig gives the sampling (do_sample,
-temperature, top_k, top_p), the draft length k (`num_assistant_tokens`, 1..16), the length
-and the EOS ids (`generation_settings`); the streamer gets each round's tokens as they are
-decided. The result is what generate returns: a LongTensor [B, prompt + new] (rows that stop
-early are padded with pad_token_id), or a GenerateDecoderOnlyOutput with `sequences` when
-return_dict_in_generate is set. A batch may be left-padded (attention_mask); each row is
-decoded from its own tokens. The Hub-style folder (integrations/transformers/cactus_generate,
-`custom_generate="<folder>", trust_remote_code=True`) calls `generate` below, which runs the
-same callable through generate.
+`model` is the verifier (q) and `cactus_draft` the draft (p); they must score one vocabulary.
+`cactus_rule` is a `Rule`, a rule name or `{"rule": name, **params}` (`maths.rules.spec`;
+default: the lab's default rule). `cactus_seed` fixes the coins (row i of the batch gets
+cactus_seed + i, as in `SpeculativeDecoder.generate`); without it they are drawn from torch's
+global generator, so `torch.manual_seed` makes a call repeatable, as it does for generate's own
+sampling. The GenerationConfig gives the sampling (do_sample, temperature, top_k, top_p), the
+draft length k (`num_assistant_tokens`, 1..16), the length and the EOS ids
+(`generation_settings`); `cactus_streamer` gets the prompt, then each round's tokens as they
+are decided, then `end()`. The result is what generate returns: a LongTensor
+[B, prompt + new] (rows that stop early are padded with pad_token_id), or a
+GenerateDecoderOnlyOutput with `sequences` when return_dict_in_generate is set. A batch may
+be left-padded (attention_mask); each row is decoded from its own tokens.
 
-transformers 5.24 hands a custom_generate callable only the keywords its own sampling loop
-lacks, so `assistant_model` and `streamer`, which generate takes as named parameters, never
-reach it; `cactus_generate` reads them from the generate call that is calling it.
+What reaches the callable: transformers 5.24 calls a `custom_generate` callable with the
+prepared inputs, logits processors, stopping criteria and GenerationConfig, the model
+keywords, and, of the caller's other keywords, only those the callable's signature names and
+generate's own `_sample` does not. `assistant_model` and `streamer` are parameters of
+`generate` itself, so they never get there; the draft and the streamer therefore travel
+under the callable's own names, `cactus_draft` and `cactus_streamer`, like `cactus_rule`.
+
+The Hub-style folder (integrations/transformers/cactus_generate, `custom_generate="<folder>",
+trust_remote_code=True`) is called with every argument of generate, `assistant_model` and
+`streamer` included; its `generate` below hands them on under those names to the same
+callable, through generate, so the inputs are prepared exactly as for the callable.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -38,19 +42,19 @@ import torch
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.rows import TokenPrompt
 from cactus_core.engine.decoding.trace import RoundTrace
-from cactus_core.engine.hf.generation_settings import HFSettings, hf_settings
 from cactus_core.engine.loading.pair import ModelPair
 from cactus_core.engine.loading.pairing import head_vocab
 from cactus_core.engine.runtime.transformers_names import (
     GenerateDecoderOnlyOutput,
     GenerationConfig,
-    GenerationMixin,
     PreTrainedModel,
 )
 from cactus_core.maths.rules.spec import RuleSpec, rule_from_spec
 from cactus_core.maths.sampling import SEED_MAX
+from cactus_transformers.generation_settings import HFSettings, hf_settings
 
-_GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
+# What the callable takes under its own names, and what generate calls them.
+HANDED_ON = {"assistant_model": "cactus_draft", "streamer": "cactus_streamer"}
 
 
 def cactus_generate(
@@ -59,42 +63,43 @@ def cactus_generate(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     generation_config: GenerationConfig | None = None,
-    synced_gpus: bool = False,
-    streamer: Any = None,
-    assistant_model: PreTrainedModel | None = None,
+    cactus_draft: PreTrainedModel | None = None,
+    cactus_streamer: Any = None,
     cactus_rule: RuleSpec | None = None,
     cactus_seed: int | None = None,
     **model_kwargs: Any,
 ) -> torch.LongTensor | GenerateDecoderOnlyOutput:
-    """A `custom_generate` callable: speculative sampling of `model` with `assistant_model`
+    """A `custom_generate` callable: speculative sampling of `model` with `cactus_draft`
     under `cactus_rule` (see the module docstring)."""
-    called = _generate_call()
-    assistant_model = assistant_model or called.get("assistant_model")
-    streamer = streamer or called.get("streamer")
-    if assistant_model is None:
-        raise ValueError("custom_generate=cactus_generate needs a draft: assistant_model=draft")
-    if synced_gpus:
-        raise ValueError("synced_gpus is not supported: the lab's decoder runs on one device")
+    if cactus_draft is None:
+        raise ValueError(
+            "custom_generate=cactus_generate needs a draft: cactus_draft=draft (transformers "
+            "hands a custom_generate callable neither assistant_model nor streamer, so they "
+            "go as cactus_draft= and cactus_streamer=)"
+        )
     config = generation_config if generation_config is not None else model.generation_config
     settings = hf_settings(config, input_ids.shape[1], logits_processor, stopping_criteria)
     prompts = _row_prompts(input_ids, model_kwargs.get("attention_mask"))
-    if streamer is not None and len(prompts) > 1:
+    if cactus_streamer is not None and len(prompts) > 1:
         raise ValueError("a streamer takes one sequence; stream a batch of 1")
     decoder = SpeculativeDecoder(
-        hf_pair(model, assistant_model),
+        hf_pair(model, cactus_draft),
         rule_from_spec(cactus_rule),
         sampling=settings.sampling,
         record_trace=False,
         measure_kl=False,
+        eos_ids=settings.eos_ids,  # generate's EOS ids, not the tokenizer's
     )
-    decoder.eos_ids = set(settings.eos_ids)  # generate's EOS ids, not the tokenizer's
     seed = _seed(cactus_seed)
-    on_round = None if streamer is None else _streaming(streamer)
+    on_round = None
+    if cactus_streamer is not None:
+        cactus_streamer.put(input_ids.cpu())  # the prompt first, as generate puts it
+        on_round = _streaming(cactus_streamer)
     outputs = decoder.generate(
         prompts, max_new_tokens=settings.max_new_tokens, seed=seed, on_round=on_round
     )
-    if streamer is not None:
-        streamer.end()
+    if cactus_streamer is not None:
+        cactus_streamer.end()
     assert isinstance(outputs, list)  # a list of prompts gives a list of outputs
     new = [o.token_ids for o in outputs]
     return _result(input_ids, new, settings)
@@ -103,9 +108,20 @@ def cactus_generate(
 def generate(model: PreTrainedModel, **generate_arguments: Any) -> Any:
     """The Hub-style folder's entry point: transformers calls it with every argument of
     `model.generate(custom_generate="<folder>", ...)`; it runs generate again with the
-    callable, so the inputs are prepared exactly as for `custom_generate=cactus_generate`."""
-    generate_arguments.pop("custom_generate", None)
-    return model.generate(custom_generate=cactus_generate, **generate_arguments)
+    callable, `assistant_model` and `streamer` handed on as `cactus_draft` and
+    `cactus_streamer`."""
+    arguments = dict(generate_arguments)
+    arguments.pop("custom_generate", None)
+    if arguments.pop("synced_gpus", None):
+        raise ValueError("synced_gpus is not supported: the lab's decoder runs on one device")
+    for name, own in HANDED_ON.items():
+        value = arguments.pop(name, None)
+        if value is None:
+            continue
+        if arguments.get(own) not in (None, value):
+            raise ValueError(f"{name} and {own} name two different objects: give one")
+        arguments[own] = value
+    return model.generate(custom_generate=cactus_generate, **arguments)
 
 
 def hf_pair(model: PreTrainedModel, draft: PreTrainedModel) -> ModelPair:
@@ -147,18 +163,6 @@ class _IdsOnly:
 
     def convert_ids_to_tokens(self, token_id: int) -> str:
         return str(token_id)
-
-
-def _generate_call() -> dict[str, Any]:
-    """The arguments of the `GenerationMixin.generate` call running this one, if any."""
-    frame = sys._getframe(1).f_back
-    for _ in range(4):
-        if frame is None:
-            break
-        if frame.f_code is _GENERATE_CODE:
-            return dict(frame.f_locals)
-        frame = frame.f_back
-    return {}
 
 
 def _row_prompts(input_ids: torch.Tensor, mask: torch.Tensor | None) -> list[TokenPrompt]:

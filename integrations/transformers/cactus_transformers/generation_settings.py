@@ -94,7 +94,7 @@ def refuse_unsupported(config: GenerationConfig, logits_processor: Any, criteria
         raise ValueError("beam search (num_beams > 1) is not speculative sampling: set num_beams=1")
     for name in OTHER_ASSISTANTS:
         if getattr(config, name, None) is not None:
-            raise ValueError(f"{name} picks another drafter; give assistant_model=draft instead")
+            raise ValueError(f"{name} picks another drafter; give a draft model instead")
     for name in EXTRA_OUTPUTS:
         if getattr(config, name, False):
             raise ValueError(f"{name}=True is not available: the result holds sequences only")
