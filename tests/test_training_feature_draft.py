@@ -102,3 +102,54 @@ def test_cactus_acceptance_at_delta_0_is_the_lossless_one_and_grows_with_delta()
     for low, high in zip(at[0.3], at[1.0], strict=True):
         assert 0 < low < high <= 1
     assert all(a < b for a, b in zip(at[0.0], at[0.3], strict=True))
+
+
+def test_layers_recorded_while_generating_equal_a_second_pass():
+    """gen_features --add-layers without --convert: the hooks on the generating forwards give
+    each record the same layer outputs as `layer_pass` over its prompt and answer."""
+    from types import SimpleNamespace
+
+    from tests.conftest import tiny_tokenizer
+    from training.gen_features import generate_shard
+
+    tok = tiny_tokenizer()
+    tok.padding_side = "left"
+    model = tiny_llama(vocab=len(tok), layers=4, seed=5).eval()
+    args = SimpleNamespace(top_k=16, temperature=0.7, top_p=1.0, max_new=6, layers=[1, 2])
+    records = generate_shard(model, tok, ["hi there", "a much longer prompt"], args, seed=3)
+    for r in records:
+        assert r["feature_layers"] == [1, 2]
+        want = layer_pass(model, r, [1, 2])
+        assert r["layer_features"].shape == want.shape == (r["features"].shape[0], 2 * 64)
+        assert torch.allclose(r["layer_features"].float(), want.float(), atol=2e-2)
+
+
+def test_a_resumed_run_state_holds_where_the_run_stood(tmp_path):
+    import random
+    from types import SimpleNamespace
+
+    from training.train_feature_draft import RunState, lr_scale
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    run = RunState(tmp_path)
+    rng = random.Random(7)
+    run.step, run.epoch, run.batch_index, run.epoch_rng, run.best = 12, 1, 4, rng.getstate(), 2.5
+    run.log.append({"step": 12})
+    run.save(opt)
+    saved = torch.load(tmp_path / "state.pt", weights_only=False)
+    assert (saved["step"], saved["epoch"], saved["batch_index"], saved["best"]) == (12, 1, 4, 2.5)
+    again = random.Random()
+    again.setstate(saved["epoch_rng"])
+    assert again.random() == rng.random()  # the epoch's order is drawn again the same way
+    assert saved["optimiser"]["state"]  # Adam's moments travel with it
+    args = SimpleNamespace(resume=True, steps=0, out=tmp_path)
+    try:
+        RunState.start(args, None, opt, None, rng)
+        raise AssertionError("a resume without a step budget must be refused")
+    except SystemExit as err:
+        assert "--steps" in str(err)
+    assert lr_scale(0, 0.0, 10) == 0.1 and lr_scale(20, 0.0, 10) == 1.0
+    assert lr_scale(20, 1.0, 10) == 0.1

@@ -542,6 +542,14 @@ def _benchmark_prompts() -> list[str]:
     return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
 
 
+def heldout_prompts() -> list[str]:
+    """The draft's own held-out prompts (training/heldout_prompts.jsonl, written apart from
+    every generator here): measured on, never trained on. The trainer drops any answer to one
+    of them that a generator happened to produce."""
+    path = Path(__file__).resolve().parent / "heldout_prompts.jsonl"
+    return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
+
+
 if __name__ == "__main__":
     prompts = generate_prompts()
     print(len(prompts))

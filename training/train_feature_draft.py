@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cactus_core.engine.loading.feature_draft import FeatureDraft, rms
 from cactus_core.maths.rules.cactus import cactus_h
 from training.common import load_verifier_and_tokenizer, target_probs
+from training.prompts import heldout_prompts
 from training.subset import choose, lost_mass, scores, special_ids
 
 
@@ -56,12 +57,20 @@ def load_split(dirs: list[Path], eval_shards: set[int]) -> tuple[list[dict], lis
 
     A folder generated with another --prompt-seed orders the prompts differently, so a
     held-out prompt can sit in one of its training shards: such records are held out too,
-    which keeps every held-out prompt unseen in training.
+    which keeps every held-out prompt unseen in training. Answers to the draft's own held-out
+    prompts (`training.prompts.heldout_prompts`, the decoder's measurement set) are dropped.
+    The shards are memory-mapped: their tensors are read from disk as batches need them, so
+    data many times the memory's size trains.
     """
+    measured = set(heldout_prompts())
     train, held = [], []
     for d in dirs:
         for shard in sorted(d.glob("shard_*.pt")):
-            recs = [r for r in torch.load(shard) if len(r["answer_ids"]) >= 3]
+            recs = [
+                r
+                for r in torch.load(shard, mmap=True)
+                if len(r["answer_ids"]) >= 3 and r["prompt"] not in measured
+            ]
             for r in recs:
                 r["source"] = f"{d.name}/{shard.name}"
             (held if shard_index(shard) in eval_shards else train).extend(recs)
@@ -264,6 +273,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: by time)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="a step budget for the cosine schedule instead of --minutes (a rerun repeats it)",
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in --out (weights, optimiser, step, data order; --steps)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -354,16 +374,6 @@ def main() -> None:
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
 
-    def lr_scale(step: int, frac: float) -> float:
-        warm = min(1.0, (step + 1) / args.warmup)
-        return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-    t_ev = time.time()
-    ev = evaluate(draft, held_eval, args.depth, lookup, args.temperature)
-    print(f"step 0 eval ({time.time() - t_ev:.0f}s): {summary(ev)}", flush=True)
-    log = [{"step": 0, "minutes": 0.0, "eval": ev}]
-    best = -1.0
-    t0, step, epoch, done = time.time(), 0, 0, False
     info = {
         "data": [str(d) for d in args.data],
         "eval_shards": sorted(eval_shards),
@@ -372,19 +382,31 @@ def main() -> None:
         "held_out_answers": len(held),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
+    run = RunState.start(args, draft, opt, verifier, rng)
+    if not run.log:
+        t_ev = time.time()
+        ev = evaluate(draft, held_eval, args.depth, lookup, args.temperature)
+        print(f"step 0 eval ({time.time() - t_ev:.0f}s): {summary(ev)}", flush=True)
+        run.log.append({"step": 0, "minutes": 0.0, "eval": ev})
+    done = False
     while not done:
         # Similar lengths in a batch waste less padding; batches are shuffled across the epoch.
+        # The epoch's order comes from the rng as it stood at the epoch's start, which a
+        # resumed run restores, so it meets the same batches and skips the ones it trained.
+        if run.epoch_rng is not None:
+            rng.setstate(run.epoch_rng)
+        run.epoch_rng = rng.getstate()
         order = sorted(train, key=lambda r: r["features"].shape[0] + rng.random() * 30)
         batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
         rng.shuffle(batches)
-        for recs in batches:
-            elapsed = (time.time() - t0) / 60
-            frac = elapsed / args.minutes
-            if frac >= 1.0 or (args.max_steps and step >= args.max_steps):
+        for recs in batches[run.batch_index :]:
+            elapsed = run.minutes()
+            frac = run.step / args.steps if args.steps else elapsed / args.minutes
+            if frac >= 1.0 or (args.max_steps and run.step >= args.max_steps):
                 done = True
                 break
             for g in opt.param_groups:
-                g["lr"] = g["peak"] * lr_scale(step, frac)
+                g["lr"] = g["peak"] * lr_scale(run.step, frac, args.warmup)
             # bfloat16 autocast: the matmuls run 1.5x faster on this CPU (AVX-512 BF16); the
             # softmaxes and losses stay in float32, and so do the weights.
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
@@ -394,35 +416,93 @@ def main() -> None:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            step += 1
-            if step % 10 == 0:
+            run.step += 1
+            run.batch_index += 1
+            if run.step % 10 == 0:
                 acc = " ".join(f"{a1:.2f}/{a95:.2f}" for _, _, a1, a95 in parts)
                 print(
-                    f"step {step} ep {epoch} {elapsed:.1f}min lr {opt.param_groups[1]['lr']:.1e} "
-                    f"loss {loss.item():.3f} reg {parts[0][0]:.3f} kl {parts[0][1]:.3f} "
-                    f"acc(1.0/0.95) by step {acc}",
+                    f"step {run.step} ep {run.epoch} {elapsed:.1f}min "
+                    f"lr {opt.param_groups[1]['lr']:.1e} loss {loss.item():.3f} "
+                    f"reg {parts[0][0]:.3f} kl {parts[0][1]:.3f} acc(1.0/0.95) by step {acc}",
                     flush=True,
                 )
-            if step % args.eval_every == 0:
-                best = checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info)
-        epoch += 1
-    checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info)
+            if run.step % args.eval_every == 0:
+                checkpoint(draft, opt, held_eval, args, lookup, run, info)
+        if not done:
+            run.epoch, run.batch_index, run.epoch_rng = run.epoch + 1, 0, None
+    checkpoint(draft, opt, held_eval, args, lookup, run, info)
 
 
-def checkpoint(draft, held_eval, args, lookup, step, epoch, t0, log, best, info) -> float:
+def lr_scale(step: int, frac: float, warmup: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine from the peak to a tenth of it."""
+    warm = min(1.0, (step + 1) / warmup)
+    return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+class RunState:
+    """Where a run stands, saved beside its checkpoints (OUT/state.pt) so that `--resume`
+    continues it: the step, the epoch and the batch within it, the rng at the epoch's start,
+    the optimiser, the minutes trained before, the eval log and the best score."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.step = self.epoch = self.batch_index = 0
+        self.epoch_rng: object | None = None
+        self.before = 0.0  # minutes trained in earlier sessions of this run
+        self.t0 = time.time()
+        self.log: list[dict] = []
+        self.best = -1.0
+
+    def minutes(self) -> float:
+        return self.before + (time.time() - self.t0) / 60
+
+    @classmethod
+    def start(cls, args, draft, opt, verifier, rng) -> RunState:
+        run = cls(args.out)
+        if not args.resume:
+            return run
+        if not args.steps:
+            raise SystemExit("--resume continues a step-budget schedule: give its --steps")
+        saved = torch.load(args.out / "state.pt", weights_only=False)
+        draft.load_state_dict(FeatureDraft.load(args.out / "last", verifier).state_dict())
+        opt.load_state_dict(saved["optimiser"])
+        for name in ("step", "epoch", "batch_index", "epoch_rng", "before", "log", "best"):
+            setattr(run, name, saved[name])
+        torch.set_rng_state(saved["torch_rng"])
+        print(f"resumed at step {run.step} (epoch {run.epoch}, {run.before:.1f} min)", flush=True)
+        return run
+
+    def save(self, opt) -> None:
+        state = {
+            "optimiser": opt.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.batch_index,
+            "epoch_rng": self.epoch_rng,
+            "before": self.minutes(),
+            "log": self.log,
+            "best": self.best,
+            "torch_rng": torch.get_rng_state(),
+        }
+        tmp = self.out / "state.tmp"
+        torch.save(state, tmp)
+        tmp.rename(self.out / "state.pt")
+
+
+def checkpoint(draft, opt, held_eval, args, lookup, run: RunState, info) -> None:
     ev = evaluate(draft, held_eval, args.depth, lookup, args.temperature)
-    minutes = (time.time() - t0) / 60
-    log.append({"step": step, "epoch": epoch, "minutes": minutes, "eval": ev})
-    print(f"step {step} eval: {summary(ev)}", flush=True)
+    minutes = run.minutes()
+    run.log.append({"step": run.step, "epoch": run.epoch, "minutes": minutes, "eval": ev})
+    print(f"step {run.step} eval: {summary(ev)}", flush=True)
     score = (ev["1.0"]["tokens_per_call"] + ev["0.95"]["tokens_per_call"]) / 2
-    meta = {**info, "steps": step, "epochs": epoch, "train_minutes": minutes, "eval": ev}
+    meta = {**info, "steps": run.step, "epochs": run.epoch, "train_minutes": minutes, "eval": ev}
     draft.save(args.out / "last", info=meta)
-    (args.out / "train_log.json").write_text(json.dumps({**meta, "log": log}, indent=1))
-    if score > best:
+    (args.out / "train_log.json").write_text(json.dumps({**meta, "log": run.log}, indent=1))
+    if score > run.best:
         draft.save(args.out / "best", info=meta)
         print(f"  saved best (mean tokens per call {score:.3f})", flush=True)
-        best = score
-    return best
+        run.best = score
+    run.save(opt)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from cactus_core.cli.common import (
     check_output_path,
     check_seed_range,
     progress,
+    read_prompt_file,
     sampling_from_args,
     torch_threads,
     tree_from_args,
@@ -26,7 +27,13 @@ from cactus_core.maths.sampling import SamplingSettings
 def add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="tokens/s, tokens per call, acceptance and KL per rule")
     add_model_args(p)
-    p.add_argument("--prompts", type=int, default=None, help="use the first N built-in prompts")
+    p.add_argument(
+        "--prompt-file",
+        default=None,
+        metavar="FILE",
+        help="a .jsonl or .txt prompt file instead of the built-in prompts",
+    )
+    p.add_argument("--prompts", type=int, default=None, help="use the first N prompts")
     add_sampling_args(p, top_p_tables=True)
     p.add_argument(
         "--c",
@@ -51,6 +58,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from cactus_core.experiments.bench import default_rows, report_text, run_bench
 
     prompts = builtin_prompts()
+    if args.prompt_file is not None:
+        prompts, _ = read_prompt_file(args.prompt_file, "--prompt-file")
     if args.prompts is not None:
         if not 1 <= args.prompts <= len(prompts):
             raise ValueError(f"--prompts must be in [1, {len(prompts)}], got {args.prompts}")

@@ -195,3 +195,20 @@ def load_pair_from_args(args: argparse.Namespace) -> ModelPair:
         torch.set_num_threads(args.threads)
 
     return load_pair(**pair_kwargs_from_args(args))
+
+
+def read_prompt_file(path: str, flag: str) -> tuple[list[str], list[str]]:
+    """(prompts, task tags) from a .jsonl or .txt prompt file named by `flag`."""
+    from cactus_core.experiments.sweep_config import (
+        MAX_PROMPT_FILE_BYTES,
+        parse_tagged_prompt_file,
+    )
+
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a folder; give a .jsonl or .txt file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
+    except OSError as exc:
+        raise ValueError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from None
+    return parse_tagged_prompt_file(path, data)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -17,6 +16,7 @@ from cactus_core.cli.common import (
     add_tree_args,
     check_output_path,
     check_seed_range,
+    read_prompt_file,
     sampling_from_args,
     text_progress,
     tree_from_args,
@@ -165,7 +165,7 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
             raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
         grids[rule.strip()] = parse_grid(rule.strip(), values)
     if args.prompts:
-        prompts, tasks = _read_prompts(args.prompts)
+        prompts, tasks = read_prompt_file(args.prompts, "--prompts")
     else:
         prompts, tasks = builtin_prompts(), builtin_tasks()
     if args.n_prompts is None:
@@ -184,22 +184,6 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
         tree=tree_from_args(args),
     )
-
-
-def _read_prompts(path: str) -> tuple[list[str], list[str]]:
-    from cactus_core.experiments.sweep_config import (
-        MAX_PROMPT_FILE_BYTES,
-        parse_tagged_prompt_file,
-    )
-
-    if os.path.isdir(path):
-        raise ValueError(f"--prompts {path!r} is a folder; give a .jsonl or .txt file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
-    except OSError as exc:
-        raise ValueError(f"--prompts {path!r}: cannot read it ({exc.strerror or exc})") from None
-    return parse_tagged_prompt_file(path, data)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
