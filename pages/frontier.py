@@ -18,6 +18,7 @@ from cactus_core.app.frontier import figures as ff
 from cactus_core.app.frontier.sweep_file import page_sweep_file
 from cactus_core.app.frontier.sweep_view import (
     BASELINE,
+    DIVERGENCE_AXES,
     METRIC_LABELS,
     Reference,
     ReferenceSweep,
@@ -27,11 +28,12 @@ from cactus_core.app.frontier.sweep_view import (
     SweepResult,
     cached_chunks,
     load_reference,
+    parse_answered_prompt_file,
     parse_grid,
-    parse_tagged_prompt_file,
     progress_text,
     run_sweep,
     sweep_config,
+    task_set_prompts,
 )
 from cactus_core.app.frontier.tuner import reference_source, sweep_source
 from cactus_core.app.shared.limits import MAX_SWEEP_RUNS, check_prompts_fit
@@ -54,33 +56,55 @@ SELECTED_KEY = "fr_selected"  # setting id of the clicked point
 OWN_TUNER_KEY = "fr_own_tuner"  # whether the last run showed the user's own tuner
 PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
 BACKEND_KEY = "fr_ran_on"  # (config, backend, workers) of the last Run sweep
-CHARTS = ("fr_chart_tpc", "fr_chart_speedup", "fr_chart_tps", "fr_chart_limit", "fr_chart_model")
+CHARTS = (
+    "fr_chart_tpc",
+    "fr_chart_speedup",
+    "fr_chart_tps",
+    "fr_chart_limit",
+    "fr_chart_model",
+    "fr_chart_task",
+)
+ESTIMATED_NOTE = (
+    "Open markers on a dotted line: a rule whose emitted pi depends on later drafts (FLy), "
+    "estimated from this sweep's decode: the chance it overrides an sps rejection, with its "
+    "95% interval, gives pi and the horizontal bars (docs/rules.md, FLy)."
+)
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
 DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
 
 
 # ---------------------------------------------------------------------------- the sweep form
-def prompt_widgets() -> tuple[list[str], list[str]]:
+def prompt_widgets() -> tuple[list[str], list[str], list[str]]:
+    """(prompts, task tags, checkable answers: "" where a prompt has none)."""
     st.markdown("##### Prompts")
     source = st.radio(
-        "Prompt set", ["Built-in chat prompts", "Upload a file"], horizontal=True, key="fr_source"
+        "Prompt set",
+        ["Built-in chat prompts", "Built-in task set", "Upload a file"],
+        horizontal=True,
+        key="fr_source",
+        help="The task set's prompts have checkable answers (arithmetic, facts, formats): "
+        "each setting then gets a task score with its interval.",
     )
     prompts: list[str] = []
     tasks: list[str] = []
+    answers: list[str] = []
     if source == "Upload a file":
         upload = st.file_uploader(
-            'One prompt a line: .jsonl ({"prompt": ..., "task": ...} or a JSON string) or '
-            ".txt; at most 5 MB and 1,000 prompts",
+            'One prompt a line: .jsonl ({"prompt": ..., "task": ..., "answer": "number=63"} or '
+            "a JSON string) or .txt; at most 5 MB and 1,000 prompts",
             type=["jsonl", "txt"],
             key="fr_upload",
         )
         if upload is not None:
             try:
-                prompts, tasks = parse_tagged_prompt_file(upload.name, upload.getvalue())
+                prompts, tasks, answers = parse_answered_prompt_file(upload.name, upload.getvalue())
             except ValueError as err:
                 st.error(str(err))
+    elif source == "Built-in task set":
+        prompts, tasks, answers = task_set_prompts()
     else:
         prompts, tasks = builtin_prompts(), builtin_tasks()
+        answers = [""] * len(prompts)
     n_prompts = len(prompts)
     if n_prompts == 1:  # a slider needs two ends; one prompt has nothing to choose
         st.caption(f"1 prompt: “{prompts[0][:80]}”")
@@ -88,9 +112,9 @@ def prompt_widgets() -> tuple[list[str], list[str]]:
         n_use = st.slider(
             "Prompts to use", 1, n_prompts, min(20, n_prompts), key=f"fr_n_{n_prompts}"
         )
-        prompts, tasks = prompts[:n_use], tasks[:n_use]
+        prompts, tasks, answers = prompts[:n_use], tasks[:n_use], answers[:n_use]
         st.caption(f"{n_use} of {n_prompts} prompts; the first: “{prompts[0][:80]}”")
-    return prompts, tasks
+    return prompts, tasks, answers
 
 
 def grid_widgets() -> tuple[dict[str, list[float]], str | None]:
@@ -127,7 +151,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
     already, as an error)."""
     left, right = st.columns(2)
     with left:
-        prompts, tasks = prompt_widgets()
+        prompts, tasks, answers = prompt_widgets()
         max_new = st.slider("Max new tokens", 8, 256, 64, 8, key="fr_max_new")
         chunk = st.slider(
             "Prompts per chunk (one batched call; the unit of caching and resuming)",
@@ -147,7 +171,7 @@ def sweep_form(s: AppSettings) -> tuple[SweepConfig | None, str | None]:
     if not grids:
         return None, "Pick at least one rule."
     try:
-        config = sweep_config(s, prompts, tasks, grids, max_new, chunk, with_limit)
+        config = sweep_config(s, prompts, tasks, grids, max_new, chunk, with_limit, answers)
     except ValueError as err:  # over the app's cap, or a setting SweepConfig refuses
         st.error(str(err))
         return None, None
@@ -261,19 +285,24 @@ def trade_off(
         "Error bars: 95% intervals over prompts (over chunks for tokens/s). The dashed line is "
         "the Pareto frontier over all settings. Click a point to read its outputs."
     )
-    tabs = st.tabs(
-        [
-            "tokens per call",
-            "speedup (predicted)",
-            "tokens/s",
-            "acceptance vs the limit",
-            "modelled speedup",
-        ]
-    )
+    scored = any(r.get("task_prompts") for r in rows)
+    names = ["tokens per call", "speedup (predicted)", "tokens/s", "acceptance vs the limit"]
+    tabs = st.tabs([*names, "modelled speedup", *(["task score"] if scored else [])])
     with tabs[0]:
-        fig = ff.frontier_chart(rows, "tokens_per_call", selected=selected, reference=ref_rows)
+        x = st.radio(
+            "Divergence",
+            DIVERGENCE_AXES,
+            format_func=METRIC_LABELS.get,
+            horizontal=True,
+            key="fr_divergence",
+            help="Three measures of how far the emitted pi sits from the verifier's q, per "
+            "token, from the same exact pi: KL(pi ‖ q), total variation, and KL(q ‖ pi).",
+        )
+        fig = ff.frontier_chart(rows, "tokens_per_call", x, selected=selected, reference=ref_rows)
         chart(fig, CHARTS[0])
         st.caption(METRIC_HELP["tokens per call"])
+        if any(r.get("estimated") for r in rows):
+            st.caption(ESTIMATED_NOTE)
     with tabs[1]:
         costs = k_panel.cost_panel(pair, "fr_speedup_costs")
         if costs is not None:
@@ -308,6 +337,18 @@ def trade_off(
         )  # fmt: skip
         chart(ff.modelled_speedup_chart(rows, config.sampling.k, c, selected=selected), CHARTS[4])
         st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
+    if scored:
+        with tabs[5]:
+            fig = ff.frontier_chart(
+                rows, "tokens_per_call", "task_score", front=False, selected=selected
+            )
+            chart(fig, CHARTS[5])
+            st.caption(
+                "Each setting's share of checkable answers right (horizontal bars: 95% Wilson "
+                "intervals over prompts; every setting decodes each prompt with the same seed). "
+                "Where the intervals overlap, these prompts do not separate the settings: a "
+                "small verifier answers few of them, so most differences here are within chance."
+            )
 
 
 TABLE_FORMATS = {
@@ -315,7 +356,9 @@ TABLE_FORMATS = {
     "acceptance_rate": ".3f",
     "tokens_per_s": ".1f",
     "emitted_kl": ".4f",
+    "emitted_tv": ".4f",
     "nll": ".3f",
+    "task_score": ".0%",
     "limit_acceptance": ".3f",
     "efficiency": ".1%",
 }
@@ -325,7 +368,9 @@ TABLE_COLUMNS = {
     "acceptance_rate": "acceptance",
     "tokens_per_s": "tokens/s",
     "emitted_kl": "emitted KL",
+    "emitted_tv": "emitted TV",
     "nll": "NLL",
+    "task_score": "task score",
     "limit_acceptance": "limit",
     "efficiency": "efficiency",
 }

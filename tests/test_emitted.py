@@ -31,6 +31,8 @@ PARAMS = {
     "relaxed-topk": {"delta_r": 0.2, "K": 3},
     "optimal-price": {"t": 1.0},
     "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},
+    "kl-judge": {"tau": 0.5},
+    "fly": {"theta": 0.3, "W": 1},
 }
 
 

@@ -39,9 +39,11 @@ def test_names_labels_and_params() -> None:
         "interp",
         "cascade",
         "fuzzy",
+        "kl-judge",
         "optimal",
         "optimal-price",
         "block",
+        "fly",
     )
     assert make_rule("cactus", delta=0.5).label == "cactus δ=0.5"
     assert make_rule("cactus", delta=0.5).params == {"delta": 0.5}
@@ -51,6 +53,9 @@ def test_names_labels_and_params() -> None:
     assert make_rule("relaxed-topk").params == {"delta_r": 0.1, "K": 10}
     assert make_rule("fuzzy", T=0.2).label == "fuzzy JS≤0.2"
     assert make_rule("optimal-price", t=0.5).params == {"t": 0.5}
+    assert make_rule("kl-judge").params == {"tau": 0.5, "top1": 0.9}
+    assert make_rule("fly").params == {"theta": 0.3, "W": 2}
+    assert make_rule("fly", theta=0.5).label == "fly H₃≥0.5, W=2"
     assert make_rule("cactus", delta=1) == make_rule("cactus", delta=1.0)
     assert len({make_rule("cactus", delta=1), make_rule("cactus", delta=1.0)}) == 1
     assert rule_class("interp").params_spec[0].high == 1.0
@@ -80,6 +85,10 @@ def test_names_labels_and_params() -> None:
         ("relaxed-topk", {"K": 0}, "K must be an integer"),
         ("relaxed-topk", {"delta_r": 2.0}, "delta_r must be"),
         ("block", {"delta": 1.0}, "allowed: none"),
+        ("kl-judge", {"tau": -0.5}, "tau must be"),
+        ("kl-judge", {"top1": 1.5}, "top1 must be"),
+        ("fly", {"W": 0}, "W must be an integer"),
+        ("fly", {"theta": -1.0}, "theta must be"),
     ],
 )
 def test_bad_rule_raises(name: str, params: dict, message: str) -> None:

@@ -42,6 +42,7 @@ RELAXED = {
     "interp": {"alpha": 0.4},
     "cascade": {"alpha": 0.5},
     "fuzzy": {"T": 0.3},
+    "kl-judge": {"tau": 0.3},
     "optimal": {"budget": 0.05},
     "optimal-price": {"t": 1.0},
     "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},

@@ -59,7 +59,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     prompts = builtin_prompts()
     if args.prompt_file is not None:
-        prompts, _ = read_prompt_file(args.prompt_file, "--prompt-file")
+        prompts, _, _ = read_prompt_file(args.prompt_file, "--prompt-file")
     if args.prompts is not None:
         if not 1 <= args.prompts <= len(prompts):
             raise ValueError(f"--prompts must be in [1, {len(prompts)}], got {args.prompts}")

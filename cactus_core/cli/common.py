@@ -197,11 +197,12 @@ def load_pair_from_args(args: argparse.Namespace) -> ModelPair:
     return load_pair(**pair_kwargs_from_args(args))
 
 
-def read_prompt_file(path: str, flag: str) -> tuple[list[str], list[str]]:
-    """(prompts, task tags) from a .jsonl or .txt prompt file named by `flag`."""
+def read_prompt_file(path: str, flag: str) -> tuple[list[str], list[str], list[str]]:
+    """(prompts, task tags, checkable answers) from a .jsonl or .txt prompt file named by
+    `flag` ("" where a prompt has no tag or no answer)."""
     from cactus_core.experiments.sweep_config import (
         MAX_PROMPT_FILE_BYTES,
-        parse_tagged_prompt_file,
+        parse_answered_prompt_file,
     )
 
     if os.path.isdir(path):
@@ -211,4 +212,4 @@ def read_prompt_file(path: str, flag: str) -> tuple[list[str], list[str]]:
             data = f.read(MAX_PROMPT_FILE_BYTES + 1)  # parse_prompt_file refuses the excess
     except OSError as exc:
         raise ValueError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from None
-    return parse_tagged_prompt_file(path, data)
+    return parse_answered_prompt_file(path, data)

@@ -53,6 +53,12 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="a .jsonl or .txt prompt file (default: the built-in chat prompts)",
     )
     p.add_argument(
+        "--task-set",
+        action="store_true",
+        help="the built-in task set (cactus_core/data/task_prompts.jsonl: checkable answers, so "
+        "every setting gets a task score with its interval)",
+    )
+    p.add_argument(
         "--n-prompts",
         type=int,
         default=None,
@@ -153,6 +159,7 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         parse_grid,
         settings_from_grids,
     )
+    from cactus_core.experiments.task_score import TASK_SET
 
     names = [r.strip() for r in args.rules.split(",") if r.strip()]
     grids: dict[str, list[float]] = {}
@@ -164,8 +171,13 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         if not sep:
             raise ValueError(f"--grid takes RULE=V1,V2,..., got {item!r}")
         grids[rule.strip()] = parse_grid(rule.strip(), values)
+    answers: list[str] = []
+    if args.task_set and args.prompts:
+        raise ValueError("--task-set is a prompt file of its own: give it or --prompts, not both")
+    if args.task_set:
+        args.prompts = str(TASK_SET)
     if args.prompts:
-        prompts, tasks = read_prompt_file(args.prompts, "--prompts")
+        prompts, tasks, answers = read_prompt_file(args.prompts, "--prompts")
     else:
         prompts, tasks = builtin_prompts(), builtin_tasks()
     if args.n_prompts is None:
@@ -183,6 +195,7 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
         limit=not args.no_limit,
         tasks=tuple(tasks[: args.n_prompts]) if any(tasks[: args.n_prompts]) else (),
         tree=tree_from_args(args),
+        answers=tuple(answers[: args.n_prompts]) if any(answers[: args.n_prompts]) else (),
     )
 
 

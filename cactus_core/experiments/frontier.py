@@ -127,9 +127,11 @@ def dominance_check(
     off A's step front. "Both have points" is taken literally: B's points below A's cheapest
     point are not compared (A has nothing there).
     """
-    if not a_xs:
+    # A's points with a divergence (a sweep cached before TV was kept has NaN there)
+    finite = [float(x) for x in a_xs if math.isfinite(float(x))]
+    if not finite:
         return []
-    a_min = min(float(x) for x in a_xs)
+    a_min = min(finite)
     rows = []
     for x, y in sorted(zip(b_xs, b_ys, strict=True)):
         if not math.isfinite(float(x)) or float(x) < a_min:

@@ -287,8 +287,11 @@ def _check_row(row: object, where: str) -> None:
     for key, value in row.items():
         # Per-position columns (acceptance_by_position, position_reached, ...) are lists.
         items = value if isinstance(value, list) else [value]
-        if not all(v is None or isinstance(v, str) or _is_number(v) for v in items):
-            raise ValueError(f"{where}.{key} is not a number, a string, null or a list of them")
+        # flags (`estimated`) are booleans
+        if not all(v is None or isinstance(v, (str, bool)) or _is_number(v) for v in items):
+            raise ValueError(
+                f"{where}.{key} is not a number, a string, a boolean, null or a list of them"
+            )
 
 
 def _check_curve(run: object, where: str) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cactus_core.experiments.override_estimate import OverrideSums
 from cactus_core.experiments.scoring import PositionScores
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import (
@@ -191,7 +192,9 @@ def run_chunk(
     probe = (
         None
         if setting.is_baseline
-        else PositionScores(judge, config.limit, OWN_ESTIMATE_TOP_M if own else 0)
+        else PositionScores(
+            judge, config.limit, OWN_ESTIMATE_TOP_M if own else 0, k=config.sampling.k
+        )
     )
     tree = None if setting.is_baseline else config.tree
     try:
@@ -205,7 +208,12 @@ def run_chunk(
     wall = sum(o.stats.wall_s - o.stats.record_s for o in batch)
     records, total = _prompt_records(config, idx, outs, probe)
     curve, positions = probe.own_curve(outs, setting.rule, config.sampling.k) if own else (None, 0)
-    return ChunkRecord(setting, records, wall, total, curve, positions)
+    override = None
+    if probe is not None and judge.overrides_sps:
+        # its pi depends on more than a position's rows: estimated from this decode
+        parts = [probe.override_sums(row, out.trace) for row, out in enumerate(outs)]
+        override = sum(parts, OverrideSums.empty())
+    return ChunkRecord(setting, records, wall, total, curve, positions, override)
 
 
 def _decode_chunk(
@@ -264,10 +272,10 @@ def _prompt_records(
         st = out.stats
         kept = probe.kept(row, out.trace) if probe is not None else []
         if total is not None:
-            total = total + sum((s for s, _, _ in kept if s is not None), LimitSums.empty())
+            total = total + sum((s.limit for s in kept if s.limit is not None), LimitSums.empty())
         # The probe's KL runs over exactly the positions the decoder's would (drafted,
         # decided, token kept); the bonus and verifier-only tokens emit q and add 0.
-        kl_sum = sum(d for _, _, d in kept)
+        kl_sum = sum(s.kl for s in kept)
         records.append(
             PromptRecord(
                 index=i,
@@ -280,10 +288,12 @@ def _prompt_records(
                 nll_sum=st.nll_sum,
                 scored=len(kept) if config.limit else 0,
                 scored_kl_sum=kl_sum if config.limit else 0.0,
-                expected_accept_sum=sum(e for _, e, _ in kept) if config.limit else 0.0,
+                expected_accept_sum=sum(s.expected for s in kept) if config.limit else 0.0,
                 position_reached=list(st.position_reached),
                 position_accepted=list(st.position_accepted),
                 spec_rounds=st.spec_rounds,
+                emitted_tv_sum=sum(s.tv for s in kept),
+                emitted_reverse_kl_sum=sum(s.reverse_kl for s in kept),
             )
         )
     return records, total

@@ -14,6 +14,7 @@ from pathlib import PurePath
 from typing import Any
 
 from cactus_core.engine.drafting.tree_settings import TreeSettings
+from cactus_core.experiments.task_score import check_answer
 from cactus_core.maths.rules import Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -56,6 +57,13 @@ def parse_tagged_prompt_file(name: str, data: bytes) -> tuple[list[str], list[st
     """(prompts, their task tags) from a prompt file (`parse_prompt_file`'s formats): a .jsonl
     object may carry a "task" string, e.g. {"prompt": "...", "task": "code"}; a prompt without
     one has the tag "" (untagged)."""
+    prompts, tasks, _ = parse_answered_prompt_file(name, data)
+    return prompts, tasks
+
+
+def parse_answered_prompt_file(name: str, data: bytes) -> tuple[list[str], list[str], list[str]]:
+    """(prompts, task tags, checkable answers) from a prompt file: a .jsonl object may also
+    carry an "answer" (`task_score`'s kind=form, e.g. "number=63"); "" where none."""
     if len(data) > MAX_PROMPT_FILE_BYTES:
         raise ValueError(
             f"{name}: {len(data) / 2**20:.1f} MB is over the {MAX_PROMPT_FILE_BYTES // 2**20} MB "
@@ -66,6 +74,7 @@ def parse_tagged_prompt_file(name: str, data: bytes) -> tuple[list[str], list[st
         raise ValueError(f"{name}: a prompt file must end in .jsonl or .txt, not {suffix or '∅'}")
     prompts: list[str] = []
     tasks: list[str] = []
+    answers: list[str] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
@@ -73,23 +82,24 @@ def parse_tagged_prompt_file(name: str, data: bytes) -> tuple[list[str], list[st
             raise ValueError(f"{name}, line {number}: not valid UTF-8 ({err.reason})") from None
         if not line.strip():
             continue
-        task = ""
+        task = answer = ""
         if suffix == ".jsonl":
-            prompt, task = _jsonl_prompt(name, number, line)
+            prompt, task, answer = _jsonl_prompt(name, number, line)
         else:
             prompt = line.strip().replace("\\n", "\n")
         if "\x00" in prompt:
             raise ValueError(f"{name}, line {number}: the prompt contains a NUL character")
         prompts.append(prompt)
         tasks.append(task)
+        answers.append(answer)
         if len(prompts) > MAX_PROMPTS:
             raise ValueError(f"{name}: more than {MAX_PROMPTS} prompts (line {number}); split it")
     if not prompts:
         raise ValueError(f"{name}: no prompts (the file is empty or only blank lines)")
-    return prompts, tasks
+    return prompts, tasks, answers
 
 
-def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str]:
+def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str, str]:
     where = f"{name}, line {number}"
     try:
         obj = json.loads(line)
@@ -101,7 +111,7 @@ def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str]:
     except ValueError:
         # e.g. an integer longer than Python's int string limit
         raise ValueError(f"{where}: not valid JSON (a value is too large)") from None
-    task = ""
+    task = answer = ""
     if isinstance(obj, dict):
         if "prompt" not in obj:
             raise ValueError(f'{name}, line {number}: the JSON object has no "prompt" field')
@@ -109,6 +119,9 @@ def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str]:
             if not isinstance(obj["task"], str):
                 raise ValueError(f'{where}: "task" must be a string')
             task = check_task(obj["task"].strip(), where)
+        if "answer" in obj:
+            check_answer(obj["answer"], f'{where}: "answer"')
+            answer = obj["answer"]
         obj = obj["prompt"]
     if not isinstance(obj, str):
         raise ValueError(
@@ -125,7 +138,7 @@ def _jsonl_prompt(name: str, number: int, line: str) -> tuple[str, str]:
             f"{name}, line {number}: the prompt is not valid Unicode (a lone surrogate at "
             f"character {err.start + 1})"
         ) from None
-    return obj, task
+    return obj, task, answer
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -260,6 +273,9 @@ class SweepConfig:
     # draft a tree each round instead of a chain (a feature-draft pair; prompts one by one);
     # None: a chain of k. Part of the cache key only when set, so chain sweeps keep theirs.
     tree: TreeSettings | None = None
+    # each prompt's checkable answer (`task_score`: "number=63", "" none), or () for none; not
+    # part of a chunk's cache key: the score reads the decoded text after the fact
+    answers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -287,6 +303,15 @@ class SweepConfig:
                 )
             for i, task in enumerate(self.tasks):
                 check_task(task, f"prompt {i + 1}")
+        if self.answers:
+            if len(self.answers) != len(self.prompts):
+                raise ValueError(
+                    f"{len(self.answers)} answers for {len(self.prompts)} prompts; give one "
+                    'each ("" for a prompt without one)'
+                )
+            for i, answer in enumerate(self.answers):
+                if answer:
+                    check_answer(answer, f"prompt {i + 1}'s answer")
 
     def task(self, index: int) -> str:
         """Prompt index's task tag, UNTAGGED when it has none."""
@@ -322,6 +347,7 @@ class SweepConfig:
             "settings": [s.id for s in self.settings],
             "prompts": list(self.prompts),
             **({"tasks": list(self.tasks)} if any(self.tasks) else {}),
+            **({"answers": list(self.answers)} if any(self.answers) else {}),
         }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.experiments.estimate import CURVE_ARRAYS, EstimatedCurve
+from cactus_core.experiments.override_estimate import OMEGA_GRID, OverrideSums
 from cactus_core.experiments.sweep import (
     ChunkRecord,
     PromptRecord,
@@ -50,6 +51,7 @@ from cactus_core.experiments.sweep_config import (
     check_task,
 )
 from cactus_core.experiments.sweep_plan import chunk_count, iter_chunks
+from cactus_core.experiments.task_score import check_answer
 from cactus_core.maths.limit import LIMIT_T_GRID, LimitSums
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -116,12 +118,13 @@ def sweep_body(result: SweepResult, prov: dict[str, Any]) -> dict[str, Any]:
         chunk = task.idx[0] // config.chunk_size
         record = records[task.setting][chunk]
         chunks.append({"setting": task.setting.id, "chunk": chunk, "record": record.to_dict()})
-    cfg = {k: v for k, v in config.to_dict().items() if k not in ("prompts", "tasks")}
+    cfg = {k: v for k, v in config.to_dict().items() if k not in ("prompts", "tasks", "answers")}
     return {
         "pair": result.model_identity,
         "config": cfg,
         "prompts": [
             {"text": text, "task": config.tasks[i] if config.tasks else ""}
+            | ({"answer": config.answers[i]} if config.answers else {})
             for i, text in enumerate(config.prompts)
         ],
         "code": code_version(),
@@ -374,11 +377,19 @@ def _config(cfg: Any, prompts: Any) -> SweepConfig:
         raise SweepFileError("a setting is listed twice")
     if len(_list(prompts, "the prompts")) > MAX_PROMPTS:
         raise SweepFileError(f"more than {MAX_PROMPTS} prompts")
-    texts, tags = [], []
+    texts, tags, answers = [], [], []
     for n, p in enumerate(prompts):
-        _keys(p, {"text", "task"}, f"prompt {n + 1}")
+        keys = {"text", "task", "answer"} if isinstance(p, dict) and "answer" in p else None
+        _keys(p, keys or {"text", "task"}, f"prompt {n + 1}")
         texts.append(_str(p["text"], f"prompt {n + 1}'s text", empty=False))
         tags.append(check_task(_str(p["task"], f"prompt {n + 1}'s task"), f"prompt {n + 1}"))
+        answer = _str(p.get("answer", ""), f"prompt {n + 1}'s answer")
+        if answer:
+            try:
+                check_answer(answer, f"prompt {n + 1}'s answer")
+            except ValueError as err:
+                raise SweepFileError(str(err)) from None
+        answers.append(answer)
     return SweepConfig(
         prompts=tuple(texts),
         settings=tuple(settings),
@@ -390,6 +401,7 @@ def _config(cfg: Any, prompts: Any) -> SweepConfig:
         own_estimate=_bool(cfg["own_estimate"], "own_estimate"),
         tasks=tuple(tags) if any(tags) else (),
         tree=tree,
+        answers=tuple(answers) if any(answers) else (),
     )
 
 
@@ -416,11 +428,19 @@ def _provenance(prov: Any) -> dict[str, Any]:
 _PROMPT_INTS = ("tokens", "verifier_calls", "decided", "accepted", "scored", "spec_rounds")
 _PROMPT_COUNTS = ("position_reached", "position_accepted")  # per draft position
 _PROMPT_FLOATS = ("emitted_kl_sum", "nll_sum", "scored_kl_sum", "expected_accept_sum")
+# Kept since issue 41; a file written before has neither (its records then read NaN there).
+_PROMPT_LATER_FLOATS = ("emitted_tv_sum", "emitted_reverse_kl_sum")
+_LATER = set(_PROMPT_LATER_FLOATS)
 _RECORD_KEYS = {"setting", "prompts", "wall_s", "limit", "estimate", "estimate_positions"}
 
 
 def _record(rec: Any, setting: Setting, idx: tuple[int, ...], where: str) -> ChunkRecord:
-    _keys(rec, _RECORD_KEYS, where)
+    # "override" (a rule whose pi is estimated from the decode) is kept since issue 41, as
+    # the prompts' later floats are: a record whose prompts have those has it too
+    rows_in = rec.get("prompts") if isinstance(rec, dict) else None
+    first = rows_in[0] if isinstance(rows_in, list) and rows_in else None
+    later_keys = {"override"} if isinstance(first, dict) and _LATER & set(first) else set()
+    _keys(rec, _RECORD_KEYS | later_keys, where)
     _keys(rec["setting"], {"rule", "params"}, f"{where}'s setting")
     if rec["setting"] != setting.to_dict():
         raise SweepFileError(f"{where} holds another setting than {setting.id!r}")
@@ -430,7 +450,8 @@ def _record(rec: Any, setting: Setting, idx: tuple[int, ...], where: str) -> Chu
     prompts = []
     for i, row in zip(idx, rows, strict=True):
         at = f"{where}, prompt {i + 1}"
-        _keys(row, {"index", "text", *_PROMPT_INTS, *_PROMPT_FLOATS, *_PROMPT_COUNTS}, at)
+        later = _PROMPT_LATER_FLOATS if isinstance(row, dict) and _LATER & set(row) else ()
+        _keys(row, {"index", "text", *_PROMPT_INTS, *_PROMPT_FLOATS, *later, *_PROMPT_COUNTS}, at)
         if _int(row["index"], f"{at}'s index") != i:
             raise SweepFileError(f"{at} is numbered {row['index']}")
         ints = {k: _int(row[k], f"{at}'s {k}") for k in _PROMPT_INTS}
@@ -443,7 +464,7 @@ def _record(rec: Any, setting: Setting, idx: tuple[int, ...], where: str) -> Chu
             a > r for a, r in zip(accepted, reached, strict=True)
         ):
             raise SweepFileError(f"{at}'s per-position counts do not pair up")
-        floats = {k: _num(row[k], f"{at}'s {k}", special=True) for k in _PROMPT_FLOATS}
+        floats = {k: _num(row[k], f"{at}'s {k}", special=True) for k in (*_PROMPT_FLOATS, *later)}
         if ints["accepted"] > ints["decided"]:
             raise SweepFileError(f"{at} accepted more drafts than it decided")
         text = _str(row["text"], at)
@@ -456,7 +477,25 @@ def _record(rec: Any, setting: Setting, idx: tuple[int, ...], where: str) -> Chu
     if estimate is not None and estimate.rule != setting.rule:
         raise SweepFileError(f"{where}'s estimate is for {estimate.rule!r}, not {setting.rule!r}")
     positions = _int(rec["estimate_positions"], f"{where}'s estimate_positions")
-    return ChunkRecord(setting, prompts, wall, limit, estimate, positions)
+    override = None if rec.get("override") is None else _override(rec["override"], where)
+    return ChunkRecord(setting, prompts, wall, limit, estimate, positions, override)
+
+
+def _override(d: Any, where: str) -> OverrideSums:
+    at = f"{where}'s override"
+    counts = ("overridden", "trials", "positions", "eligible")
+    sums = ("kl", "tv", "reverse_kl")
+    _keys(d, {*counts, *sums}, at)
+    n = {k: _int(d[k], f"{at} {k}") for k in counts}
+    if not n["overridden"] <= n["trials"] <= n["eligible"] <= n["positions"]:
+        raise SweepFileError(f"{at}'s counts are not overridden <= trials <= eligible <= positions")
+    for key in sums:
+        values = _list(d[key], f"{at} {key}")
+        if len(values) != len(OMEGA_GRID):
+            raise SweepFileError(f"{at} {key} has {len(values)} values, not {len(OMEGA_GRID)}")
+        for v in values:
+            _num(v, f"{at} {key}", special=True)
+    return OverrideSums.from_dict(d)
 
 
 def _limit(d: Any, where: str) -> LimitSums:

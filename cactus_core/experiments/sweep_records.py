@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cactus_core.experiments.estimate import EstimatedCurve
+from cactus_core.experiments.override_estimate import OverrideSums
 from cactus_core.experiments.sweep_config import Setting
 from cactus_core.maths.limit import LimitSums
 
@@ -32,6 +33,10 @@ class PromptRecord:
     position_reached: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     spec_rounds: int = 0
+    # sums over the same positions as emitted_kl_sum of TV(pi, q) and of KL(q ‖ pi); NaN in a
+    # record written before they were kept (not measured, which a mean then leaves out)
+    emitted_tv_sum: float = math.nan
+    emitted_reverse_kl_sum: float = math.nan
 
     @property
     def tokens_per_call(self) -> float:
@@ -44,6 +49,17 @@ class PromptRecord:
     @property
     def emitted_kl(self) -> float:
         return self.emitted_kl_sum / self.tokens if self.tokens else math.nan
+
+    @property
+    def emitted_tv(self) -> float:
+        """TV(pi, q) per emitted token: a bonus or verifier-only token has pi = q and adds 0."""
+        return self.emitted_tv_sum / self.tokens if self.tokens else math.nan
+
+    @property
+    def emitted_reverse_kl(self) -> float:
+        """KL(q ‖ pi) per emitted token, as emitted_kl (inf if one position's pi misses a token
+        q allows)."""
+        return self.emitted_reverse_kl_sum / self.tokens if self.tokens else math.nan
 
     @property
     def nll(self) -> float:
@@ -59,6 +75,9 @@ class ChunkRecord:
     # the rule's estimated curve on this chunk's decided positions (SweepConfig.own_estimate)
     estimate: EstimatedCurve | None = None
     estimate_positions: int = 0
+    # a rule that overrides sps (`Rule.overrides_sps`): its trials and divergence sums, from
+    # which the setting's pi is estimated (`override_estimate`)
+    override: OverrideSums | None = None
 
     @property
     def tokens(self) -> int:
@@ -76,6 +95,7 @@ class ChunkRecord:
             "limit": self.limit.to_dict() if self.limit is not None else None,
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
             "estimate_positions": self.estimate_positions,
+            "override": None if self.override is None else self.override.to_dict(),
         }
 
     @classmethod
@@ -88,6 +108,7 @@ class ChunkRecord:
             limit=LimitSums.from_dict(d["limit"]) if d["limit"] is not None else None,
             estimate=EstimatedCurve.from_dict(d["estimate"]) if d.get("estimate") else None,
             estimate_positions=int(d.get("estimate_positions", 0)),
+            override=OverrideSums.from_dict(d["override"]) if d.get("override") else None,
         )
 
 

@@ -7,14 +7,17 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.estimate import EstimatedCurve, pool_curves
 from cactus_core.experiments.frontier import Estimate, dominance_check, mean_ci
+from cactus_core.experiments.override_estimate import OverrideSums
 from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
 from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord, csv_cell
+from cactus_core.experiments.task_score import TaskScore, task_score
 from cactus_core.maths.limit import LimitCurve, LimitSums
 from cactus_core.maths.rules import DEFAULT_RULE
 
@@ -32,11 +35,27 @@ class SettingResult:
         return [r for c in self.chunks for r in c.prompts]
 
     def estimate(self, metric: str) -> Estimate:
+        """A metric's mean with its 95% interval: over prompts (a per-prompt metric: per
+        emitted token within each prompt, then the t interval over prompts), or over chunks
+        (tokens/s)."""
+        override = self.override
+        if override is not None and metric in _ESTIMATED:
+            # pooled over the setting's tokens: the estimate is one omega for all its positions
+            iv = override.per_token(_ESTIMATED[metric], sum(r.tokens for r in self.prompts))
+            return Estimate(iv.estimate, iv.lo, iv.hi, len(self.prompts)).clip(*_BOUNDS[metric])
         if metric in _PER_PROMPT:
             return mean_ci([getattr(r, metric) for r in self.prompts]).clip(*_BOUNDS[metric])
         if metric == "tokens_per_s":
             return mean_ci([c.tokens_per_s for c in self.chunks]).clip(0.0)
-        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+        allowed = ", ".join((*METRICS, *DIVERGENCE_METRICS))
+        raise ValueError(f"unknown metric {metric!r}; allowed: {allowed}")
+
+    @property
+    def override(self) -> OverrideSums | None:
+        """For a rule that overrides sps: its chunks' trials and divergence sums, pooled; its
+        divergences are then estimated, each with its interval (`override_estimate`)."""
+        parts = [c.override for c in self.chunks if c.override is not None]
+        return sum(parts[1:], parts[0]) if parts else None
 
     @property
     def limit_sums(self) -> LimitSums | None:
@@ -93,8 +112,15 @@ class SettingResult:
             return done[0].estimate
         return pool_curves([c.estimate for c in done], [c.estimate_positions for c in done], k)
 
-    def summary(self) -> dict[str, Any]:
-        """A flat dict: the setting, each metric's mean and interval, and the limit numbers."""
+    def task_score(self, answers: Sequence[str]) -> TaskScore:
+        """The share of its prompts that carry an answer (answers, by prompt index) whose
+        output passes, with its interval (`task_score`)."""
+        judged = [(answers[r.index], r.text) for r in self.prompts if r.index < len(answers)]
+        return task_score([a for a, _ in judged], [t for _, t in judged])
+
+    def summary(self, answers: Sequence[str] = ()) -> dict[str, Any]:
+        """A flat dict: the setting, each metric's mean and interval, the limit numbers, and
+        the task score where the prompts carry answers (NaN where none do)."""
         row: dict[str, Any] = {
             "setting": self.setting.id,
             "label": self.setting.label,
@@ -102,11 +128,23 @@ class SettingResult:
             "param": self.setting.param,
             "value": self.setting.value,
         }
-        for metric in METRICS:
+        for metric in (*METRICS, *DIVERGENCE_METRICS):
             e = self.estimate(metric)
             row[metric] = e.mean
             row[f"{metric}_lo"] = e.lo
             row[f"{metric}_hi"] = e.hi
+        override = self.override
+        # every row has the same keys (one CSV header): NaN where nothing was estimated
+        row["estimated"] = override is not None
+        omega = override.omega() if override is not None else None
+        row["omega"] = omega.estimate if omega else math.nan
+        row["omega_lo"] = omega.lo if omega else math.nan
+        row["omega_hi"] = omega.hi if omega else math.nan
+        row["override_trials"] = override.trials if override is not None else 0
+        score = self.task_score(answers)
+        row["task_score"] = score.mean
+        row["task_score_lo"], row["task_score_hi"] = score.interval
+        row["task_prompts"] = score.prompts
         row["prompts"] = len(self.prompts)
         row["scored_positions"] = sum(r.scored for r in self.prompts)
         row["scored_kl"] = self.scored_kl
@@ -121,13 +159,24 @@ class SettingResult:
         return row
 
 
-_PER_PROMPT = ("tokens_per_call", "acceptance_rate", "emitted_kl", "nll")
+_PER_PROMPT = (
+    "tokens_per_call",
+    "acceptance_rate",
+    "emitted_kl",
+    "nll",
+    "emitted_tv",
+    "emitted_reverse_kl",
+)
+# The divergences a rule that overrides sps has estimated, not exact (OverrideSums' names).
+_ESTIMATED = {"emitted_kl": "kl", "emitted_tv": "tv", "emitted_reverse_kl": "reverse_kl"}
 # The values each per-prompt metric can take: its interval is clipped to them.
 _BOUNDS: dict[str, tuple[float, float]] = {
     "tokens_per_call": (1.0, math.inf),  # the recovered or bonus token at least
     "acceptance_rate": (0.0, 1.0),
     "emitted_kl": (0.0, math.inf),
     "nll": (0.0, math.inf),
+    "emitted_tv": (0.0, 1.0),
+    "emitted_reverse_kl": (0.0, math.inf),
 }
 METRICS: tuple[str, ...] = (
     "tokens_per_call",
@@ -136,12 +185,19 @@ METRICS: tuple[str, ...] = (
     "emitted_kl",
     "nll",
 )
+# The other divergences of the same exact pi, beside emitted_kl, with the same interval. Kept
+# apart from METRICS: a sweep cached before they were kept has none (NaN, so n = 0), and the
+# reverse KL is inf for a rule that never writes some token q allows (tas).
+DIVERGENCE_METRICS: tuple[str, ...] = ("emitted_tv", "emitted_reverse_kl")
 METRIC_LABELS: dict[str, str] = {
     "tokens_per_call": "tokens per verifier call",
     "acceptance_rate": "acceptance rate",
     "tokens_per_s": "tokens/s (batched chunks)",
     "emitted_kl": "emitted KL per token (nats)",
+    "emitted_tv": "emitted TV(pi, q) per token",
+    "emitted_reverse_kl": "emitted reverse KL(q ‖ pi) per token (nats)",
     "nll": "verifier NLL per token (nats)",
+    "task_score": "task score (share of checkable answers right)",
     "expected_acceptance": "expected acceptance at decided positions",
     "scored_kl": "KL(pi ‖ q) per decided position (nats)",
 }
@@ -165,7 +221,8 @@ class SweepResult:
         raise KeyError(f"no setting {sid!r} in this sweep")
 
     def rows(self) -> list[dict[str, Any]]:
-        return [self.baseline.summary()] + [s.summary() for s in self.settings]
+        answers = self.config.answers
+        return [self.baseline.summary(answers)] + [s.summary(answers) for s in self.settings]
 
     def pooled_limit(self) -> LimitCurve | None:
         """The limit curve over every decided position of every setting's run."""
@@ -176,14 +233,21 @@ class SweepResult:
                 total = total + sums
         return total.curve() if total.count else None
 
-    def compare(self, rule: str = DEFAULT_RULE, metric: str = "tokens_per_call") -> dict[str, list]:
+    def compare(
+        self,
+        rule: str = DEFAULT_RULE,
+        metric: str = "tokens_per_call",
+        divergence: str = "emitted_kl",
+    ) -> dict[str, list]:
         """rule's step Pareto front against every point of each other rule, at the other
-        point's emitted KL (`frontier.dominance_check`); {} when rule was not swept."""
+        point's emitted divergence per token (`frontier.dominance_check`; "emitted_kl", or
+        "emitted_tv" / "emitted_reverse_kl"); {} when rule was not swept. A row's "kl" is that
+        divergence."""
 
         def points(name: str) -> tuple[list[float], list[float]]:
             own = [s for s in self.settings if s.setting.rule == name]
             return (
-                [s.estimate("emitted_kl").mean for s in own],
+                [s.estimate(divergence).mean for s in own],
                 [s.estimate(metric).mean for s in own],
             )
 

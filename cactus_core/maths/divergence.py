@@ -25,9 +25,53 @@ def kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(1/2)·sum |a − b| over the last dim: [..., V] x2 -> [...]."""
+    """TV(a, b) = (1/2)·sum |a − b| over the last dim: [..., V] x2 -> [...], in [0, 1]."""
     dtype = torch.promote_types(work_dtype(a), work_dtype(b))
     return 0.5 * (a.to(dtype) - b.to(dtype)).abs().sum(-1)
+
+
+def reverse_kl(pi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(q ‖ pi) in nats over the last dim, the divergence seen from the verifier:
+    [..., V] x2 -> [...].
+
+    +inf where pi = 0 < q, i.e. at a position where the rule can never write some token the
+    verifier allows (`tas` writes argmax q on a rejection, so a token q allows, p never drafts
+    and that is not q's argmax has pi = 0). That is returned as is, not clamped: the caller
+    decides how to show it (a mean over positions that holds one is inf, and
+    `frontier.mean_ci` keeps it so).
+    """
+    return kl(q, pi)
+
+
+def support_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p̂ ‖ q) in nats, p̂ = p restricted to q's support and renormalised: [..., V] x2 ->
+    [...]; +inf where p has no mass on q's support.
+
+    With a truncated q (top-k, top-p) the plain KL(p ‖ q) is +inf as soon as p puts any mass
+    outside q's support, which says nothing about how the two compare where the verifier
+    allows tokens at all. Without truncation p̂ = p and this is KL(p ‖ q). With m = p(q > 0),
+    KL(p̂ ‖ q) = (1/m)·sum over q > 0 of p·log(p/q) − log m.
+    """
+    dtype = torch.promote_types(work_dtype(p), work_dtype(q))
+    p, q = p.to(dtype), q.to(dtype)
+    on = torch.where(q > 0, p, 0.0)  # [..., V] p on q's support
+    mass = on.sum(-1)
+    # xlogy(0, ·) = 0, so q = 0 (where on = 0) adds nothing
+    s = (torch.xlogy(on, on) - torch.xlogy(on, q)).sum(-1)
+    m = mass.clamp_min(torch.finfo(dtype).tiny)  # the rows with no mass are inf below
+    inside = s / m - torch.log(m)
+    return torch.where(mass > 0, inside.clamp_min(0.0), torch.inf)
+
+
+def top_entropy(q: torch.Tensor, m: int) -> torch.Tensor:
+    """-sum over q's m largest entries of q·log q (not renormalised): [..., V] -> [...].
+
+    For m ≥ 3 it is at most log m: m entries with sum s give at most s·log(m/s) (spread evenly,
+    by concavity), which grows with s up to m/e > 1, so s = 1 and equal entries 1/m are the
+    maximum. FLy's gate reads it with m = 3 (its `calculate_topk_entropy`), so log 3 ≈ 1.0986
+    is the most it can be."""
+    top = q.to(work_dtype(q)).topk(min(m, q.shape[-1]), dim=-1).values
+    return (-torch.xlogy(top, top).sum(-1)).clamp_min(0.0)
 
 
 def entropy(a: torch.Tensor) -> torch.Tensor:

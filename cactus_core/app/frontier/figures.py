@@ -37,6 +37,8 @@ _LAYOUT = {
 # More rules than this on one chart: open with SHOWN_FIRST and hide the rest in the legend.
 MAX_SHOWN = 5
 FRONT_COLOUR = "#444444"
+# x-axes whose every point carries its own interval (drawn as horizontal bars)
+X_INTERVALS = ("task_score",)
 FRONT_NAME = "Pareto frontier (every rule, shown or hidden)"
 _LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL, "modelled_speedup": "modelled speedup"}
 
@@ -138,20 +140,26 @@ def _add_rule(
     look = style(rule)
     colour = look.colour
     baseline = rule == BASELINE
+    # a rule whose pi is estimated from the decode (FLy) says so in its name, its hover and an
+    # open marker, and its x carries that estimate's interval
+    estimated = any(r.get("estimated") for r in pts)
+    symbol = _open(look.symbol) if estimated else look.symbol
     fig.add_scatter(
         x=[_num(r[x]) for r in pts],
         y=[_num(r[metric]) for r in pts],
         mode="markers" if baseline else "lines+markers",
-        name=rule,
+        name=f"{rule} (estimated π)" if estimated else rule,
         visible=visible,
-        marker={"color": colour, "size": 10 if baseline else 8, "symbol": look.symbol},
-        line={"color": colour, "width": 1.5},
+        marker={"color": colour, "size": 10 if baseline else 8, "symbol": symbol},
+        line={"color": colour, "width": 1.5, "dash": "dot" if estimated else "solid"},
         error_y=_errors(pts, metric),
+        error_x=_errors(pts, x) if estimated or x in X_INTERVALS else None,
         customdata=[[r["setting"], r["label"]] for r in pts],
         hovertemplate=(
             "<b>%{customdata[1]}</b><br>"
-            + f"{_LABELS.get(x, x)}: %{{x:.4f}}<br>"
-            + f"{_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
+            + f"{_LABELS.get(x, x)}: %{{x:.4f}}"
+            + (" (estimated, 95% interval)" if estimated else "")
+            + f"<br>{_LABELS.get(metric, metric)}: %{{y:.3f}}<extra></extra>"
         ),
     )
 

@@ -24,10 +24,20 @@ from cactus_core.experiments.sweep import run_sweep as run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache as SweepCache
 from cactus_core.experiments.sweep_config import BASELINE as BASELINE
 from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_config import parse_grid as parse_grid
 from cactus_core.experiments.sweep_config import (
-    parse_tagged_prompt_file as parse_tagged_prompt_file,
+    parse_answered_prompt_file as parse_answered_prompt_file,
 )
+from cactus_core.experiments.sweep_config import parse_grid as parse_grid
+from cactus_core.experiments.task_score import TASK_SET
+
+# The x-axes the tokens-per-call chart offers: three divergences of the same exact pi (a rule
+# whose pi is estimated from the decode carries its interval), and the task score.
+DIVERGENCE_AXES = ("emitted_kl", "emitted_tv", "emitted_reverse_kl")
+
+
+def task_set_prompts() -> tuple[list[str], list[str], list[str]]:
+    """The built-in task set (prompts with checkable answers): (prompts, task tags, answers)."""
+    return parse_answered_prompt_file(TASK_SET.name, TASK_SET.read_bytes())
 
 
 def sweep_config(
@@ -38,10 +48,11 @@ def sweep_config(
     max_new_tokens: int,
     chunk_size: int,
     limit: bool,
+    answers: Sequence[str] = (),
 ) -> SweepConfig:
     """The sweep the form describes, with the sidebar's sampling and drafting (a tree sweep
-    decodes prompt by prompt); ValueError over the app's cap or for a setting SweepConfig
-    refuses."""
+    decodes prompt by prompt) and the prompts' checkable answers ("" none); ValueError over
+    the app's cap or for a setting SweepConfig refuses."""
     settings = tuple(settings_from_grids(dict(grids)))
     check_sweep_size(len(settings), len(prompts))
     return SweepConfig(
@@ -53,6 +64,7 @@ def sweep_config(
         limit=limit,
         tasks=tuple(tasks) if any(tasks) else (),
         tree=s.tree,
+        answers=tuple(answers) if any(answers) else (),
     )
 
 

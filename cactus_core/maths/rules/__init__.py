@@ -23,8 +23,9 @@ from cactus_core.maths.rules.cactus import (
     cactus_exact_h,
     cactus_h,
 )
-from cactus_core.maths.rules.deferral import Cascade, Fuzzy
+from cactus_core.maths.rules.deferral import Cascade, Fuzzy, KLJudge
 from cactus_core.maths.rules.fixed_targets import Interp, Optimal, OptimalPrice
+from cactus_core.maths.rules.fly import FLy
 from cactus_core.maths.rules.sglang import SGLangThresholds
 from cactus_core.maths.rules.sps import SPS
 from cactus_core.maths.rules.thresholds import TAS, RelaxedTopK, TopK, kth_largest
@@ -44,9 +45,11 @@ RULES: dict[str, type[Rule]] = {
         Interp,
         Cascade,
         Fuzzy,
+        KLJudge,
         Optimal,
         OptimalPrice,
         Block,
+        FLy,
     )
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)

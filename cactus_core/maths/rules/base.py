@@ -101,8 +101,8 @@ class Param(Generic[Value]):
         return f"{self.symbol} ({self.unit})" if self.unit else self.symbol
 
     def show(self, value: float) -> str:
-        """'δ=0.5', or 'KL≤0.1' when the symbol is itself a relation."""
-        sep = "" if self.symbol[-1] in "≤<=" else "="
+        """'δ=0.5', or 'KL≤0.1' (or 'H₃≥0.3') when the symbol is itself a relation."""
+        sep = "" if self.symbol[-1] in "≤<=≥>" else "="
         return f"{self.symbol}{sep}{value:g}"
 
     def coerce(self, value: float) -> Value:
@@ -260,6 +260,11 @@ class Rule:
     # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
     # its per-position methods then describe a round with k = 1
     round_level: ClassVar[bool] = False
+    # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted
+    # token, on evidence a position does not hold (later drafts, hidden states): its
+    # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a
+    # decode is estimated (`experiments.override_estimate`), not read off `emitted`
+    overrides_sps: ClassVar[bool] = False
     tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
     # Its parameters (`Param` class attributes), in declaration order, inherited ones first:
     # set by __init_subclass__, never by hand.
@@ -284,6 +289,12 @@ class Rule:
         self.params: dict[str, float | int] = {
             p.name: p.check(self.name, given[p.name]) for p in self.params_spec
         }
+
+    def could_override(self, q: torch.Tensor, k: int) -> torch.Tensor:
+        """For a rule that `overrides_sps`: where, among a round's first d drafts (verifier
+        rows q [d, V], k drafts in the round), it could accept a draft sps rejected ->
+        bool [d]."""
+        raise NotImplementedError(f"rule {self.name!r} never overrides sps")
 
     # -- metadata ------------------------------------------------------------------------------
     @classmethod

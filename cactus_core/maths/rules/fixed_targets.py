@@ -24,6 +24,13 @@ from cactus_core.maths.validation import work_dtype
 class Interp(Rule):
     """Verify against the mixture h = alpha·p + (1 − alpha)·q, with h = 0 where q = 0.
 
+    This is DIVERSED's static mixture (DIVERSED: Dynamic Verification for Speculative
+    Decoding, arXiv 2604.07622, code comeusr/diversed, method `static_en` with
+    `--draft_ensemble_weights` w: 0 the verifier alone, 1 the draft alone): speculative sampling
+    against r = (1 − w)·q + w·p, so w = alpha. DIVERSED proper learns the weight with a trained
+    ensemble head; the static variant holds it fixed, and that is this rule. It is also the
+    `interp` baseline of the Cactus paper.
+
     Without truncation h sums to 1 and pi = h. With a truncated q, h' (the mixture off q's
     support removed) sums to 1 − alpha·p(q = 0); the rule stays pointwise, a(n) =
     min(1, h'_n / p_n), and the residual normalise((h' − p)+) (q itself if that is empty) has no
@@ -34,12 +41,18 @@ class Interp(Rule):
     name = "interp"
     family = "fixed target"
     colour = "#E68FAC"
-    description = "verify against h = alpha·p + (1 − alpha)·q on q's support"
+    description = (
+        "verify against h = alpha·p + (1 − alpha)·q on q's support (DIVERSED's static mixture, "
+        "w = alpha)"
+    )
     in_words = (
         "Checks the draft against a blend of the two models (a share α of the draft, the rest "
         "verifier), so the text moves part of the way toward the draft's."
     )
-    citation = "mixture of draft and verifier: a simple lossy baseline"
+    citation = (
+        "DIVERSED's static ensemble, w = alpha (DIVERSED: Dynamic Verification for Speculative "
+        "Decoding, arXiv 2604.07622; code comeusr/diversed); the Cactus paper's interp baseline"
+    )
     guarantee = (
         "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
     )
