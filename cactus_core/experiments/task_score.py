@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cactus_core.experiments.override_estimate import wilson_interval
+
 ANSWER_KINDS = ("number", "word", "yesno")
 TASK_SET = Path(__file__).resolve().parents[1] / "data" / "task_prompts.jsonl"
-_Z = 1.959963984540054  # the normal's 97.5% point
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
@@ -79,13 +80,11 @@ class TaskScore:
 
     @property
     def interval(self) -> tuple[float, float]:
-        n = self.prompts
-        if not n:
+        """The 95% Wilson interval of the share (NaN, NaN with no prompts)."""
+        if not self.prompts:
             return math.nan, math.nan
-        p = self.mean
-        centre = (p + _Z**2 / (2 * n)) / (1 + _Z**2 / n)
-        half = _Z * math.sqrt(p * (1 - p) / n + _Z**2 / (4 * n * n)) / (1 + _Z**2 / n)
-        return max(0.0, centre - half), min(1.0, centre + half)
+        iv = wilson_interval(self.correct, self.prompts)
+        return iv.lo, iv.hi
 
 
 def task_score(answers: Sequence[str], texts: Sequence[str]) -> TaskScore:

@@ -1,0 +1,163 @@
+"""The 2026 rules in a real Chromium: a Frontier sweep of FLy and the KL judge on the task set
+(FLy's points marked estimated, the divergence axis switched to total variation, the task
+score tab), and the KL judge in focus on the Playground.
+
+Runs `streamlit run app.py` with the tiny pair saved to folders, as test_browser_frontier does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from streamlit_server import streamlit_app
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair_dirs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser-2026")
+    env = {
+        **os.environ,
+        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
+        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
+        "CACTUS_CACHE_DIR": str(root / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
+        yield app.url
+
+
+def _traces(page, key: str) -> list[dict]:
+    """The chart's traces as Plotly holds them: name, x and the x error bars."""
+    return page.evaluate(
+        """key => {
+        const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+        return (el && el.data || []).map(t => ({name: t.name, x: t.x,
+            error_x: t.error_x ? (t.error_x.array || null) : null}));
+    }""",
+        key,
+    )
+
+
+def _x_title(page, key: str) -> str:
+    return page.evaluate(
+        """key => {
+        const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+        const t = el.layout.xaxis.title;
+        return typeof t === 'string' ? t : t.text;
+    }""",
+        key,
+    )
+
+
+def _pick_rule(page, name: str) -> None:
+    box = page.get_by_role("combobox", name="Rules")
+    box.click()
+    box.fill(name)
+    page.get_by_role("option", name=f"{name} —").first.click()
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(400)
+
+
+def _fill(page, label: str, value: str) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(400)
+
+
+def _slider_home(page, label: str, right: int = 0) -> None:
+    thumb = page.get_by_role("slider", name=label)
+    thumb.focus()
+    thumb.press("Home")
+    for _ in range(right):
+        thumb.press("ArrowRight")
+    page.wait_for_timeout(400)
+
+
+def test_frontier_sweeps_fly_and_the_kl_judge_on_the_task_set(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    try:
+        _frontier(page, server)
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "frontier-2026-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+def _frontier(page, url: str) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/frontier")
+    page.get_by_role("heading", name="Frontier", exact=True).wait_for()
+    page.get_by_text("Built-in task set", exact=True).click()
+    page.wait_for_timeout(600)
+    _slider_home(page, "Prompts to use", right=2)  # 3 prompts, each with an answer
+    _slider_home(page, "Max new tokens", right=1)  # 16 tokens
+    _pick_rule(page, "fly")
+    _pick_rule(page, "kl-judge")
+    _fill(page, "cactus: values of delta", "1")
+    _fill(page, "fly: values of theta", "0")
+    _fill(page, "kl-judge: values of tau", "30")
+    page.get_by_text("4 settings + verifier-only × 3 prompts").wait_for()
+    page.get_by_role("button", name="Run sweep").click()
+
+    key = "fr_chart_tpc"
+    page.locator(f".st-key-{key} .js-plotly-plot").wait_for(state="visible", timeout=240_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    names = [t["name"] for t in _traces(page, key)]
+    assert "fly (estimated π)" in names and "kl-judge" in names, names
+    (fly,) = [t for t in _traces(page, key) if t["name"] == "fly (estimated π)"]
+    assert fly["error_x"] is not None  # its divergence carries the estimate's interval
+    expect(page.get_by_text("Open markers on a dotted line")).to_be_visible()
+    kl_x = fly["x"]
+
+    page.get_by_text("emitted TV(pi, q) per token", exact=True).click()
+    page.wait_for_function(
+        """key => { const el = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+        const t = el && el.layout.xaxis.title;
+        return t && (t.text || t).startsWith('emitted TV'); }""",
+        arg=key,
+    )
+    (fly,) = [t for t in _traces(page, key) if t["name"] == "fly (estimated π)"]
+    assert fly["x"] != kl_x and all(0 <= x <= 1 for x in fly["x"])
+    assert _x_title(page, key).startswith("emitted TV")
+
+    page.get_by_role("tab", name="task score").click()
+    task = page.locator(".st-key-fr_chart_task .js-plotly-plot")
+    task.wait_for(state="visible", timeout=60_000)
+    assert _x_title(page, "fr_chart_task").startswith("task score")
+    xs = [x for t in _traces(page, "fr_chart_task") for x in (t["x"] or [])]
+    assert xs and all(0 <= x <= 1 for x in xs)
+    expect(page.get_by_text("share of checkable answers right (horizontal bars")).to_be_visible()
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_playground_puts_the_kl_judge_in_focus(server, browser):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(f"{server}/playground")
+        page.get_by_role("heading", name="Playground").wait_for()
+        focus = page.locator(".st-key-pg_focus")
+        focus.get_by_text("kl-judge", exact=True).click()
+        expect(page.get_by_text("Trusts the draft where its distribution").first).to_be_visible()
+        focus.get_by_text("fly", exact=True).click()
+        expect(page.get_by_text("its top-3 entropy at least θ").first).to_be_visible()
+        assert page.locator("[data-testid='stException']").count() == 0
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "playground-2026-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
