@@ -4,7 +4,8 @@ acceptance, in KL and in total variation, decoded on the reference prompts of th
     PYTHONPATH=. .venv/bin/python benchmarks/mixture_vs_cactus.py [--top-p 1.0 0.95]
         [--threads 1] [--n-prompts N]
 
-Runs the reference sweep's configuration (T 0.7, k 4, 64 tokens, seed 0, the built-in prompts)
+Runs the reference sweep's pair and configuration (the bfloat16 feature draft, T 0.7, k 4, 64
+tokens, seed 0, the built-in prompts)
 for the two rules at their reference grids, with the sweep cache (a rerun reads it back), and
 prints one Markdown table per top-p: every mixture setting's acceptance, emitted KL(pi ‖ q) and
 TV(pi, q) per token, beside Cactus's KL and TV at the same acceptance (linear between Cactus's
@@ -20,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts
 from cactus_core.experiments.reference import reference_configs
@@ -88,7 +90,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     prompts = tuple(builtin_prompts()[: args.n_prompts])
-    pair = load_pair()
+    # the pair the reference sweep measures (the bfloat16 feature draft), on this CPU
+    pair = load_pair(**embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("auto"))
     cache = SweepCache()  # the CLI's cache: a rerun reads the chunks back
     for config in reference_configs(prompts):
         if config.sampling.top_p not in args.top_p:

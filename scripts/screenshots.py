@@ -1,6 +1,8 @@
 """Screenshots for the docs: `.venv/bin/python scripts/screenshots.py` writes every page as a
 first-time visitor sees it at 1440×900 (docs/screens/*.png) and every kind of step on the Step
-through page (docs/step/*.png); `--only pages` or `--only steps` makes one set.
+through page (docs/step/*.png), and a small sweep of the 2026 rules on the task set (the
+Frontier's TV axis and task score, docs/screens/8-*, 9-*); `--only pages`, `--only steps` or
+`--only rules` makes one set.
 
 Runs `streamlit run app.py` on a free port with the embedded pair (CPU) and drives headless
 Chromium (/usr/bin/chromium, Playwright). Steps open through links (the same query strings a
@@ -116,9 +118,64 @@ def page_shots(page, url: str, out: Path) -> None:
     screen(page, out / "3-race.png")
 
 
+def _pick_rule(page, name: str) -> None:
+    box = page.get_by_role("combobox", name="Rules")
+    box.click()
+    box.fill(name)
+    page.get_by_role("option", name=f"{name} —").first.click()
+    page.keyboard.press("Escape")
+    idle(page)
+
+
+def _fill(page, label: str, value: str) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    idle(page)
+
+
+def _slider(page, label: str, right: int) -> None:
+    thumb = page.get_by_role("slider", name=label)
+    thumb.focus()
+    thumb.press("Home")
+    for _ in range(right):
+        thumb.press("ArrowRight")
+    idle(page)
+
+
+def new_rules_shots(page, url: str, out: Path) -> None:
+    """A small sweep of the 2026 rules on the task set: the tokens-per-call chart against total
+    variation (FLy drawn as an estimate) and the task score tab."""
+    page.goto(f"{url}/frontier")
+    idle(page)
+    page.get_by_text("Built-in task set", exact=True).click()
+    idle(page)
+    _slider(page, "Prompts to use", 7)  # 8 prompts
+    _slider(page, "Max new tokens", 3)  # 32 tokens
+    for rule in ("fly", "kl-judge", "interp"):
+        _pick_rule(page, rule)
+    _fill(page, "cactus: values of delta", "0.1, 1")
+    _fill(page, "fly: values of theta", "0.7, 0.3")
+    _fill(page, "kl-judge: values of tau", "2, 8")
+    _fill(page, "interp: values of alpha", "0.25, 0.5")
+    page.get_by_role("button", name="Run sweep").click()
+    chart = page.locator(".st-key-fr_chart_tpc .js-plotly-plot")
+    chart.wait_for(state="visible", timeout=TIMEOUT_MS)
+    page.get_by_text("emitted TV(pi, q) per token", exact=True).click()
+    idle(page)
+    page.get_by_role("heading", name="Trade-off").evaluate(
+        "el => el.scrollIntoView({block: 'start'})"
+    )
+    screen(page, out / "8-frontier-tv.png")
+    page.get_by_role("tab", name="task score").click()
+    page.locator(".st-key-fr_chart_task .js-plotly-plot").wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    screen(page, out / "9-frontier-task-score.png")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("pages", "steps"), help="make one set of pictures")
+    ap.add_argument("--only", choices=("pages", "steps", "rules"), help="make one set of pictures")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", CACTUS_LAB_PRELOAD="0")
@@ -126,14 +183,17 @@ def main() -> None:
 
     with streamlit_app(env, timeout_s=120) as app, sync_playwright() as pw:
         browser = launch_chromium(pw)
-        if args.only != "steps":
+        if args.only in (None, "pages", "rules"):
             out = args.docs / "screens"
             out.mkdir(parents=True, exist_ok=True)
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(TIMEOUT_MS)
-            page_shots(page, app.url, out)
+            if args.only != "rules":
+                page_shots(page, app.url, out)
+            if args.only != "pages":
+                new_rules_shots(page, app.url, out)
             page.close()
-        if args.only != "pages":
+        if args.only in (None, "steps"):
             out = args.docs / "step"
             out.mkdir(parents=True, exist_ok=True)
             page = browser.new_page(viewport={"width": 1280, "height": 1400})

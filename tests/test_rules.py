@@ -9,7 +9,7 @@ import torch
 from distributions import dirichlet
 
 from cactus_core.maths.divergence import kl
-from cactus_core.maths.rules import RULE_NAMES, make_rule, rule_class
+from cactus_core.maths.rules import RULE_NAMES, RULES, make_rule, rule_class
 
 Q_EX = torch.tensor([0.30, 0.35, 0.35])  # decode, generate, output (the verifier)
 P_EX = torch.tensor([0.05, 0.80, 0.15])  # the draft
@@ -260,3 +260,8 @@ def test_cactus_exact_root_reaches_float64_rounding():
         g, qq = got[inside], q[inside]
         div = g * torch.log(g / qq) + (1 - g) * (torch.log1p(-g) - torch.log1p(-qq))
         assert bool((div <= delta * (1 + 1e-12)).all())  # never over the budget (to rounding)
+
+
+def test_every_round_level_rule_says_which_drafts_its_round_keeps() -> None:
+    for name, cls in RULES.items():
+        assert bool(cls.round_in_words) == cls.round_level, name

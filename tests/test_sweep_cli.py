@@ -58,3 +58,15 @@ def test_sweep_prompt_file_errors_name_the_line(folders, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(_args(folders, tmp_path / "c", "--grid", "cactus=0,x"))
     assert "'x' is not a number" in capsys.readouterr().err
+
+
+def test_sweep_task_set_scores_every_setting(folders, tmp_path, capsys):
+    out = tmp_path / "task.json"
+    assert main(_args(folders, tmp_path / "c", "--task-set", "--output", str(out))) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["task_prompts"] == 2 for r in rows)
+    assert all(r["task_score_lo"] <= r["task_score"] <= r["task_score_hi"] for r in rows)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(_args(folders, tmp_path / "c", "--task-set", "--prompts", str(out)))
+    assert "--task-set is a prompt file of its own" in capsys.readouterr().err

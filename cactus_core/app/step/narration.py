@@ -119,11 +119,12 @@ def summary_sentence(
     )
 
 
-def round_level_sentence(rule: str) -> str:
+def round_level_sentence(rule: str, keeps: str) -> str:
+    """keeps: which drafts the rule's round keeps (`Rule.round_in_words`)."""
     return (
-        f"{rule} decides on the whole draft at once: every draft gets a coin, and the round "
-        "keeps the drafts up to the last coin that passes. The per-token view of h does not "
-        "apply; each step shows the rule's chance at that token and its coin."
+        f"{rule} decides on the whole draft at once: every draft gets a coin, and {keeps}. The "
+        "per-token view of h does not apply; each step shows the rule's chance at that token "
+        "and its coin."
     )
 
 
@@ -137,17 +138,18 @@ def round_level_decide_sentence(
     u: float,
     kept: bool,
     sps_accepted: bool,
+    keeps: str,
 ) -> str:
-    """One token of a rule that decides on the whole draft (`Rule.round_level`)."""
+    """One token of a rule that decides on the whole draft (`Rule.round_level`); keeps: which
+    drafts its round keeps (`Rule.round_in_words`)."""
     passes = "passes" if u < a else "fails"
     fate = "kept" if kept else "not kept"
     sps = "accepted" if sps_accepted else "rejected"
     return (
         f"The draft proposed {tok(token)} with p = {num(p_n)}; the verifier gives it "
         f"q = {num(q_n)}. {rule} gives this token the chance {num(a)} and its coin came up "
-        f"u = {num(u)}: the coin {passes}, and the token is {fate} (the round keeps the drafts "
-        f"up to the last passing coin). Token by token, lossless sampling would accept it with "
-        f"probability {num(a_sps)}: on this coin, {sps}."
+        f"u = {num(u)}: the coin {passes}, and the token is {fate} ({keeps}). Token by token, "
+        f"lossless sampling would accept it with probability {num(a_sps)}: on this coin, {sps}."
     )
 
 

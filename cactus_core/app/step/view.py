@@ -173,7 +173,7 @@ def _decide_line(r: _Round, row: int, judge: Rule) -> tuple[str, dict[str, float
     if round_level(judge):
         numbers["a"] = a
         line = say.round_level_decide_sentence(
-            token, p_n, q_n, a_sps, judge.label, a, u, accepted, u < a_sps
+            token, p_n, q_n, a_sps, judge.label, a, u, accepted, u < a_sps, judge.round_in_words
         )
         return line, numbers, a_sps
     pos = r.position(row)

@@ -260,6 +260,8 @@ class Rule:
     # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
     # its per-position methods then describe a round with k = 1
     round_level: ClassVar[bool] = False
+    # a round-level rule: which of a round's drafts it keeps, as a clause for the Step page
+    round_in_words: ClassVar[str] = ""
     # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted
     # token, on evidence a position does not hold (later drafts, hidden states): its
     # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a

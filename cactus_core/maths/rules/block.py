@@ -33,6 +33,7 @@ class Block(SPS):
     colour = "#B3446C"
     shown_first = False
     description = "block verification: lossless, decides on the whole draft (sps when k = 1)"
+    round_in_words = "the round keeps the drafts up to the last coin that passes"
     in_words = (
         "Lossless like sps, but it judges the whole draft at once instead of token by token, so"
         " on average it keeps at least as many drafted tokens."

@@ -86,6 +86,10 @@ class FLy(SPS):
         "FLy: an sps mismatch is kept where q's top-3 entropy ≥ theta and the next W − 1 drafts "
         "pass sps (sps when k = 1)"
     )
+    round_in_words = (
+        "the round also keeps a draft whose coin fails where the verifier's top-3 entropy is at "
+        "least θ and the next W − 1 drafts pass, and stops at the first other failure"
+    )
     in_words = (
         "Checks each draft like sps, but keeps a rejected one when the verifier was unsure "
         "there (its top-3 entropy at least θ) and the next W − 1 drafts all pass the check."
