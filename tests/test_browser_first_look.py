@@ -74,9 +74,10 @@ def test_first_look_at_1440_by_900(server, browser, tiny_pair):  # noqa: F811
         s.page.locator(".js-plotly-plot").first.wait_for()
         traces = s.page.evaluate(
             "() => document.querySelectorAll('.js-plotly-plot')[0].data"
-            ".map(t => [t.name, t.marker && t.marker.color])"
+            ".map(t => [t.meta, t.marker && t.marker.color])"
         )
-        colours = {name: colour for name, colour in traces if name in RULE_NAMES}
+        # a trace's meta is its rule (its legend name may say "(estimated π)")
+        colours = {rule: colour for rule, colour in traces if rule in RULE_NAMES}
         assert len(colours) == len(RULE_NAMES)
         assert len(set(colours.values())) == len(colours)
         assert all(colours[r] == rule_colour(r) for r in colours)

@@ -97,13 +97,17 @@ def test_every_rule_has_its_own_colour_everywhere():
     assert len(set(colours)) == len(colours)
     part = load_reference().for_top_p(1.0)
     fig = frontier_chart(part.rows, "tokens_per_call")
-    rules = [t for t in fig.data if t.name in RULE_NAMES]
-    assert {t.name for t in rules} == {r["rule"] for r in part.rows} - {BASELINE}
+    rules = [t for t in fig.data if t.meta in RULE_NAMES]
+    assert {t.meta for t in rules} == {r["rule"] for r in part.rows} - {BASELINE}
     for t in rules:
-        assert t.marker.color == rule_colour(t.name)
-        assert t.marker.symbol == style(t.name).symbol
+        assert t.marker.color == rule_colour(t.meta)
+        # a rule whose pi is estimated (FLy) says so in its name and with an open marker
+        estimated = t.name == f"{t.meta} (estimated π)"
+        assert estimated == (t.meta == "fly") or t.name == t.meta
+        own = style(t.meta).symbol
+        assert t.marker.symbol == (f"{own}-open" if estimated else own)
         # a few rules first, the rest one legend click away
-        assert (t.visible is not False and t.visible != "legendonly") == (t.name in SHOWN_FIRST)
+        assert (t.visible is not False and t.visible != "legendonly") == (t.meta in SHOWN_FIRST)
     # the legend sits beside the plot, not in the title's band
     assert fig.layout.legend.orientation == "v" and fig.layout.legend.x > 1
     compact = compact_frontier(part, "tas", {"epsilon": 0.01})

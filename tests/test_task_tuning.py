@@ -21,7 +21,7 @@ def record(i: int, tokens: int, calls: int) -> PromptRecord:
 
 def test_an_interval_over_two_prompts_stays_at_one_token_per_call_or_more():
     res = SettingResult(Setting.of("cactus", delta=0.1), [])
-    res.chunks = [SimpleNamespace(prompts=[record(0, 10, 10), record(1, 40, 10)])]
+    res.chunks = [SimpleNamespace(prompts=[record(0, 10, 10), record(1, 40, 10)], override=None)]
     e = res.estimate("tokens_per_call")
     assert e.mean == pytest.approx(2.5) and e.lo == 1.0 and e.hi > 4.0
     assert res.estimate("acceptance_rate").hi <= 1.0

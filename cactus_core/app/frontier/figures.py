@@ -149,6 +149,7 @@ def _add_rule(
         y=[_num(r[metric]) for r in pts],
         mode="markers" if baseline else "lines+markers",
         name=f"{rule} (estimated π)" if estimated else rule,
+        meta=rule,  # the rule, whatever the legend's name says of it
         visible=visible,
         marker={"color": colour, "size": 10 if baseline else 8, "symbol": symbol},
         line={"color": colour, "width": 1.5, "dash": "dot" if estimated else "solid"},
