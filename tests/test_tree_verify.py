@@ -166,9 +166,11 @@ def test_each_per_token_rule_emits_its_chain_pi_at_a_node(name):
     assert (res.num_accepted > 0).double().mean() >= (chain.num_accepted > 0).double().mean() - 0.01
 
 
-def test_greedy_trees_are_exact_match():
-    """One-hot p and q (T = 0): the walk follows the child that is the verifier's argmax and
-    ends with the argmax, whatever else the tree holds (later children have p = 0 there)."""
+@pytest.mark.parametrize("name", ["sps", "block"])
+def test_greedy_trees_are_exact_match(name):
+    """One-hot p and q (T = 0): the walk (RRS, or block's traversal) follows the child that
+    is the verifier's argmax and ends with the argmax, whatever else the tree holds (later
+    children have p = 0 there)."""
     gen = torch.Generator().manual_seed(2)
     b, n = 2_000, len(PARENTS)
     kids = tree_maths.children_of(PARENTS)
@@ -186,7 +188,7 @@ def test_greedy_trees_are_exact_match():
     q_top = torch.where(pick < 2, p_top, torch.randint(V, (b, n + 1), generator=gen))
     hot = torch.nn.functional.one_hot
     p, q = hot(p_top, V).double(), hot(q_top, V).double()
-    res = verify_tree_batch(make_rule("sps"), tokens, PARENTS, p, q, generator=gen)
+    res = verify_tree_batch(make_rule(name), tokens, PARENTS, p, q, generator=gen)
     assert res.num_accepted.max() == 3
     for i in range(b):
         row, want = 0, []
@@ -265,7 +267,7 @@ def test_bad_trees_and_rules_are_refused():
         DraftTree(torch.tensor([1, V]), torch.tensor([-1, 0]), p)
     tree = DraftTree(torch.tensor([1, 2]), torch.tensor([-1, 0]), p)
     with pytest.raises(ValueError, match="cannot judge a tree"):
-        verify_tree(make_rule("block"), tree, p)
+        verify_tree(make_rule("fly"), tree, p)
     with pytest.raises(ValueError, match="sum to 1"):
         verify_tree(make_rule("sps"), tree, p * 2)
     with pytest.raises(ValueError, match="shape"):

@@ -30,6 +30,7 @@ from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
 from cactus_core.maths.rules import make_rule, rule_from_values
 from cactus_core.maths.sampling import SamplingSettings
+from cactus_core.maths.traversal import post_order
 from cactus_core.maths.tree import children_of, verify_tree
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -99,14 +100,16 @@ def test_a_partial_reveal_hides_later_fates_and_the_last_token():
         TreeFrame(v, ["x"], "root", "y")
 
 
-def _tree_request(rule: str = "cactus", seed: int = 0, **params) -> DecodeRequest:
+def _tree_request(rule: str = "cactus", seed: int = 0, params=None) -> DecodeRequest:
     s = AppSettings(
         device="cpu",
         embedded_draft=FEATURE_LABEL,
         tree=TREE,
         sampling=SamplingSettings(seed=seed, temperature=0.7),
     )
-    return DecodeRequest("Hello", s, rule_from_values(rule, params or {"delta": 1.0}), 16, True)
+    return DecodeRequest(
+        "Hello", s, rule_from_values(rule, {"delta": 1.0} if params is None else params), 16, True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +245,26 @@ def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypat
     table = next(d.value for d in at.dataframe if "NLL" in d.value.columns)  # cells as shown
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0.5"]
     assert float(table["tokens/call"].iloc[1]) >= 1.0
+
+
+def test_step_through_takes_a_traversal_round_apart(feature_pair):
+    """`block` on a tree (traversal verification): every round's steps build, each number a
+    step shows is in its narration, and there is one decide step per node whose coin was read,
+    leaves first (post-order), the accepted one last."""
+    run = StepRun.start(feature_pair, _tree_request("block", seed=3, params={}))
+    run.finish()
+    assert run.rounds
+    for r, rnd in enumerate(run.rounds):
+        steps = round_steps(run, r)
+        if rnd.sampled:
+            continue
+        v = rnd.verdict
+        decides = [s for s in steps if s.kind == "decide"]
+        judged = [c for c in post_order(v.parents) if v.coin_judged(c)]
+        assert len(decides) == len(judged) >= 1
+        assert all("Traversal verification" in s.narration for s in decides)
+        if v.path:
+            assert "accepted" in decides[-1].narration and judged[-1] == v.path[-1]
+        for step in steps:
+            for value in step.numbers.values():
+                assert num(value) in step.narration, (step.kind, value)

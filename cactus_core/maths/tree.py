@@ -49,8 +49,10 @@ rejected the emitted token has the law r_n, so at every node
 
 the chain's per-position pi (`emitted_distribution(rule, p, q)`), whatever the number of
 children. Exact KL, the frontier and replay therefore carry over from chains, node by node. The
-later candidates raise the acceptance without moving pi. A round-level rule (`block`) decides
-on a whole chain at once and has no per-node form here: it is refused.
+later candidates raise the acceptance without moving pi. Lossless block verification (`block`)
+judges a tree by its tree form, traversal verification (`maths.traversal`): leaves first, a
+whole path at once, exact too, with the same coin layout. Other round-level rules (`fly`)
+decide on a whole chain at once and have no tree form: they are refused.
 
 Coins (`uniforms`, one layout per tree, so a verdict replays exactly under another rule or
 delta): [N + D + 1], D = the tree's depth. uniforms[i] (i < N) is node i's accept coin, passed
@@ -72,9 +74,11 @@ import torch
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import Rule
 from cactus_core.maths.sampling import inverse_cdf_
+from cactus_core.maths.traversal import traversal_expected_accepted, traverse_batch
 from cactus_core.maths.tree_verdict import (
     FATES,
     LAST_KINDS,
+    TreeBatchResult,
     TreeVerdict,
     check_parents,
     children_of,
@@ -194,26 +198,10 @@ def sample_without_replacement(
 
 
 # -- the walk ----------------------------------------------------------------------------------
-@dataclass
-class TreeBatchResult:
-    """`verify_tree_batch`'s result for B trees of one shape (N nodes, depth D)."""
-
-    path: torch.Tensor  # [B, D] accepted nodes root to tip, −1 after the path
-    num_accepted: torch.Tensor  # [B] path length
-    emitted: torch.Tensor  # [B, D + 1] path tokens, then the recovered/bonus token, then −1
-    last: torch.Tensor  # [B] the recovered or bonus token
-    recovered: torch.Tensor  # [B] bool: the last token was recovered (else bonus)
-    fates: torch.Tensor  # [B, N] int: 1 accepted, 2 rejected, 0 unreached
-    accept_probs: torch.Tensor  # [B, N] a(n), NaN where unreached
-    h: torch.Tensor  # [B, N] what each node was judged against at its token (NaN unreached)
-    p_left: torch.Tensor  # [B, N] the draft side of that ratio (NaN unreached)
-    uniforms: torch.Tensor  # [B, N + D + 1] the coin layout
-
-
 def _check_rule(rule: Rule) -> None:
     if not isinstance(rule, Rule):
         raise ValueError(f"rule must come from make_rule(...), got {type(rule).__name__}")
-    if rule.round_level:
+    if rule.round_level and not rule.judges_trees_by_traversal:
         raise ValueError(
             f"rule {rule.name!r} decides on a whole chain at once and cannot judge a tree; "
             "use a per-token rule (any rule but the round-level ones)"
@@ -260,6 +248,10 @@ def verify_tree_batch(
         raise_if_any(checks)
         _sibling_check(tokens, parents)
     dtype = torch.promote_types(work_dtype(draft_probs), work_dtype(target_probs))
+    if rule.judges_trees_by_traversal:
+        return traverse_batch(
+            tokens.long(), parents, draft_probs.to(dtype), target_probs.to(dtype), uniforms
+        )
     return _walk(
         rule, tokens.long(), parents, draft_probs.to(dtype), target_probs.to(dtype), uniforms
     )
@@ -367,6 +359,37 @@ def _judge_children(
         left = torch.where(rejected, _drop(left, c), left)
         trying = trying & ~passed
     return chosen, r
+
+
+def expected_accepted(
+    rule: Rule, tokens: torch.Tensor, parents: list[int], p: torch.Tensor, q: torch.Tensor
+) -> torch.Tensor:
+    """[B]: each tree's expected number of accepted drafts over the coins, exactly (tokens
+    [B, N], p and q [B, N + 1, V]): the walk's chance of accepting each child given the ones
+    before it were rejected, summed up the tree; `block`'s traversal (`maths.traversal`)."""
+    _check_rule(rule)
+    if rule.judges_trees_by_traversal:
+        return traversal_expected_accepted(tokens.long(), parents, p, q)
+    b, n = tokens.shape
+    kids = children_of(parents)
+    table = _kids_table(parents, p.device)  # [N + 1, M]
+    nan = torch.full((b, n), math.nan, dtype=q.dtype, device=q.device)
+    a, scratch, fates = nan.clone(), (nan.clone(), nan.clone()), torch.zeros_like(nan).long()
+    never = torch.ones((b, n), dtype=q.dtype, device=q.device)  # coins no chance passes
+    alive = torch.ones(b, dtype=torch.bool, device=q.device)
+    for r, children in enumerate(kids):
+        if children:
+            row_kids = table[r].expand(b, -1)
+            _judge_children(
+                rule, tokens.long(), row_kids, alive, p[:, r], q[:, r], never, (a, *scratch, fates)
+            )
+    below = torch.zeros((b, n + 1), dtype=q.dtype, device=q.device)  # E[accepted] under a row
+    for r in reversed(range(n + 1)):
+        reach = torch.ones(b, dtype=q.dtype, device=q.device)
+        for c in kids[r]:
+            below[:, r] += reach * a[:, c] * (1 + below[:, c + 1])
+            reach = reach * (1 - a[:, c])
+    return below[:, 0]
 
 
 def _next_residual(r: torch.Tensor, p_i: torch.Tensor) -> torch.Tensor:
@@ -514,6 +537,7 @@ __all__ = [
     "TreeVerdict",
     "children_of",
     "coin_count",
+    "expected_accepted",
     "node_depths",
     "row_residual",
     "sample_without_replacement",

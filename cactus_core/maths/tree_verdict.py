@@ -159,6 +159,10 @@ class TreeVerdict:
         kids = self.children
         return [r for r in self.path_rows if kids[r]]
 
+    def coin_judged(self, node: int) -> bool:
+        """Whether node's own coin was read: a decision recorded with its chance a(n)."""
+        return self.fates[node] != "unreached" and not math.isnan(self.accept_probs[node])
+
     @property
     def decided(self) -> int:
         """Candidates that got a decision (accepted or rejected)."""
@@ -265,3 +269,19 @@ def _float_from(name: str, x: Any) -> float:
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
         raise ValueError(f"tree verdict {name} must hold finite numbers or null")
     return float(x)
+
+
+@dataclass
+class TreeBatchResult:
+    """`verify_tree_batch`'s result for B trees of one shape (N nodes, depth D)."""
+
+    path: torch.Tensor  # [B, D] accepted nodes root to tip, −1 after the path
+    num_accepted: torch.Tensor  # [B] path length
+    emitted: torch.Tensor  # [B, D + 1] path tokens, then the recovered/bonus token, then −1
+    last: torch.Tensor  # [B] the recovered or bonus token
+    recovered: torch.Tensor  # [B] bool: the last token was recovered (else bonus)
+    fates: torch.Tensor  # [B, N] int: 1 accepted, 2 rejected, 0 unreached
+    accept_probs: torch.Tensor  # [B, N] a(n), NaN where unreached
+    h: torch.Tensor  # [B, N] what each node was judged against at its token (NaN unreached)
+    p_left: torch.Tensor  # [B, N] the draft side of that ratio (NaN unreached)
+    uniforms: torch.Tensor  # [B, N + D + 1] the coin layout

@@ -222,6 +222,31 @@ def tree_decide_sentence(after: str | None, cands: list[Candidate], rule: str | 
     return " ".join(out)
 
 
+def traversal_sentence(
+    token: str, depth: int, after: str | None, w: float, u: float, accepted: bool, had_kids: bool
+) -> str:
+    """One event of traversal verification (`block` on a tree): a node judged once nothing is
+    left under it; `after` None for a child of the root."""
+    where = "a child of the root" if after is None else f"after {tok(after)}"
+    out = [
+        f"Traversal verification judges the tree from its leaves. {tok(token)} (depth {depth}, "
+        f"{where}) has nothing left under it, so it is judged now: its chance w = {num(w)} is "
+        "how much of the verifier's mass along the path to it the draft has not over-drawn"
+        + (", lowered as the candidates under it were rejected." if had_kids else ".")
+    ]
+    if accepted:
+        out.append(
+            f"The coin came up u = {num(u)}: accepted, and with it the whole path from the "
+            f"root to {tok(token)}, {depth} token(s)."
+        )
+    else:
+        out.append(
+            f"The coin came up u = {num(u)}: rejected. It is removed; its parent now aims at "
+            "its residual, with a new weight, and the next candidate is judged."
+        )
+    return " ".join(out)
+
+
 def tree_residual_sentence(token: str, coin: float, tried: int, r_prob: float | None) -> str:
     out = (
         f"All {tried} candidate(s) here were rejected. The residual after the last rejection, "

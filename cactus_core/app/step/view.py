@@ -26,6 +26,7 @@ from cactus_core.app.step import narration as say
 from cactus_core.app.step.run import SHOWN, RoundRows, StepRun
 from cactus_core.app.step.steps import Bars, Step
 from cactus_core.maths.rules import Drafted, Rule, lossless_rule
+from cactus_core.maths.traversal import post_order
 
 if TYPE_CHECKING:
     from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace
@@ -202,6 +203,21 @@ def _decide_step(r: _Round, depth: int, row: int, judge: Rule) -> Step:
     return Step("decide", r.index, slot, line, numbers, bars, (a, u), sps, frame=r.frame(depth + 1))
 
 
+def _traversal_step(r: _Round, node: int) -> Step:
+    """One node judged by traversal verification, leaves first (`maths.traversal`)."""
+    v = r.v
+    parent = v.parents[node]
+    after = None if parent < 0 else r.text(v.tokens[parent])
+    w, u = v.accept_probs[node], v.coins[node]
+    depth = v.depths[node]
+    accepted = v.fates[node] == "accepted"
+    line = say.traversal_sentence(
+        r.text(v.tokens[node]), depth, after, w, u, accepted, bool(r.kids[node + 1])
+    )
+    frame = r.frame(max(v.depths))
+    return Step("decide", r.index, depth - 1, line, {"w": w, "u": u}, None, (w, u), frame=frame)
+
+
 def _trace_bars(pos: PositionTrace | None, text: Callable[[int], str], title: str) -> Bars | None:
     """p and q at a row the decoder's probe did not see (a round-level rule's drafts after its
     first failing coin), from the trace's kept rows, which hold the drafted token and far more
@@ -330,9 +346,12 @@ def _build_steps(run: StepRun, index: int) -> list[Step]:
         return [_sampled_step(r), _summary_step(r)]
     steps = [_draft_step(r, d) for d in range(1, max(r.v.depths) + 1)]
     steps.append(_verify_step(r))
-    # A round-level rule draws a coin for every draft, and each one counts.
-    rows = range(r.rnd.k) if round_level(run.judge) else r.v.decided_rows
-    steps += [_decide_step(r, d, row, run.judge) for d, row in enumerate(rows)]
+    if r.rnd.branching and run.judge.judges_trees_by_traversal:
+        steps += [_traversal_step(r, c) for c in post_order(r.v.parents) if r.v.coin_judged(c)]
+    else:
+        # A round-level rule draws a coin for every draft, and each one counts.
+        rows = range(r.rnd.k) if round_level(run.judge) else r.v.decided_rows
+        steps += [_decide_step(r, d, row, run.judge) for d, row in enumerate(rows)]
     steps.append(_residual_step(r, run.judge) if r.v.last == "recovered" else _bonus_step(r))
     steps.append(_summary_step(r))
     return steps

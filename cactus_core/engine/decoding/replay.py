@@ -18,9 +18,9 @@ every row), then its tree walked again with its own coins (`maths.tree.verify_tr
 and q at every node do not depend on the rule, only the walk does, and a chain is the one-child
 tree it is (the walk of a one-child tree is `verify` on the chain, coin for coin: tested). A
 rule that decides on a whole draft at once (`Rule.round_level`, which has no per-node form)
-judges the chain through `verify`. With a tail, a node's first child is judged from values the
-cut keeps (p_n, q_n); a later candidate's decision and the last token read residuals, which
-need whole rows.
+judges a chain through `verify`, and `block` a tree by its traversal (`maths.traversal`).
+With a tail, a node's first child is judged from values the cut keeps (p_n, q_n); a later
+candidate's decision and the last token read residuals, which need whole rows.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
     before = _checked_verdict(rnd, vocab)
     kids = before.children
     p_rows, q_rows, exact = _rows(rnd, kids, vocab)
-    if judge.round_level:
+    if judge.round_level and not (before.branching and judge.judges_trees_by_traversal):
         after = _judge_chain(judge, before, p_rows, q_rows)
     else:
         tree = DraftTree(

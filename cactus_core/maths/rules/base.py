@@ -260,6 +260,9 @@ class Rule:
     # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
     # its per-position methods then describe a round with k = 1
     round_level: ClassVar[bool] = False
+    # a round-level rule that has a tree form: it judges a draft tree by traversal verification
+    # (`maths.traversal`) instead of being refused there
+    judges_trees_by_traversal: ClassVar[bool] = False
     # a round-level rule: which of a round's drafts it keeps, as a clause for the Step page
     round_in_words: ClassVar[str] = ""
     # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted

@@ -14,7 +14,8 @@ and h_k = w_k. It emits n_1..n_tau, then a draw from normalise(max(0, w_tau·q_{
 (from q_{k+1} when tau = k). The output sequence follows the verifier exactly, as token-wise
 `sps` does, and the paper proves it accepts at least as many tokens per call in expectation.
 With k = 1 it is `sps` (w_1 = min(1, q/p), residual (q − p)+), which is what its
-per-position methods (the Playground, the exact pi) describe.
+per-position methods (the Playground, the exact pi) describe. On a draft tree it is traversal
+verification (`maths.traversal`), which is this on a one-child tree, coin for coin.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Block(SPS):
     )
     guarantee = "pi = q over whole sequences; expected accepted drafts ≥ sps's for the same draft"
     round_level = True
+    judges_trees_by_traversal = True
 
     @classmethod
     def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
