@@ -268,3 +268,22 @@ def test_step_through_takes_a_traversal_round_apart(feature_pair):
         for step in steps:
             for value in step.numbers.values():
                 assert num(value) in step.narration, (step.kind, value)
+
+
+def test_tree_views_show_each_rows_acceptance_against_its_optimum(tree_run):
+    """Step through's tree decide steps and the Decode inspector put the walk's lossless
+    acceptance at a row beside the optimal-transport bound, computed from the trace's rows."""
+    seen = 0
+    trace = tree_run.output.trace
+    for r, rnd in enumerate(tree_run.rounds):
+        if not rnd.branching:
+            continue
+        for step in round_steps(tree_run, r):
+            if step.kind == "decide" and "optimum" in step.numbers:
+                assert 0 <= step.numbers["rrs"] <= step.numbers["optimum"] + 1e-6 <= 1 + 1e-6
+                assert "optimal-transport bound" in step.narration
+                seen += 1
+        row = next(i for i, kids in enumerate(rnd.verdict.children) if len(kids) == 2)
+        notes = inspect_token(trace, r, row).notes
+        assert any("optimal-transport bound" in n for n in notes)
+    assert seen

@@ -21,6 +21,8 @@ from cactus_core.app.shared.round_view import judging_rule, node_pq, row_place
 from cactus_core.app.shared.rule_rows import compare_rules
 from cactus_core.app.shared.transcript import FATE_LABELS, node_fates, num, show_text
 from cactus_core.app.shared.tree_figure import TreeFrame
+from cactus_core.engine.decoding.replay import row_optimum
+from cactus_core.engine.decoding.trace_io import vocab_size
 from cactus_core.maths.rules import Rule
 
 if TYPE_CHECKING:
@@ -86,6 +88,20 @@ def candidate_lines(rnd: RoundTrace, row: int) -> list[str]:
             f"{num(v.accept_probs[i])}, coin u = {num(v.coins[i])}: {fates[i]}"
         )
     return lines
+
+
+def optimum_lines(rnd: RoundTrace, row: int, vocab: int) -> list[str]:
+    """The row's acceptance against the best any lossless verifier can do with its candidates
+    (`replay.row_optimum`), as one note; none where it is not computed."""
+    best = row_optimum(rnd, row, vocab)
+    if best is None:
+        return []
+    rows = "" if best.exact else " (from the trace's top rows of p and q, the rest smeared)"
+    return [
+        f"With {best.candidates} candidate(s) drawn here, recursive rejection sampling accepts "
+        f"one with chance {num(best.rrs)} over the draws; the most any lossless verifier can "
+        f"reach is {num(best.optimum)} (the optimal-transport bound){rows}."
+    ]
 
 
 def _num(x: float | None) -> str:
@@ -228,6 +244,8 @@ def _row_notes(
     if len(v.children[row]) > 1:
         notes.append("The candidates here, in the order tried:")
         notes += candidate_lines(rnd, row)
+    if rnd.branching:
+        notes += optimum_lines(rnd, row, vocab_size(trace.meta))
     if float(trace.meta["temperature"]) == 0.0:
         notes.append("T = 0: p and q are one-hot and every rule is exact-match verification.")
     return notes

@@ -222,6 +222,15 @@ def tree_decide_sentence(after: str | None, cands: list[Candidate], rule: str | 
     return " ".join(out)
 
 
+def optimum_sentence(candidates: int, rrs: float, optimum: float) -> str:
+    """A tree row's lossless acceptance against the best possible (`replay.row_optimum`)."""
+    return (
+        f"Losslessly, with {candidates} candidate(s) drawn here, recursive rejection sampling "
+        f"accepts one with chance {num(rrs)} on average over the draws, and no lossless "
+        f"verifier can beat {num(optimum)} (the optimal-transport bound)."
+    )
+
+
 def traversal_sentence(
     token: str, depth: int, after: str | None, w: float, u: float, accepted: bool, had_kids: bool
 ) -> str:

@@ -25,6 +25,7 @@ from cactus_core.app.shared.tree_figure import TreeFrame
 from cactus_core.app.step import narration as say
 from cactus_core.app.step.run import SHOWN, RoundRows, StepRun
 from cactus_core.app.step.steps import Bars, Step
+from cactus_core.engine.decoding.replay import row_optimum
 from cactus_core.maths.rules import Drafted, Rule, lossless_rule
 from cactus_core.maths.traversal import post_order
 
@@ -170,7 +171,12 @@ def _decide_line(r: _Round, row: int, judge: Rule) -> tuple[str, dict[str, float
             if c.fate != "unreached":
                 numbers |= {f"p[{j}]": c.p, f"q[{j}]": c.q, f"h[{j}]": c.h, f"a[{j}]": c.a}
                 numbers |= {f"u[{j}]": c.u} | ({f"p_left[{j}]": c.p_left} if j else {})
-        return say.tree_decide_sentence(after, cands, rule), numbers, a_sps
+        line = say.tree_decide_sentence(after, cands, rule)
+        best = row_optimum(r.rnd, row, r.run.decoder.vocab)
+        if best is not None:
+            numbers |= {"rrs": best.rrs, "optimum": best.optimum}
+            line += " " + say.optimum_sentence(best.candidates, best.rrs, best.optimum)
+        return line, numbers, a_sps
     if round_level(judge):
         numbers["a"] = a
         line = say.round_level_decide_sentence(

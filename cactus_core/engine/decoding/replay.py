@@ -34,6 +34,7 @@ from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.engine.decoding.trace_io import is_num, vocab_size
 from cactus_core.maths.rules import Rule, lossless_rule, make_rule
 from cactus_core.maths.tree import DraftTree, TreeVerdict, unjudged_first_accepts, verify_tree
+from cactus_core.maths.tree_optimum import multidraft_optimum, rrs_acceptance
 from cactus_core.maths.verify import verify
 
 # Below this the tail of a kept row is treated as empty (float32 rounding of the kept mass).
@@ -223,6 +224,34 @@ def _rows(
         q_rows.append(q)
         exact &= ok_q and ok_p
     return torch.stack(p_rows).float(), torch.stack(q_rows).float(), exact
+
+
+@dataclass
+class RowOptimum:
+    """A tree row's acceptance against the most any lossless verifier reaches there
+    (`maths.tree_optimum`), both over the draws of its candidates."""
+
+    candidates: int
+    rrs: float  # recursive rejection sampling (`sps`), the lab's walk
+    optimum: float  # the optimal-transport bound
+    exact: bool  # the trace kept the row's whole p and q (else the tail is smeared)
+
+
+def row_optimum(rnd: RoundTrace, row: int, vocab: int) -> RowOptimum | None:
+    """Row `row` of a recorded round against its optimum, from the trace's replay rows; None
+    where the row has no candidates or more than two, or the trace kept no rows there."""
+    kids = rnd.verdict.children
+    m = len(kids[row]) if row < len(kids) else 0
+    if m not in (1, 2) or row >= len(rnd.positions):
+        return None
+    pos = rnd.positions[row]
+    if not pos.replay_p_ids or not pos.replay_q_ids:
+        return None
+    p, ok_p = _rebuild(pos.replay_p_ids, pos.replay_p_probs, vocab)
+    q, ok_q = _rebuild(pos.replay_q_ids, pos.replay_q_probs, vocab)
+    p, q = p.double(), q.double()
+    rrs, best = float(rrs_acceptance(p, q, m)), float(multidraft_optimum(p, q, m))
+    return RowOptimum(m, rrs, best, ok_p and ok_q)
 
 
 def _judge_chain(

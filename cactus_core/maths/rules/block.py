@@ -33,14 +33,19 @@ class Block(SPS):
     family = "lossless"
     colour = "#B3446C"
     shown_first = False
-    description = "block verification: lossless, decides on the whole draft (sps when k = 1)"
+    description = (
+        "block verification: lossless, decides on the whole draft (sps when k = 1); on a tree, "
+        "traversal verification"
+    )
     round_in_words = "the round keeps the drafts up to the last coin that passes"
     in_words = (
         "Lossless like sps, but it judges the whole draft at once instead of token by token, so"
-        " on average it keeps at least as many drafted tokens."
+        " on average it keeps at least as many drafted tokens. On a draft tree it judges from"
+        " the leaves up (traversal verification), accepting a whole path at once."
     )
     citation = (
-        "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv 2403.10444)"
+        "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv 2403.10444);"
+        " on trees Weng et al., Traversal Verification, 2025 (arXiv 2505.12398)"
     )
     guarantee = "pi = q over whole sequences; expected accepted drafts ≥ sps's for the same draft"
     round_level = True
