@@ -88,7 +88,8 @@ class _Walk:
         self.left = p.clone()  # [B, N + 1, V] unnormalised
         self.w = torch.ones(q.shape[:2], dtype=q.dtype, device=q.device)  # [B, N + 1]
         self.rows = torch.arange(q.shape[0], device=q.device)
-        self.under = [[] for _ in range(len(parents) + 1)]  # nodes under each row, topological
+        # nodes under each row, in topological order
+        self.under: list[list[int]] = [[] for _ in range(len(parents) + 1)]
         for i in range(len(parents)):
             up = parents[i]
             while True:
