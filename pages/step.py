@@ -218,8 +218,9 @@ def show_step(step: Step, rule_label: str) -> None:
             left, right = st.columns(2)
             left.caption(f"{rule_label}: accepted iff u < a(n)")
             left.plotly_chart(figs["coin"], key="step_fig_coin")
-            right.caption("Lossless speculative sampling, on the same coin")
-            right.plotly_chart(figs["sps_coin"], key="step_fig_sps_coin")
+            if "sps_coin" in figs:  # a traversal step has no per-node lossless a(n)
+                right.caption("Lossless speculative sampling, on the same coin")
+                right.plotly_chart(figs["sps_coin"], key="step_fig_sps_coin")
 
 
 def main() -> None:

@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the browser helpers the browser tests use
 
-from streamlit_server import launch_chromium, streamlit_app  # noqa: E402
+from streamlit_server import (  # noqa: E402
+    fill,
+    launch_chromium,
+    pick_rule,
+    slider_from_start,
+    streamlit_app,
+)
 
 from cactus_core.app.shared.links import K  # noqa: E402
 
@@ -118,31 +124,6 @@ def page_shots(page, url: str, out: Path) -> None:
     screen(page, out / "3-race.png")
 
 
-def _pick_rule(page, name: str) -> None:
-    box = page.get_by_role("combobox", name="Rules")
-    box.click()
-    box.fill(name)
-    page.get_by_role("option", name=f"{name} —").first.click()
-    page.keyboard.press("Escape")
-    idle(page)
-
-
-def _fill(page, label: str, value: str) -> None:
-    box = page.get_by_label(label, exact=True)
-    box.fill(value)
-    box.press("Enter")
-    idle(page)
-
-
-def _slider(page, label: str, right: int) -> None:
-    thumb = page.get_by_role("slider", name=label)
-    thumb.focus()
-    thumb.press("Home")
-    for _ in range(right):
-        thumb.press("ArrowRight")
-    idle(page)
-
-
 def new_rules_shots(page, url: str, out: Path) -> None:
     """A small sweep of the 2026 rules on the task set: the tokens-per-call chart against total
     variation (FLy drawn as an estimate) and the task score tab."""
@@ -150,14 +131,14 @@ def new_rules_shots(page, url: str, out: Path) -> None:
     idle(page)
     page.get_by_text("Built-in task set", exact=True).click()
     idle(page)
-    _slider(page, "Prompts to use", 7)  # 8 prompts
-    _slider(page, "Max new tokens", 3)  # 32 tokens
-    for rule in ("fly", "kl-judge", "interp"):
-        _pick_rule(page, rule)
-    _fill(page, "cactus: values of delta", "0.1, 1")
-    _fill(page, "fly: values of theta", "0.7, 0.3")
-    _fill(page, "kl-judge: values of tau", "2, 8")
-    _fill(page, "interp: values of alpha", "0.25, 0.5")
+    slider_from_start(page, "Prompts to use", 7, settle_ms=None)  # 8 prompts
+    slider_from_start(page, "Max new tokens", 3, settle_ms=None)  # 32 tokens
+    # five series at most, so that the chart opens with every one shown (frontier figures)
+    for rule in ("fly", "interp"):
+        pick_rule(page, rule, settle_ms=None)
+    fill(page, "cactus: values of delta", "0.1, 1", settle_ms=None)
+    fill(page, "fly: values of theta", "0.7, 0.3", settle_ms=None)
+    fill(page, "interp: values of alpha", "0.25, 0.5", settle_ms=None)
     page.get_by_role("button", name="Run sweep").click()
     chart = page.locator(".st-key-fr_chart_tpc .js-plotly-plot")
     chart.wait_for(state="visible", timeout=TIMEOUT_MS)

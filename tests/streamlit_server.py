@@ -105,3 +105,39 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: fl
             pass
         time.sleep(poll_s)
     raise TimeoutError(f"streamlit did not answer /_stcore/health within {timeout_s} s")
+
+
+# -- driving widgets (the browser tests and scripts/screenshots.py) ----------------------------
+def _settle(page, settle_ms: float | None) -> None:
+    if settle_ms is None:
+        wait_idle(page)
+    else:
+        page.wait_for_timeout(settle_ms)
+
+
+def fill(page, label: str, value: str, settle_ms: float | None = 400) -> None:
+    """Type value into the text box labelled `label` and submit it."""
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    _settle(page, settle_ms)
+
+
+def slider_from_start(page, label: str, right: int = 0, settle_ms: float | None = 400) -> None:
+    """Move the slider labelled `label` to its first value, then `right` steps up."""
+    thumb = page.get_by_role("slider", name=label)
+    thumb.focus()
+    thumb.press("Home")
+    for _ in range(right):
+        thumb.press("ArrowRight")
+    _settle(page, settle_ms)
+
+
+def pick_rule(page, name: str, settle_ms: float | None = 400) -> None:
+    """Add rule `name` to the Frontier's "Rules" picker."""
+    box = page.get_by_role("combobox", name="Rules")
+    box.click()
+    box.fill(name)
+    page.get_by_role("option", name=f"{name} —").first.click()
+    page.keyboard.press("Escape")
+    _settle(page, settle_ms)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import fill, pick_rule, slider_from_start, streamlit_app
 
 pytestmark = pytest.mark.browser
 
@@ -55,31 +55,6 @@ def _x_title(page, key: str) -> str:
     )
 
 
-def _pick_rule(page, name: str) -> None:
-    box = page.get_by_role("combobox", name="Rules")
-    box.click()
-    box.fill(name)
-    page.get_by_role("option", name=f"{name} —").first.click()
-    page.keyboard.press("Escape")
-    page.wait_for_timeout(400)
-
-
-def _fill(page, label: str, value: str) -> None:
-    box = page.get_by_label(label, exact=True)
-    box.fill(value)
-    box.press("Enter")
-    page.wait_for_timeout(400)
-
-
-def _slider_home(page, label: str, right: int = 0) -> None:
-    thumb = page.get_by_role("slider", name=label)
-    thumb.focus()
-    thumb.press("Home")
-    for _ in range(right):
-        thumb.press("ArrowRight")
-    page.wait_for_timeout(400)
-
-
 def test_frontier_sweeps_fly_and_the_kl_judge_on_the_task_set(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(120_000)
@@ -100,13 +75,13 @@ def _frontier(page, url: str) -> None:
     page.get_by_role("heading", name="Frontier", exact=True).wait_for()
     page.get_by_text("Built-in task set", exact=True).click()
     page.wait_for_timeout(600)
-    _slider_home(page, "Prompts to use", right=2)  # 3 prompts, each with an answer
-    _slider_home(page, "Max new tokens", right=1)  # 16 tokens
-    _pick_rule(page, "fly")
-    _pick_rule(page, "kl-judge")
-    _fill(page, "cactus: values of delta", "1")
-    _fill(page, "fly: values of theta", "0")
-    _fill(page, "kl-judge: values of tau", "30")
+    slider_from_start(page, "Prompts to use", right=2)  # 3 prompts, each with an answer
+    slider_from_start(page, "Max new tokens", right=1)  # 16 tokens
+    pick_rule(page, "fly")
+    pick_rule(page, "kl-judge")
+    fill(page, "cactus: values of delta", "1")
+    fill(page, "fly: values of theta", "0")
+    fill(page, "kl-judge: values of tau", "30")
     page.get_by_text("4 settings + verifier-only × 3 prompts").wait_for()
     page.get_by_role("button", name="Run sweep").click()
 

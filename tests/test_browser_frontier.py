@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import fill, slider_from_start, streamlit_app
 
 pytestmark = pytest.mark.browser
 
@@ -35,22 +35,6 @@ def server(tiny_pair_dirs, tmp_path_factory):
         yield app.url, root / "timing.jsonl"
 
 
-def _fill(page, label: str, value: str) -> None:
-    box = page.get_by_label(label, exact=True)
-    box.fill(value)
-    box.press("Enter")
-    page.wait_for_timeout(400)
-
-
-def _slider_to_start(page, label: str, right: int = 0) -> None:
-    thumb = page.get_by_role("slider", name=label)
-    thumb.focus()
-    thumb.press("Home")
-    for _ in range(right):
-        thumb.press("ArrowRight")
-    page.wait_for_timeout(400)
-
-
 def test_frontier_sweep_click_a_point_and_read_outputs(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(120_000)
@@ -69,10 +53,10 @@ def _sweep_click_and_read(page, url: str) -> None:
 
     page.goto(f"{url}/frontier")
     page.get_by_role("heading", name="Frontier", exact=True).wait_for()
-    _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
-    _slider_to_start(page, "Max new tokens")  # 8 tokens
+    slider_from_start(page, "Prompts to use", right=1)  # 2 prompts
+    slider_from_start(page, "Max new tokens")  # 8 tokens
     # the form starts with the default rule and the lossless one (one setting)
-    _fill(page, "cactus: values of delta", "0, 1")
+    fill(page, "cactus: values of delta", "0, 1")
     page.get_by_text("3 settings + verifier-only × 2 prompts").wait_for()
     page.get_by_role("button", name="Run sweep").click()
 

@@ -222,6 +222,23 @@ def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
     assert at.subheader[0].value == round_steps(run, 0)[depth + 1].title  # the first decision
 
 
+def test_step_through_page_tells_a_traversal_round(feature_pair, monkeypatch):
+    """`block` picked with a tree: the page walks the round's nodes leaves first, each decide
+    step telling traversal verification's weight and coin."""
+    at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
+    at.selectbox(key="step_rule").set_value("block").run()
+    assert not at.exception, at.exception
+    run: StepRun = at.session_state["step_run"]
+    assert run.judge.name == "block" and run.rounds[0].branching
+    steps = round_steps(run, 0)
+    first = next(i for i, s in enumerate(steps) if s.kind == "decide")
+    for _ in range(first):
+        at.button(key="step_next").click().run()
+    assert not at.exception, at.exception
+    assert at.subheader[0].value == steps[first].title
+    assert any("Traversal verification judges the tree" in m.value for m in at.markdown)
+
+
 def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypatch, tmp_path):
     import cactus_core.experiments.sweep as sweep_module
 

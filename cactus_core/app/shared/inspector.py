@@ -12,6 +12,7 @@ distribution its token was drawn from. Emitted token j of a round was drawn at r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -81,6 +82,12 @@ def candidate_lines(rnd: RoundTrace, row: int) -> list[str]:
         pq = f"p = {_num(p_n)}, q = {_num(q_n)}"
         if fates[i] in ("dropped", "not tried"):
             lines.append(f"{rank + 1}. {token!r}: {pq}; {fates[i]}")
+            continue
+        if math.isnan(v.h[i]):  # traversal verification (`block` on a tree): a path weight
+            lines.append(
+                f"{rank + 1}. {token!r}: {pq}, traversal's weight w = {num(v.accept_probs[i])}, "
+                f"coin u = {num(v.coins[i])}: {fates[i]}"
+            )
             continue
         against = "h" if rank == 0 else "the residual"
         lines.append(
@@ -214,7 +221,7 @@ def _inspect_row(trace: Trace, rnd: RoundTrace, row: int, node: int | None, top:
         out.p_n, out.q_n = node_pq(rnd, node)
         out.accept_prob, out.coin = v.accept_probs[node], v.coins[node]
         first = node == kids[0]
-        out.h_n = pos.h_n if first else v.h[node]
+        out.h_n = pos.h_n if first else (None if math.isnan(v.h[node]) else v.h[node])
         out.kl_h_q = bars.kl_h_q if first else None
     return out
 
