@@ -34,7 +34,7 @@ from cactus_core.app.shared.round_view import (
     round_table,
     timeline,
 )
-from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings
+from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings, replayable_rules
 from cactus_core.app.shared.transcript import (
     chip_label,
     flipped_nodes,
@@ -357,7 +357,9 @@ def replay(run: DecodeRun) -> None:
         st.caption(note)
     left, right = st.columns([2, 3])
     with left:
-        rule = rule_picker("replay", label="Replay under", default=run.rule_name)
+        rule = rule_picker(
+            "replay", label="Replay under", default=run.rule_name, names=replayable_rules()
+        )
         if st.button("Replay", icon=":material/replay:", key="dec_replay"):
             from cactus_core.engine.decoding.replay import reverify
 

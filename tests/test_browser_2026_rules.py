@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import fill, pick_rule, slider_from_start, streamlit_app
+from streamlit_server import fill, pick_rule, slider_from_start, streamlit_app, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -106,6 +106,7 @@ def _frontier(page, url: str) -> None:
     assert fly["x"] != kl_x and all(0 <= x <= 1 for x in fly["x"])
     assert _x_title(page, key).startswith("emitted TV")
 
+    wait_idle(page)  # a rerun in flight shows the old tabs beside the new ones
     page.get_by_role("tab", name="task score").click()
     task = page.locator(".st-key-fr_chart_task .js-plotly-plot")
     task.wait_for(state="visible", timeout=60_000)

@@ -10,8 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
-from test_browser_frontier import _fill, _slider_to_start
+from streamlit_server import fill, slider_from_start, streamlit_app
 
 from cactus_core.app.frontier.sweep_file import PAGE_COMMAND
 from cactus_core.experiments import sweep_file as sf
@@ -64,9 +63,9 @@ def test_the_pages_download_reopens_on_the_page(server, browser):
     try:
         page.goto(f"{url}/frontier")
         page.get_by_role("heading", name="Frontier", exact=True).wait_for()
-        _slider_to_start(page, "Prompts to use", right=1)  # 2 prompts
-        _slider_to_start(page, "Max new tokens")  # 8 tokens
-        _fill(page, "cactus: values of delta", "0, 1")
+        slider_from_start(page, "Prompts to use", right=1)  # 2 prompts
+        slider_from_start(page, "Max new tokens")  # 8 tokens
+        fill(page, "cactus: values of delta", "0, 1")
         page.get_by_text("3 settings + verifier-only × 2 prompts").wait_for()
         page.get_by_role("button", name="Run sweep").click()
         swept = _points(page, "fr_chart_tpc")

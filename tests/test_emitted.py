@@ -33,6 +33,7 @@ PARAMS = {
     "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},
     "kl-judge": {"tau": 0.5},
     "fly": {"theta": 0.3, "W": 1},
+    "learned-judge": {"threshold": 0.5},
 }
 
 

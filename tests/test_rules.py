@@ -44,6 +44,7 @@ def test_names_labels_and_params() -> None:
         "optimal-price",
         "block",
         "fly",
+        "learned-judge",
     )
     assert make_rule("cactus", delta=0.5).label == "cactus δ=0.5"
     assert make_rule("cactus", delta=0.5).params == {"delta": 0.5}
@@ -56,6 +57,7 @@ def test_names_labels_and_params() -> None:
     assert make_rule("kl-judge").params == {"tau": 0.5, "top1": 0.9}
     assert make_rule("fly").params == {"theta": 0.3, "W": 2}
     assert make_rule("fly", theta=0.5).label == "fly H₃≥0.5, W=2"
+    assert make_rule("learned-judge").params == {"threshold": 0.3}
     assert make_rule("cactus", delta=1) == make_rule("cactus", delta=1.0)
     assert len({make_rule("cactus", delta=1), make_rule("cactus", delta=1.0)}) == 1
     assert rule_class("interp").params_spec[0].high == 1.0

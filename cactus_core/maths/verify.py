@@ -126,10 +126,12 @@ def verify(
     sample_uniforms: torch.Tensor | None = None,
     *,
     validate: bool = True,
+    hidden: torch.Tensor | None = None,
 ) -> VerifyResult:
     """Accept or reject a batch of drafts under `rule` and draw the recovered / bonus tokens.
 
-    Coins not passed in are drawn from `generator` (on the inputs' device).
+    Coins not passed in are drawn from `generator` (on the inputs' device). hidden [B, k+1, H]:
+    the verifier's final hidden states at the k + 1 rows, for a rule that `reads_hidden`.
     """
     _check_inputs(
         rule, draft_probs, draft_token_ids, target_probs, uniforms, sample_uniforms, validate
@@ -145,7 +147,7 @@ def verify(
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
     if rule.round_level:
-        return _verify_round(rule, p, n, target_probs, uniforms, sample_uniforms, dtype)
+        return _verify_round(rule, p, n, target_probs, uniforms, sample_uniforms, dtype, hidden)
     q_k = target_probs[:, :k]  # [B, k, V] view
     pn = p.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
     qn = q_k.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
@@ -169,11 +171,13 @@ def _verify_round(
     uniforms: torch.Tensor,
     sample_uniforms: torch.Tensor,
     dtype: torch.dtype,
+    hidden: torch.Tensor | None,
 ) -> VerifyResult:
     """A rule that decides on the whole draft (`block`): its accept_probs are its own
     per-draft chances, and a draft before num_accepted may be accepted whatever its coin."""
+    extra = {"hidden": hidden} if rule.reads_hidden else {}
     num_accepted, chances, last = rule.verify_round(
-        p.to(dtype), n, target_probs.to(dtype), uniforms, sample_uniforms
+        p.to(dtype), n, target_probs.to(dtype), uniforms, sample_uniforms, **extra
     )
     out = _output_tokens(n, num_accepted, last)
     return VerifyResult(out, num_accepted, chances, uniforms, sample_uniforms)
@@ -186,15 +190,16 @@ def verify_sequential(
     target_row: Callable[[int], torch.Tensor],
     uniforms: torch.Tensor,
     sample_uniforms: torch.Tensor,
+    hidden: torch.Tensor | None = None,
 ) -> tuple[VerifyResult, torch.Tensor]:
     """`verify` with q computed on demand, position by position, up to the first rejection.
 
     target_row(j) returns q at position j, [B, V] (j = k is the bonus position). A decision at
     position j needs only q_j, so a round that rejects its first draft needs one row of q
-    instead of k + 1. On a CPU, where the verifier's LM head over a large vocabulary costs
-    about as much per row as a layer stack (and rows cost nearly linearly), this saves most
-    of the head; on a GPU the k + 1 rows cost about what one does, and the host sync per
-    position that this loop needs would cost more.
+    instead of k + 1 (hidden as for `verify`). On a CPU, where the verifier's LM head over a
+    large vocabulary costs about as much per row as a layer stack (and rows cost nearly
+    linearly), this saves most of the head; on a GPU the k + 1 rows cost about what one does,
+    and the host sync per position that this loop needs would cost more.
 
     Same coins, same decisions and same output tokens as `verify` on the full rows (tested).
     accept_probs is NaN at positions that got no decision. Also returns the rows computed,
@@ -212,7 +217,7 @@ def verify_sequential(
     if rule.round_level:  # it decides on all k + 1 rows at once
         target = torch.stack([target_row(j) for j in range(k + 1)], 1)  # [B, k+1, V]
         args = (draft_probs, draft_token_ids, target, uniforms, None, sample_uniforms)
-        return verify(rule, *args, validate=False), target
+        return verify(rule, *args, validate=False, hidden=hidden), target
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
     rows: list[torch.Tensor] = []  # q_j, [B, V] each

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import streamlit as st
 
 from cactus_core.app.shared.settings import param_value, rules_markdown
@@ -35,13 +37,21 @@ def param_widget(
     return float(value)
 
 
-def rule_picker(key_prefix: str, label: str = "Rule", default: str = DEFAULT_RULE) -> Rule:
-    """A rule selectbox and its parameter widgets, all from the rules' metadata; returns the
-    rule they set, its parameters typed (`rule_from_values`)."""
+def rule_picker(
+    key_prefix: str,
+    label: str = "Rule",
+    default: str = DEFAULT_RULE,
+    names: Sequence[str] | None = None,
+) -> Rule:
+    """A rule selectbox (of `names`, every rule by default) and its parameter widgets, all from
+    the rules' metadata; returns the rule they set, its parameters typed (`rule_from_values`)."""
+    names = list(RULES) if names is None else list(names)
     # The start goes into session state, not `index`: a link (a tour stop) sets the key
     # first, and Streamlit warns about a widget given both.
-    st.session_state.setdefault(f"{key_prefix}_rule", default)
-    name = st.selectbox(label, list(RULES), key=f"{key_prefix}_rule", help=rules_markdown())
+    st.session_state.setdefault(f"{key_prefix}_rule", default if default in names else names[0])
+    if st.session_state[f"{key_prefix}_rule"] not in names:
+        st.session_state[f"{key_prefix}_rule"] = names[0]
+    name = st.selectbox(label, names, key=f"{key_prefix}_rule", help=rules_markdown())
     st.caption(RULES[name].description)
     if RULES[name].speed_note:
         st.caption(f":material/timer: {RULES[name].speed_note}")

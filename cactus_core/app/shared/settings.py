@@ -164,6 +164,12 @@ def swept_rules() -> list[str]:
     return list(RULES)
 
 
+def replayable_rules() -> list[str]:
+    """The rules a trace can be replayed under: all but those that read the verifier's hidden
+    states, which a trace does not keep."""
+    return [name for name, cls in RULES.items() if not cls.reads_hidden]
+
+
 def tunable_rules() -> list[str]:
     """The rules whose first parameter trades KL for acceptance monotonically (the tuner's)."""
     return [name for name, cls in RULES.items() if cls.tunable]

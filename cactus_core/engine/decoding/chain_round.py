@@ -121,7 +121,10 @@ def verify_draft(
             head_rows.append(cache.logits(hidden[:, j : j + 1]))
             return probs(head_rows[-1])[:, 0]
 
-        res, q = verify_sequential(judge, draft.probs, draft.ids, q_row, coins.accept, coins.sample)
+        judged = hidden if judge.reads_hidden else None
+        res, q = verify_sequential(
+            judge, draft.probs, draft.ids, q_row, coins.accept, coins.sample, judged
+        )
         scored = q.shape[1]
         rest = hidden[:, scored:]  # [B, k+1-J, H]
 
@@ -129,7 +132,12 @@ def verify_draft(
             return probs(cache.logits(rest))  # [B, k+1-J, V]
 
         return res, q, torch.cat(head_rows, 1), q_rest if rest.shape[1] else None
-    logits = cache.step(ids, None, ids.shape[1])  # [B, k+1, V]
+    judged = None
+    if judge.reads_hidden:  # the judge reads the hidden states the head turns into q
+        judged = cache.step_hidden(ids)  # [B, k+1, H]
+        logits = cache.logits(judged)
+    else:
+        logits = cache.step(ids, None, ids.shape[1])  # [B, k+1, V]
     q = probs(logits)
     res = verify(
         judge,
@@ -139,6 +147,7 @@ def verify_draft(
         uniforms=coins.accept,
         sample_uniforms=coins.sample,
         validate=False,  # the rows come straight from logits_to_probs
+        hidden=judged,
     )
     return res, q, logits, None
 

@@ -156,6 +156,8 @@ class SpeculativeDecoder:
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
+        if self.rule.reads_hidden:
+            self.rule.check_hidden(pair.verifier.config.hidden_size)
         self.sampling = SamplingSettings.resolve(sampling, k, temperature, top_k, top_p)
         self.trace_top_n = check_int("trace_top_n", trace_top_n, 1)
         self.replay_top_m = check_int("replay_top_m", replay_top_m, 1)

@@ -152,6 +152,11 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
     """
     if isinstance(rule, str):
         rule = make_rule(rule)
+    if rule.reads_hidden:
+        raise ValueError(
+            f"rule {rule.name!r} reads the verifier's hidden states, which a trace does not "
+            "keep: decode with it instead of replaying"
+        )
     vocab = vocab_size(trace.meta)
     temperature = trace.meta.get("temperature")
     if not is_num(temperature):

@@ -26,6 +26,7 @@ from cactus_core.maths.rules.cactus import (
 from cactus_core.maths.rules.deferral import Cascade, Fuzzy, KLJudge
 from cactus_core.maths.rules.fixed_targets import Interp, Optimal, OptimalPrice
 from cactus_core.maths.rules.fly import FLy
+from cactus_core.maths.rules.learned_judge import LearnedJudge
 from cactus_core.maths.rules.sglang import SGLangThresholds
 from cactus_core.maths.rules.sps import SPS
 from cactus_core.maths.rules.thresholds import TAS, RelaxedTopK, TopK, kth_largest
@@ -50,6 +51,7 @@ RULES: dict[str, type[Rule]] = {
         OptimalPrice,
         Block,
         FLy,
+        LearnedJudge,
     )
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)

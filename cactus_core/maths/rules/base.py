@@ -270,6 +270,10 @@ class Rule:
     # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a
     # decode is estimated (`experiments.override_estimate`), not read off `emitted`
     overrides_sps: ClassVar[bool] = False
+    # a round-level rule that decides from the verifier's hidden states at the drafts
+    # (`verify_round`'s hidden), which only a decoder's verify pass has: a trace's replay, vLLM
+    # and the Playground's rows cannot run it
+    reads_hidden: ClassVar[bool] = False
     tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
     # Its parameters (`Param` class attributes), in declaration order, inherited ones first:
     # set by __init_subclass__, never by hand.
@@ -300,6 +304,10 @@ class Rule:
         rows q [d, V], k drafts in the round), it could accept a draft sps rejected ->
         bool [d]."""
         raise NotImplementedError(f"rule {self.name!r} never overrides sps")
+
+    def check_hidden(self, hidden_size: int) -> None:
+        """For a rule that `reads_hidden`: ValueError unless it can read a verifier's hidden
+        states of this size."""
 
     # -- metadata ------------------------------------------------------------------------------
     @classmethod
@@ -378,7 +386,8 @@ class Rule:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A `round_level` rule's decision on whole drafts: (num_accepted [B], its per-draft
         chances [B, k], the token emitted after the accepted drafts [B]), from p [B, k, V],
-        n [B, k], q [B, k+1, V] and the round's coins."""
+        n [B, k], q [B, k+1, V] and the round's coins. A rule that `reads_hidden` also takes
+        hidden [B, k+1, H], the verifier's final hidden states at the k + 1 rows."""
         raise NotImplementedError(f"{self.name} decides position by position")
 
     # -- hooks ---------------------------------------------------------------------------------

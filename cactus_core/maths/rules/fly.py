@@ -45,10 +45,9 @@ from __future__ import annotations
 import torch
 
 from cactus_core.maths.divergence import top_entropy
-from cactus_core.maths.rules.base import UNBOUNDED, Drafted, Param
-from cactus_core.maths.rules.override import overridden_law
+from cactus_core.maths.rules.base import UNBOUNDED, Param
+from cactus_core.maths.rules.override import kept_round, overridden_law
 from cactus_core.maths.rules.sps import SPS
-from cactus_core.maths.sampling import inverse_cdf_
 from cactus_core.maths.validation import check_pair, work_dtype
 
 TOP_ENTROPY_OF = 3  # FLy's calculate_topk_entropy(logits, 3)
@@ -152,31 +151,14 @@ class FLy(SPS):
         """(num_accepted [B], sps's a(n_i) [B, k], the token emitted after the kept drafts [B])
         from p [B, k, V], drafts n [B, k], q [B, k+1, V] (work dtype), coins uniforms [B, k]
         (draft i passes sps iff u_i < a(n_i)) and sample_uniforms [B]."""
-        b, k, v = p.shape
+        k = p.shape[1]
         q_k = q[:, :k]  # [B, k, V] view
         d = self.drafted(q_k, p, n)
         a = self.accept(d)  # [B, k]
         passed = uniforms.to(a.dtype) < a
         kept = fly_kept(passed, self.gate(q_k) & (d.qn > 0), int(self.W))
-        num = kept.long().cumprod(-1).sum(-1)  # [B]
-        rows = torch.arange(b, device=p.device)
-        # q at the first draft still rejected, or the bonus row; p at that draft
-        q_row = torch.index_select(q.reshape(-1, v), 0, rows * (k + 1) + num)  # [B, V]
-        at = num.clamp(max=k - 1)
-        p_row = torch.index_select(p.reshape(-1, v), 0, rows * k + at)  # [B, V]
-        take = at.unsqueeze(-1)
-        stop = Drafted(
-            d.qn.gather(1, take).squeeze(1),
-            d.pn.gather(1, take).squeeze(1),
-            (),
-            q_row,
-            p_row,
-            n.gather(1, take).squeeze(1),
-        )
-        weights = self.residual_weights(stop)  # sps's residual there, [B, V]
-        bonus = (num == k).unsqueeze(-1).to(weights.dtype)  # [B, 1]
-        weights.mul_(1 - bonus).addcmul_(q_row, bonus)
-        return num, a, inverse_cdf_(weights, sample_uniforms)
+        num, last = kept_round(self, p, n, q, d, kept, sample_uniforms)
+        return num, a, last
 
     def emitted_inner(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """The exact pi [..., V] at a draft followed by at least W more drafts in its round, for

@@ -15,9 +15,16 @@ off q's support redrawn from the sps residual.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from cactus_core.maths.rules.base import Drafted
+from cactus_core.maths.sampling import inverse_cdf_
 from cactus_core.maths.validation import work_dtype
+
+if TYPE_CHECKING:
+    from cactus_core.maths.rules.sps import SPS
 
 
 def overridden_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -40,3 +47,40 @@ def override_mixture(p: torch.Tensor, q: torch.Tensor, omega: torch.Tensor | flo
     w = torch.as_tensor(omega, dtype=tilde.dtype, device=tilde.device)
     w = w.unsqueeze(-1) if w.dim() > 0 else w
     return q.to(tilde.dtype) * (1 - w) + tilde * w
+
+
+def kept_round(
+    rule: SPS,
+    p: torch.Tensor,
+    n: torch.Tensor,
+    q: torch.Tensor,
+    d: Drafted,
+    kept: torch.Tensor,
+    sample_uniforms: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A round of a rule that overrides sps, once it knows which drafts it keeps: (num_accepted
+    [B], the token emitted after them [B]) from p [B, k, V], n [B, k], q [B, k+1, V], sps's
+    `Drafted` d [B, k] of the round, kept [B, k] (passed sps or overridden) and
+    sample_uniforms [B]. The round keeps its drafts up to the first one still rejected and
+    there draws sps's residual normalise((q − p)+) (that draft failed sps's own coin); after a
+    fully kept draft, the bonus from q at position k + 1."""
+    b, k, v = p.shape
+    num = kept.long().cumprod(-1).sum(-1)  # [B]
+    rows = torch.arange(b, device=p.device)
+    # q at the first draft still rejected, or the bonus row; p at that draft
+    q_row = torch.index_select(q.reshape(-1, v), 0, rows * (k + 1) + num)  # [B, V]
+    at = num.clamp(max=k - 1)
+    p_row = torch.index_select(p.reshape(-1, v), 0, rows * k + at)  # [B, V]
+    take = at.unsqueeze(-1)
+    stop = Drafted(
+        d.qn.gather(1, take).squeeze(1),
+        d.pn.gather(1, take).squeeze(1),
+        (),
+        q_row,
+        p_row,
+        n.gather(1, take).squeeze(1),
+    )
+    weights = rule.residual_weights(stop)  # sps's residual there, [B, V]
+    bonus = (num == k).unsqueeze(-1).to(weights.dtype)  # [B, 1]
+    weights.mul_(1 - bonus).addcmul_(q_row, bonus)
+    return num, inverse_cdf_(weights, sample_uniforms)

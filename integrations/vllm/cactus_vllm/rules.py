@@ -84,6 +84,11 @@ def parse_spec(spec: object, where: str) -> PlannedRule:
 @functools.lru_cache(maxsize=256)
 def plan(rule: Rule) -> PlannedRule:
     """The path a rule runs on in vLLM (module docstring); RuleSpecError for a refused one."""
+    if rule.reads_hidden:
+        raise RuleSpecError(
+            f"rule {rule.name!r} reads the verifier's hidden states, which vLLM's rejection "
+            "sampler is not handed; decode it with cactus_core's SpeculativeDecoder"
+        )
     if rule.round_level:
         raise RuleSpecError(
             f"rule {rule.name!r} decides on the whole draft, which vLLM's per-token rejection "

@@ -77,6 +77,7 @@ def test_rule_specs_and_refusals(monkeypatch):
     )
     for bad, words in [
         ('{"rule": "block"}', "whole draft"),
+        ('{"rule": "learned-judge"}', "hidden states"),
         ('{"rule": "nope"}', "allowed: sps, cactus"),
         ('{"delta": 1}', '"rule" one of'),
         ('{"rule": "cactus", "delta": -1}', "delta must be"),
