@@ -168,6 +168,18 @@ def tiny_pair_factory() -> Callable[..., ModelPair]:
     return make_tiny_pair
 
 
+@pytest.fixture
+def tiny_judge(monkeypatch, tiny_pair: ModelPair) -> None:
+    """A random learned judge for the tiny pair's hidden size (64) in place of the shipped one,
+    which reads the embedded verifier's (576)."""
+    from cactus_core.maths.rules import learned_judge
+
+    size = tiny_pair.verifier.config.hidden_size
+    weights = torch.randn(2 * size, generator=torch.Generator().manual_seed(0))
+    judge = learned_judge.Judge(weights, 0.0, "tiny")
+    monkeypatch.setattr(learned_judge, "loaded_judge", lambda: judge)
+
+
 @pytest.fixture(scope="session")
 def tiny_pair_dirs(tiny_pair: ModelPair, tmp_path_factory) -> tuple[Path, Path]:
     """The tiny pair saved as two model folders (verifier, draft), as a user names a local pair."""

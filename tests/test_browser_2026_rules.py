@@ -1,8 +1,9 @@
-"""The 2026 rules in a real Chromium: a Frontier sweep of FLy and the KL judge on the task set
-(FLy's points marked estimated, the divergence axis switched to total variation, the task
-score tab), and the KL judge in focus on the Playground.
+"""The 2026 rules in a real Chromium: a Frontier sweep of FLy, the KL judge and the learned
+judge on the task set (FLy's and the learned judge's points marked estimated, the divergence
+axis switched to total variation, the task score tab), and each in focus on the Playground.
 
-Runs `streamlit run app.py` with the tiny pair saved to folders, as test_browser_frontier does.
+Runs `streamlit run app.py` with the tiny pair saved to folders, as test_browser_frontier does,
+and a learned judge for the tiny verifier's hidden states named by CACTUS_LEARNED_JUDGE.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from streamlit_server import fill, pick_rule, slider_from_start, streamlit_app, wait_idle
+
+from cactus_core.maths.rules.learned_judge import JUDGE_ENV, Judge
 
 pytestmark = pytest.mark.browser
 
@@ -19,10 +23,14 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_pair_dirs, tmp_path_factory):
+def server(tiny_pair, tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-2026")
+    size = tiny_pair.verifier.config.hidden_size  # a judge for the tiny verifier's hidden states
+    weights = torch.randn(2 * size, generator=torch.Generator().manual_seed(0))
+    Judge(weights, 0.0, "the tiny test verifier").save(root / "judge.json")
     env = {
         **os.environ,
+        JUDGE_ENV: str(root / "judge.json"),
         "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
         "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
         "CACTUS_CACHE_DIR": str(root / "cache"),
@@ -55,7 +63,7 @@ def _x_title(page, key: str) -> str:
     )
 
 
-def test_frontier_sweeps_fly_and_the_kl_judge_on_the_task_set(server, browser):
+def test_frontier_sweeps_the_2026_rules_on_the_task_set(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(120_000)
     try:
@@ -79,10 +87,12 @@ def _frontier(page, url: str) -> None:
     slider_from_start(page, "Max new tokens", right=1)  # 16 tokens
     pick_rule(page, "fly")
     pick_rule(page, "kl-judge")
+    pick_rule(page, "learned-judge")
     fill(page, "cactus: values of delta", "1")
     fill(page, "fly: values of theta", "0")
     fill(page, "kl-judge: values of tau", "30")
-    page.get_by_text("4 settings + verifier-only × 3 prompts").wait_for()
+    fill(page, "learned-judge: values of threshold", "0.5")
+    page.get_by_text("5 settings + verifier-only × 3 prompts").wait_for()
     page.get_by_role("button", name="Run sweep").click()
 
     key = "fr_chart_tpc"
@@ -90,6 +100,7 @@ def _frontier(page, url: str) -> None:
     assert page.locator("[data-testid='stException']").count() == 0
     names = [t["name"] for t in _traces(page, key)]
     assert "fly (estimated π)" in names and "kl-judge" in names, names
+    assert "learned-judge (estimated π)" in names, names
     (fly,) = [t for t in _traces(page, key) if t["name"] == "fly (estimated π)"]
     assert fly["error_x"] is not None  # its divergence carries the estimate's interval
     expect(page.get_by_text("Open markers on a dotted line")).to_be_visible()
@@ -117,7 +128,7 @@ def _frontier(page, url: str) -> None:
     assert page.locator("[data-testid='stException']").count() == 0
 
 
-def test_playground_puts_the_kl_judge_in_focus(server, browser):
+def test_playground_puts_the_2026_rules_in_focus(server, browser):
     from playwright.sync_api import expect
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -130,6 +141,8 @@ def test_playground_puts_the_kl_judge_in_focus(server, browser):
         expect(page.get_by_text("Trusts the draft where its distribution").first).to_be_visible()
         focus.get_by_text("fly", exact=True).click()
         expect(page.get_by_text("its top-3 entropy at least θ").first).to_be_visible()
+        focus.get_by_text("learned-judge", exact=True).click()
+        expect(page.get_by_text("predicts the mismatch would not change").first).to_be_visible()
         assert page.locator("[data-testid='stException']").count() == 0
     except Exception:
         ARTIFACTS.mkdir(exist_ok=True)

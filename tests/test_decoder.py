@@ -386,6 +386,7 @@ def test_nll_and_probe_rows_match_a_full_forward(tiny_pair):
 
 
 @pytest.mark.parametrize("rule", RULE_NAMES)
+@pytest.mark.usefixtures("tiny_judge")
 def test_lazy_head_gives_the_same_generation(tiny_pair, rule):
     """Computing the verifier's head only up to the first rejection changes nothing but the
     work: same tokens, fates, coins, emitted KL and NLL as the k + 1 rows at once."""

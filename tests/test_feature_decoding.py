@@ -200,6 +200,7 @@ def test_trace_and_lazy_head_settings_give_the_same_tokens(feature_pair):
 
 
 @pytest.mark.parametrize("rule", RULE_NAMES)
+@pytest.mark.usefixtures("tiny_judge")
 def test_every_rule_runs_with_replay_streaming_and_the_probe(feature_pair, rule):
     seen = []
     dec = SpeculativeDecoder(

@@ -13,8 +13,10 @@ from cactus_core import SpeculativeDecoder
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.experiments.sweep import run_sweep
 from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweep_plan import plan_chunks
 from cactus_core.maths.rules import learned_judge, make_rule
-from cactus_core.maths.rules.learned_judge import Judge, shipped_judge
+from cactus_core.maths.rules.learned_judge import JUDGE_ENV, Judge, loaded_judge
+from cactus_core.maths.tree import verify_tree_batch
 from cactus_core.maths.verify import verify
 
 N_DRAWS = 100_000
@@ -45,17 +47,23 @@ def judged_law(p: torch.Tensor, q: torch.Tensor, kept: torch.Tensor) -> torch.Te
     return torch.minimum(p, q) + over + residual / residual.sum() * stay
 
 
+def flat_dirichlet(vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """A Dirichlet(1, ..., 1) draw [vocab] float64 from `gen` (normalised exponentials), so
+    the rows do not depend on which tests ran before in the process."""
+    e = -torch.rand(vocab, generator=gen, dtype=torch.float64).log()
+    return e / e.sum()
+
+
 @pytest.mark.parametrize("truncated", [False, True])
 def test_first_token_follows_the_judged_law(monkeypatch, truncated: bool) -> None:
     vocab = 8
     gen = torch.Generator().manual_seed(11)
-    p = torch.distributions.Dirichlet(torch.ones(vocab)).sample().double()
-    q = torch.distributions.Dirichlet(torch.ones(vocab)).sample().double()
+    p, q = (flat_dirichlet(vocab, gen) for _ in range(2))
     if truncated:  # a top-p verifier: token 2 is judged unimportant but q rules it out
         q[[2, 5]] = 0.0
         q = q / q.sum()
     unimportant = {0, 2, 3, 6}
-    monkeypatch.setattr(learned_judge, "shipped_judge", lambda: token_judge(vocab, unimportant))
+    monkeypatch.setattr(learned_judge, "loaded_judge", lambda: token_judge(vocab, unimportant))
     ids = torch.multinomial(p.float(), N_DRAWS, replacement=True, generator=gen).view(-1, 1)
     res = verify(
         make_rule("learned-judge", threshold=0.5),
@@ -80,10 +88,14 @@ def test_first_token_follows_the_judged_law(monkeypatch, truncated: bool) -> Non
 
 def test_threshold_zero_is_sps_and_one_keeps_every_draft_q_allows(monkeypatch) -> None:
     vocab, b, k = 8, 64, 4
-    monkeypatch.setattr(learned_judge, "shipped_judge", lambda: token_judge(vocab, {1, 4}))
+    monkeypatch.setattr(learned_judge, "loaded_judge", lambda: token_judge(vocab, {1, 4}))
     gen = torch.Generator().manual_seed(3)
-    p = torch.distributions.Dirichlet(torch.ones(vocab)).sample((b, k))
-    q = torch.distributions.Dirichlet(torch.ones(vocab)).sample((b, k + 1))
+    p = torch.stack([flat_dirichlet(vocab, gen) for _ in range(b * k)]).view(b, k, -1).float()
+    q = (
+        torch.stack([flat_dirichlet(vocab, gen) for _ in range(b * (k + 1))])
+        .view(b, k + 1, -1)
+        .float()
+    )
     q[:, :, 7] = 0.0
     q = q / q.sum(-1, keepdim=True)
     ids = torch.multinomial(p.view(-1, vocab), 1, generator=gen).view(b, k)
@@ -118,20 +130,51 @@ def test_it_refuses_rows_alone_another_verifier_replay_and_trees(tiny_pair) -> N
     out = SpeculativeDecoder(tiny_pair, "sps", k=3).generate("Hi", max_new_tokens=6, seed=0)
     with pytest.raises(ValueError, match="a trace does not keep"):
         reverify(out.trace, rule)
+    rows = torch.full((1, 3, 4), 0.25)
+    with pytest.raises(ValueError, match="cannot judge a tree"):
+        verify_tree_batch(rule, torch.zeros(1, 2, dtype=torch.long), [0, 0], rows, rows)
+
+
+def test_cactus_learned_judge_names_another_judge_and_keys_the_sweep_cache(
+    tiny_pair, tmp_path, monkeypatch
+) -> None:
+    """A judge file saved for the tiny pair runs it; another file (or a retrained one) gives
+    learned-judge chunks new cache keys and leaves other rules' keys alone; a damaged file is
+    a ValueError naming it."""
+    config = SweepConfig(
+        prompts=("Tell me about cacti.",),
+        settings=tuple(settings_from_grids({"sps": [], "learned-judge": [0.5]})),
+        max_new_tokens=8,
+    )
+
+    def keys() -> dict[str, str]:
+        return {t.setting.rule: str(t.payload) for t in plan_chunks(tiny_pair.identity, config)}
+
+    shipped = keys()
+    size = tiny_pair.verifier.config.hidden_size
+    for seed in (0, 1):
+        weights = torch.randn(2 * size, generator=torch.Generator().manual_seed(seed))
+        Judge(weights, 0.0, "tiny").save(tmp_path / f"judge{seed}.json", report={"auc": 0.5})
+    monkeypatch.setenv(JUDGE_ENV, str(tmp_path / "judge0.json"))
+    out = SpeculativeDecoder(tiny_pair, make_rule("learned-judge"), k=3).generate(
+        "Hi", max_new_tokens=6, seed=0
+    )
+    assert len(out.token_ids) == 6
+    first = keys()
+    monkeypatch.setenv(JUDGE_ENV, str(tmp_path / "judge1.json"))
+    second = keys()
+    assert len({shipped["learned-judge"], first["learned-judge"], second["learned-judge"]}) == 3
+    assert shipped["sps"] == first["sps"] == second["sps"]
+
+    (tmp_path / "judge1.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"judge1\.json"):
+        SpeculativeDecoder(tiny_pair, make_rule("learned-judge"), k=3)
 
 
 def test_the_shipped_judge_reads_the_embedded_verifier() -> None:
-    judge = shipped_judge()
+    judge = loaded_judge()
     assert judge.hidden_size == 576 and "SmolLM2-135M-Instruct" in judge.verifier
     assert bool(torch.isfinite(judge.weights).all())
-
-
-@pytest.fixture
-def tiny_judge(monkeypatch, tiny_pair):
-    """A random judge for the tiny pair's hidden size (64) in place of the shipped one."""
-    size = tiny_pair.verifier.config.hidden_size
-    weights = torch.randn(2 * size, generator=torch.Generator().manual_seed(0))
-    monkeypatch.setattr(learned_judge, "shipped_judge", lambda: Judge(weights, 0.0, "tiny"))
 
 
 @pytest.mark.usefixtures("tiny_judge")

@@ -18,7 +18,7 @@ from cactus_core.engine.loading.pair import END_MARKER, token_display
 from cactus_core.experiments.reference import load_reference
 from cactus_core.experiments.rule_comparison import RulePoint
 from cactus_core.experiments.sweep_config import BASELINE
-from cactus_core.maths.rules import RULE_NAMES, make_rule
+from cactus_core.maths.rules import RULE_NAMES, RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 
 
@@ -101,9 +101,10 @@ def test_every_rule_has_its_own_colour_everywhere():
     assert {t.meta for t in rules} == {r["rule"] for r in part.rows} - {BASELINE}
     for t in rules:
         assert t.marker.color == rule_colour(t.meta)
-        # a rule whose pi is estimated (FLy) says so in its name and with an open marker
+        # a rule whose pi is estimated (FLy, the learned judge) says so in its name and with
+        # an open marker
         estimated = t.name == f"{t.meta} (estimated π)"
-        assert estimated == (t.meta == "fly") or t.name == t.meta
+        assert estimated == RULES[t.meta].overrides_sps or t.name == t.meta
         own = style(t.meta).symbol
         assert t.marker.symbol == (f"{own}-open" if estimated else own)
         # a few rules first, the rest one legend click away

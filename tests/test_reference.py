@@ -104,6 +104,7 @@ def _ends_of_each_grid() -> tuple[Setting, ...]:
     return tuple(s for run in by_rule.values() for s in dict.fromkeys((run[0], run[-1])))
 
 
+@pytest.mark.usefixtures("tiny_judge")
 def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
     """Every rule, at both ends of its grid (all 80 settings took 40 s; the grid itself is
     checked on the shipped file above)."""

@@ -152,6 +152,7 @@ def test_rejections_rescues_and_sps_on_the_same_coin(cactus_run, tiny_pair):
 
 
 @pytest.mark.parametrize("name", list(RULES))
+@pytest.mark.usefixtures("tiny_judge")
 def test_every_rule_steps_through(tiny_pair, name):
     run = StepRun.start(tiny_pair, request(name, seed=2))
     run.ensure(1)

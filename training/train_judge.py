@@ -24,6 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cactus_core.maths.rules.learned_judge import Judge
+
 PENALTIES = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 
@@ -98,7 +100,8 @@ The `learned-judge` rule's classifier (AutoJudge, Garipov et al., arXiv 2504.200
 logistic regression on the verifier's final-norm hidden states at a drafted token (the row that
 predicted it and the row after reading it, 2 × {report["hidden_size"]} numbers), giving
 P(important), the chance that putting the draft's token in place of the verifier's changes
-whether the answer is right. `cactus_core/maths/rules/learned_judge.py` reads `judge.json`.
+whether the answer is right. `cactus_core/maths/rules/learned_judge.py` reads `judge.json`
+(or the file `CACTUS_LEARNED_JUDGE` names).
 
 - Verifier: {verifier}; draft: the embedded feature draft (mismatches are its rejections).
 - Data: `training/judge_tasks.py`, task prompts with checkable answers (arithmetic, one-word
@@ -171,17 +174,7 @@ def main() -> None:
         a = w[:-1] / scale
         b = float(w[-1] - (mean * a).sum())
         verifier = data["pair"].split("|")[0].removeprefix("verifier=").split("#")[0]
-        judge = {
-            "format": "cactus-learned-judge",
-            "verifier": verifier,
-            "features": "the verifier's final-norm hidden state at the position that predicted "
-            "the drafted token, then after reading it",
-            "hidden_size": x.shape[1] // 2,
-            "weights": [round(v, 7) for v in a.tolist()],
-            "bias": b,
-            "report": report,
-        }
-        (args.export / "judge.json").write_text(json.dumps(judge))
+        Judge(a.float(), b, verifier).save(args.export / "judge.json", report=report)
         (args.export / "README.md").write_text(model_card(report, verifier))
 
 

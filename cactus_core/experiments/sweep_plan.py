@@ -34,7 +34,17 @@ def _chunk_payload(
         # only where it changes the chunk (not the verifier-only baseline), so chunks of
         # sweeps without it keep their keys
         **({"own_estimate": True} if config.own_estimate and not setting.is_baseline else {}),
+        **_rule_data(setting),
     }
+
+
+def _rule_data(setting: Setting) -> dict:
+    # only for a rule that reads a file, so every other chunk keeps its key
+    try:
+        data = {} if setting.is_baseline else setting.make_rule().data_identity()
+    except ValueError as err:  # an unreadable file: the run itself then says so
+        data = {"unreadable": str(err)}
+    return {"rule_data": data} if data else {}
 
 
 def cached_chunks(pair_identity: str, config: SweepConfig, cache: SweepCache) -> tuple[int, int]:

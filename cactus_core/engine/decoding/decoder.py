@@ -156,8 +156,6 @@ class SpeculativeDecoder:
         self.rule = make_rule(rule) if isinstance(rule, str) else rule
         if not isinstance(self.rule, Rule):
             raise ValueError(f"rule must be a Rule or a rule name, got {rule!r}")
-        if self.rule.reads_hidden:
-            self.rule.check_hidden(pair.verifier.config.hidden_size)
         self.sampling = SamplingSettings.resolve(sampling, k, temperature, top_k, top_p)
         self.trace_top_n = check_int("trace_top_n", trace_top_n, 1)
         self.replay_top_m = check_int("replay_top_m", replay_top_m, 1)
@@ -175,6 +173,8 @@ class SpeculativeDecoder:
         self.eos_ids = pair_eos_ids(pair) if eos_ids is None else {int(t) for t in eos_ids}
         # At T = 0 every rule verifies by exact match (see the module docstring).
         self.judge = lossless_rule() if self.sampling.greedy else self.rule
+        if self.judge.reads_hidden:  # at T = 0 the judge is exact match, which reads none
+            self.judge.check_hidden(pair.verifier.config.hidden_size)
         if tree is not None and not isinstance(tree, TreeSettings):
             raise ValueError(f"tree must be a TreeSettings or None, got {tree!r}")
         if tree is not None and pair.feature_draft is None:

@@ -309,6 +309,11 @@ class Rule:
         """For a rule that `reads_hidden`: ValueError unless it can read a verifier's hidden
         states of this size."""
 
+    def data_identity(self) -> dict[str, str]:
+        """What besides the code and the parameters decides the rule's numbers (a file it
+        reads, by digest), for the sweep cache's keys; none for a rule of formulas alone."""
+        return {}
+
     # -- metadata ------------------------------------------------------------------------------
     @classmethod
     def swept(cls) -> Param[Any] | None:

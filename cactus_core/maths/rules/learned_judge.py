@@ -8,7 +8,8 @@ to the first one still rejected, and then emits sps's recovered token there (a d
 normalise((q − p)+)), or the bonus after a fully kept draft (`override.kept_round`).
 
 The judge (`cactus_core/assets/judge`, trained by `training/mine_judge.py` and
-`training/train_judge.py`, its model card beside it) is AutoJudge's classifier: a logistic
+`training/train_judge.py`, its model card beside it; $CACTUS_LEARNED_JUDGE names another judge
+file) is AutoJudge's classifier: a logistic
 regression on two of the verifier's final-norm hidden states at draft i, the one that predicted
 it (row i of the verify pass, which read the token before it) and the one after reading it
 (row i + 1), P(important) = sigmoid(h_i·a + h_(i+1)·b + c). Its labels came from the embedded
@@ -30,8 +31,10 @@ position) are sps's, the law at threshold 0.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +46,7 @@ from cactus_core.maths.rules.sps import SPS
 
 JUDGE_FILE = Path(__file__).resolve().parents[2] / "assets" / "judge" / "judge.json"
 JUDGE_FORMAT = "cactus-learned-judge"
+JUDGE_ENV = "CACTUS_LEARNED_JUDGE"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,20 @@ class Judge:
         """P(important) [B, k] (see `logit`)."""
         return torch.sigmoid(self.logit(hidden))
 
+    def save(self, path: Path, **extra: object) -> None:
+        """Write the judge as `from_file` reads it; `extra` (a training report) rides along."""
+        data = {
+            "format": JUDGE_FORMAT,
+            "verifier": self.verifier,
+            "features": "the verifier's final-norm hidden state at the position that predicted "
+            "the drafted token, then after reading it",
+            "hidden_size": self.hidden_size,
+            "weights": [round(v, 7) for v in self.weights.tolist()],
+            "bias": self.bias,
+            **extra,
+        }
+        path.write_text(json.dumps(data))
+
     @classmethod
     def from_file(cls, path: Path) -> Judge:
         data = json.loads(path.read_text())
@@ -80,10 +98,31 @@ class Judge:
         return cls(weights, float(data["bias"]), str(data["verifier"]))
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_judge() -> Judge:
-    """The judge in `cactus_core/assets/judge`, trained for the embedded pair."""
-    return Judge.from_file(JUDGE_FILE)
+def judge_file() -> Path:
+    """The judge file in use: $CACTUS_LEARNED_JUDGE (a judge.json that `training/train_judge.py`
+    wrote for another pair), else the shipped one, trained for the embedded pair."""
+    named = os.environ.get(JUDGE_ENV)
+    return Path(named) if named else JUDGE_FILE
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: Path, stamp: int) -> tuple[Judge, str]:
+    # stamp (the file's mtime) is in the key so that a judge retrained in place is read again
+    raw = path.read_bytes()
+    return Judge.from_file(path), hashlib.sha256(raw).hexdigest()
+
+
+def _judge_and_digest() -> tuple[Judge, str]:
+    path = judge_file()
+    try:
+        return _read(path, path.stat().st_mtime_ns)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"cannot read the learned judge {path}: {err}") from err
+
+
+def loaded_judge() -> Judge:
+    """The judge of `judge_file()`; ValueError naming the file if it cannot be read."""
+    return _judge_and_digest()[0]
 
 
 def _logit(t: float) -> float:
@@ -141,15 +180,19 @@ class LearnedJudge(SPS):
     def judge_for(self, hidden_size: int) -> Judge:
         """The shipped judge, once it is known to read hidden states of this size; ValueError
         naming the verifier it was trained on otherwise."""
-        judge = shipped_judge()
+        judge = loaded_judge()
         if judge.hidden_size != hidden_size:
             raise ValueError(
-                f"rule {self.name!r}: the shipped judge reads the hidden states of "
+                f"rule {self.name!r}: the judge {judge_file().name} reads the hidden states of "
                 f"{judge.verifier} (size {judge.hidden_size}), this verifier's are size "
-                f"{hidden_size}; train one for this pair with training/mine_judge.py and "
-                "training/train_judge.py"
+                f"{hidden_size}: it runs only with a judge trained on this verifier's hidden "
+                f"states, named by {JUDGE_ENV} (training/mine_judge.py mines the embedded pair)"
             )
         return judge
+
+    def data_identity(self) -> dict[str, str]:
+        # a retrained judge (or another file) changes the numbers, not the code
+        return {"judge": _judge_and_digest()[1]}
 
     def check_hidden(self, hidden_size: int) -> None:
         self.judge_for(hidden_size)
