@@ -178,8 +178,8 @@ class LearnedJudge(SPS):
     )
 
     def judge_for(self, hidden_size: int) -> Judge:
-        """The shipped judge, once it is known to read hidden states of this size; ValueError
-        naming the verifier it was trained on otherwise."""
+        """The judge in use (`judge_file`), once it is known to read hidden states of this
+        size; ValueError naming the verifier it was trained on otherwise."""
         judge = loaded_judge()
         if judge.hidden_size != hidden_size:
             raise ValueError(
