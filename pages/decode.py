@@ -104,9 +104,9 @@ def setting_on_the_frontier(s: AppSettings) -> Rule:
     point = own = None
     if run is not None:
         stats = run.output.stats
-        if run.rule_name == rule.name:  # the run's point belongs to its own rule only
-            kl = stats.mean_emitted_kl or 0.0
-            point = RunPoint(kl, stats.tokens_per_call, f"run {run.run_id}")
+        # the run's point belongs to its own rule only, and only where a decode measures KL
+        if run.rule_name == rule.name and stats.mean_emitted_kl is not None:
+            point = RunPoint(stats.mean_emitted_kl, stats.tokens_per_call, f"run {run.run_id}")
         own = own_curve(run, rule.name)
     fig = compact_frontier(part, rule.name, rule.params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
@@ -210,8 +210,11 @@ def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
             help=METRIC_HELP["acceptance rate"],
         )
         c[2].metric("tokens/s", f"{live.tokens_per_s:.1f}", help=METRIC_HELP["tokens/s"])
+        kl = live.emitted_kl
         c[3].metric(
-            "emitted KL (nats/token)", f"{live.emitted_kl:.4f}", help=METRIC_HELP["emitted KL"]
+            "emitted KL (nats/token)",
+            "–" if kl is None else f"{kl:.4f}",
+            help=METRIC_HELP["emitted KL" if kl is not None else "emitted KL, not measured"],
         )
         c[4].metric("verifier calls", f"{live.verifier_calls}")
 
@@ -223,7 +226,8 @@ def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun
     start = time.perf_counter()
     for rnd in stream:
         rounds.append(rnd)
-        show_counters(slots.counters, live_stats(rounds, time.perf_counter() - start))
+        live = live_stats(rounds, time.perf_counter() - start, not request.rule.overrides_sps)
+        show_counters(slots.counters, live)
         slots.transcript.html(transcript_html("", transcript_tokens(rounds), slots.annotated))
     run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1
     st.session_state[RUN_COUNTER_KEY] = run_id

@@ -65,9 +65,10 @@ CHARTS = (
     "fr_chart_task",
 )
 ESTIMATED_NOTE = (
-    "Open markers on a dotted line: a rule whose emitted pi depends on later drafts (FLy), "
-    "estimated from this sweep's decode: the chance it overrides an sps rejection, with its "
-    "95% interval, gives pi and the horizontal bars (docs/rules.md, FLy)."
+    "Open markers on a dotted line: a rule whose emitted pi depends on the whole round (FLy's "
+    "later drafts, the learned judge's hidden states), estimated from this sweep's decode: "
+    "the chance it overrides an sps rejection, with its 95% interval, gives pi and the "
+    'horizontal bars (docs/rules.md, "The 2026 rules").'
 )
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
 DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]

@@ -10,6 +10,7 @@ import torch
 from scipy import stats
 
 from cactus_core import SpeculativeDecoder
+from cactus_core.app.shared.round_view import live_stats
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.experiments.sweep import run_sweep
 from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
@@ -189,6 +190,9 @@ def test_the_decoder_hands_the_judge_its_hidden_states(tiny_pair) -> None:
         for lazy in (True, False)
     ]
     assert outs[0].token_ids == outs[1].token_ids
+    # its pi is no position's: the decode measures no KL for it (a sweep estimates one)
+    assert all(o.stats.mean_emitted_kl is None for o in outs)
+    assert live_stats(outs[1].trace.rounds, 1.0, kl_exact=False).emitted_kl is None
     overridden = sum(
         1
         for rnd in outs[1].trace.rounds

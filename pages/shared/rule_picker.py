@@ -48,10 +48,11 @@ def rule_picker(
     names = list(RULES) if names is None else list(names)
     # The start goes into session state, not `index`: a link (a tour stop) sets the key
     # first, and Streamlit warns about a widget given both.
-    st.session_state.setdefault(f"{key_prefix}_rule", default if default in names else names[0])
-    if st.session_state[f"{key_prefix}_rule"] not in names:
-        st.session_state[f"{key_prefix}_rule"] = names[0]
-    name = st.selectbox(label, names, key=f"{key_prefix}_rule", help=rules_markdown())
+    key = f"{key_prefix}_rule"
+    st.session_state.setdefault(key, default)
+    if st.session_state[key] not in names:  # a run's rule that this picker leaves out
+        st.session_state[key] = names[0]
+    name = st.selectbox(label, names, key=key, help=rules_markdown())
     st.caption(RULES[name].description)
     if RULES[name].speed_note:
         st.caption(f":material/timer: {RULES[name].speed_note}")

@@ -23,6 +23,11 @@ METRIC_HELP: dict[str, str] = {
         "Mean over positions of KL(pi ‖ q) in nats, computed exactly from the full p and q, "
         "not estimated from samples."
     ),
+    "emitted KL, not measured": (
+        "This rule keeps drafts sps rejected by looking at the whole round (FLy: the later "
+        "drafts; the learned judge: the verifier's hidden states), so no position's p and q give "
+        "its pi. A Frontier sweep estimates its KL, with an interval."
+    ),
     "speedup": MEASURED_HELP,
     "modelled speedup": (
         "Tokens per call ÷ (1 + k·c), c = the cost of a draft step relative to a verifier step. "

@@ -29,12 +29,13 @@ class LiveStats:
     tokens_per_call: float
     acceptance_rate: float | None
     tokens_per_s: float
-    emitted_kl: float
+    emitted_kl: float | None  # None for a rule whose pi a decode does not give (overrides_sps)
     verifier_calls: int = 0
 
 
-def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
-    """The counters while rounds stream in, with the same definitions as GenerationStats."""
+def live_stats(rounds: list[RoundTrace], elapsed_s: float, kl_exact: bool = True) -> LiveStats:
+    """The counters while rounds stream in, with the same definitions as GenerationStats
+    (kl_exact False: a rule that overrides sps, whose KL is not measured)."""
     tokens = sum(len(r.emitted_ids) for r in rounds)
     calls = len(rounds)
     decided = sum(r.verdict.decided for r in rounds)  # every candidate the walk tried
@@ -49,7 +50,7 @@ def live_stats(rounds: list[RoundTrace], elapsed_s: float) -> LiveStats:
         tokens_per_call=tokens / calls if calls else 0.0,
         acceptance_rate=accepted / decided if decided else None,
         tokens_per_s=tokens / elapsed_s if elapsed_s > 0 else 0.0,
-        emitted_kl=kl_sum / tokens if tokens else 0.0,
+        emitted_kl=(kl_sum / tokens if tokens else 0.0) if kl_exact else None,
         verifier_calls=calls,
     )
 

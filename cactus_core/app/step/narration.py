@@ -110,12 +110,23 @@ def bonus_sentence(k: int, token: str, q: float, coin: float) -> str:
 
 
 def summary_sentence(
-    emitted: int, calls: int, tokens_per_call: float, emitted_kl: float, accepted: int, k: int
+    emitted: int,
+    calls: int,
+    tokens_per_call: float,
+    emitted_kl: float | None,
+    accepted: int,
+    k: int,
 ) -> str:
+    """emitted_kl None: a rule whose pi no round gives (it overrides sps)."""
+    kl = (
+        f"an emitted KL of {num(emitted_kl)} nats per token"
+        if emitted_kl is not None
+        else "an emitted KL that a Frontier sweep estimates (this rule's pi depends on the "
+        "whole round)"
+    )
     return (
         f"This round kept {accepted} of {k} drafts and emitted {emitted} token(s). After "
-        f"{calls} verifier call(s): {num(tokens_per_call)} tokens per call, and an emitted KL "
-        f"of {num(emitted_kl)} nats per token."
+        f"{calls} verifier call(s): {num(tokens_per_call)} tokens per call, and {kl}."
     )
 
 

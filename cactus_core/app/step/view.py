@@ -284,9 +284,10 @@ def _residual_step(r: _Round, judge: Rule) -> Step:
 
 
 def _summary_step(r: _Round) -> Step:
-    live = live_stats(r.run.rounds[: r.index + 1], 0.0)
+    live = live_stats(r.run.rounds[: r.index + 1], 0.0, not r.run.judge.overrides_sps)
     emitted, m = len(r.rnd.emitted_ids), len(r.v.path)
-    if r.rnd.branching:
+    if r.rnd.branching:  # a rule that overrides sps judges no tree: its KL is measured here
+        assert live.emitted_kl is not None
         line = say.tree_summary_sentence(
             len(r.v.emitted),
             m,
@@ -300,7 +301,9 @@ def _summary_step(r: _Round) -> Step:
         line = say.summary_sentence(
             emitted, live.verifier_calls, live.tokens_per_call, live.emitted_kl, m, r.rnd.k
         )
-    numbers = {"tokens_per_call": live.tokens_per_call, "emitted_kl": live.emitted_kl}
+    numbers = {"tokens_per_call": live.tokens_per_call}
+    if live.emitted_kl is not None:
+        numbers["emitted_kl"] = live.emitted_kl
     return Step("summary", r.index, None, line, numbers, frame=r.frame(None))
 
 

@@ -408,7 +408,9 @@ class SpeculativeDecoder:
             s = r.stats
             s.batch_size, s.batch_new_tokens = len(rows), total
             exact_zero = not speculative or self.judge.lossless
-            s.kl_measured = self.measure_kl or exact_zero
+            # a rule that overrides sps has no per-position law (its pi depends on the round:
+            # later drafts, hidden states): its KL is estimated by a sweep, not measured here
+            s.kl_measured = (self.measure_kl and not self.judge.overrides_sps) or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
             s.draft_s, s.verify_s = clock.draft.total, clock.verify.total
             s.record_s = clock.record.total
