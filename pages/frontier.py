@@ -9,6 +9,7 @@ metadata.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -525,12 +526,18 @@ def main() -> None:
     s = settings()
     shown = reference_section(s)
     tuner_slot = st.empty()
+
+    def reference_tuner() -> None:
+        assert shown is not None
+        export = partial(export_panel.frontier_panel, s, shown, key="fr")
+        tuner_panel.tuner(reference_source(s, *shown, get_pair), export)
+
     # The reference's tuner goes on screen before the user's sweep waits for the model, unless
     # the last run showed the user's own tuner (then swapping it in and out would flicker).
     early = shown is not None and not st.session_state.get(OWN_TUNER_KEY, False)
     if early:
         with tuner_slot.container():
-            tuner_panel.tuner(reference_source(s, *shown, get_pair))
+            reference_tuner()
     st.divider()
     st.subheader("Your sweep")
     mine = user_sweep(s, shown[1] if shown else None)
@@ -538,16 +545,17 @@ def main() -> None:
     if mine is not None:
         # The user's own sweep replaces the reference in the tuner.
         with tuner_slot.container():
-            tuner_panel.tuner(sweep_source(*mine))
+            export = partial(export_panel.frontier_panel, s, None, key="fr_own")
+            tuner_panel.tuner(sweep_source(*mine), export)
     elif shown is not None and not early:
         with tuner_slot.container():
-            tuner_panel.tuner(reference_source(s, *shown, get_pair))
+            reference_tuner()
+    elif shown is None:
+        export_panel.frontier_panel(s, None, None)
     if mine is not None:
         k_panel.frontier_k(mine[2].rows(), mine[0])
     elif shown is not None:
         k_panel.frontier_k(shown[1].rows, get_pair(s))
-    view = st.session_state.get(tuner_panel.SHOWN_KEY)
-    export_panel.frontier_panel(s, shown if mine is None else None, view)
     st.divider()
     sweep_file_section()
     st.caption(f"{METRIC_LABELS['emitted_kl']}: " + METRIC_HELP["emitted KL"])

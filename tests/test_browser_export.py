@@ -1,6 +1,8 @@
 """“Use this setting” in a real Chromium: on Decode (after a run, so SGLang's threshold is
 fitted on its positions) and on Frontier (the reference tuner's setting, fitted on the
-reference's curves), open the panel, switch engine tabs and read the commands to copy.
+reference's curves), open the panel, switch engine tabs and read the commands to copy. On the
+Frontier, after "Find it (runs)", the export, the CLI flags and the link to Decode (and Decode's
+own export) all carry the tuner's measured answer.
 
 Runs `streamlit run app.py` on a free port with the tiny pair saved to folders and drives
 Debian's chromium through Playwright (tests/streamlit_server.py).
@@ -11,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 from streamlit_server import streamlit_app, wait_idle
 
+from cactus_core.app.shared.engine_export import REPO
 from cactus_core.app.shared.settings import tunable_rules
 
 pytestmark = pytest.mark.browser
@@ -93,9 +97,11 @@ def decode_steps(page, url: str) -> None:
     idle(page)
     open_panel(page)
     serve = code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE")
-    spec = json.loads(re.search(r"CACTUS_VLLM_RULE='([^']*)'", serve).group(1))
+    spec = exported_spec(serve)
     assert spec["rule"] == "cactus" and "delta" in spec
-    assert "pip install ./integrations/vllm" in serve and '"num_speculative_tokens": 4' in serve
+    assert '"num_speculative_tokens": 4' in serve and '"probabilistic"' in serve
+    install = code_in_tab(page, "vLLM", "pip install")
+    assert f"pip install {REPO / 'integrations' / 'vllm'}" in install  # absolute: pastes anywhere
     snippet = code_in_tab(page, "transformers", "cactus_generate")
     assert "custom_generate=cactus_generate" in snippet and "num_assistant_tokens=4" in snippet
     launch = code_in_tab(page, "SGLang", "--speculative-accept-threshold-acc")
@@ -114,11 +120,41 @@ def frontier_steps(page, url: str) -> None:
     idle(page)
     open_panel(page)
     serve = code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE")
-    spec = json.loads(re.search(r"CACTUS_VLLM_RULE='([^']*)'", serve).group(1))
+    spec = exported_spec(serve)
     assert spec["rule"] in tunable_rules()  # the reference tuner's rule at its first guess
     launch = code_in_tab(page, "SGLang", "--speculative-accept-threshold-acc")
     assert re.search(r"--speculative-accept-threshold-acc [0-9.e-]+", launch)
     assert "reference sweep's estimated curves" in caption_in_tab(page, "Fitted on")
+    assert "first guess" in caption_in_tab(page, "first guess")
+
+    # "Find it (runs)" measures the answer; the export then carries that value, not the guess.
+    page.locator("button", has_text="Find it (runs)").first.click()
+    page.get_by_text("measured emitted KL").first.wait_for()
+    idle(page)
+    flags = page.locator('[data-testid="stCode"]').filter(has_text="--rule ").first.inner_text()
+    rule = re.search(r"--rule (\S+)", flags).group(1)
+    param, value = re.search(r"--(?!rule|k |temperature|top-)([a-z-]+) (\S+)", flags).groups()
+    param = param.replace("-", "_")
+    serve = code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE")
+    tuned = exported_spec(serve)
+    assert tuned["rule"] == rule and tuned[param] == float(value), (flags, serve)
+    assert "measured answer" in caption_in_tab(page, "measured answer")
+    snippet = code_in_tab(page, "transformers", "cactus_rule=")
+    assert f"'{param}': {float(value)!r}" in snippet
+
+    # The link to Decode carries the same value, and Decode's export says it too.
+    page.locator("a", has_text="on Decode").first.click()
+    page.get_by_role("heading", name="Decode", exact=True).wait_for()
+    idle(page)
+    open_panel(page)
+    on_decode = exported_spec(code_in_tab(page, "vLLM", "CACTUS_VLLM_RULE"))
+    assert on_decode["rule"] == rule and on_decode[param] == float(value)
+
+
+def exported_spec(serve: str) -> dict:
+    """The rule spec in the Serve block's CACTUS_VLLM_RULE, read as a shell reads it."""
+    words = shlex.split(serve.replace("\\\n", " "), comments=True)
+    return json.loads(next(w for w in words if w.startswith("CACTUS_VLLM_RULE=")).split("=", 1)[1])
 
 
 def test_export_panel_on_decode(server, browser):

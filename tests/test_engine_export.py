@@ -32,7 +32,7 @@ from cactus_core.experiments.estimate import estimate_frontier
 from cactus_core.experiments.reference import ReferenceSweep
 from cactus_core.experiments.tune import FirstGuess
 from cactus_core.maths.rules import RULES, make_rule
-from cactus_core.maths.rules.spec import rule_from_spec, rule_spec_json
+from cactus_core.maths.rules.spec import rule_from_spec, rule_spec
 from cactus_core.maths.rules.thresholds import RelaxedTopK
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -55,20 +55,24 @@ def test_every_rule_exports_parseable_commands(name):
     serve = blocks["vLLM"]["Serve"]
     env = re.search(r"CACTUS_VLLM_RULE='([^']*)'", serve).group(1)
     assert rule_from_spec(env) == rule  # the plugin's spec reads back as this rule
-    words = shlex.split(serve.replace("\\\n", " ").split("\n", 1)[1])
+    words = shlex.split(serve.replace("\\\n", " "), comments=True)
     config = json.loads(words[words.index("--speculative-config") + 1])
-    assert config == {"method": "draft_model", "model": EMBEDDED_DRAFT_PATH,
-                      "num_speculative_tokens": 5}  # fmt: skip
+    # the embedded pair's folders come from the install block's eval, as $VERIFIER and $DRAFT
+    assert config == {"method": "draft_model", "model": "$DRAFT", "num_speculative_tokens": 5,
+                      "draft_sample_method": "probabilistic"}  # fmt: skip
+    assert words[words.index("serve") + 1] == "$VERIFIER"
+    assert "cactus_vllm.export --shell" in blocks["vLLM"]["Install"]
     gen = json.loads(words[words.index("--override-generation-config") + 1])
     assert gen == {"temperature": 0.7, "top_p": 0.95}
     for engine in ("vLLM", "transformers"):
         for code in blocks[engine].values():
             if "import" in code:
                 ast.parse(code)
-    assert f"cactus_rule={rule_spec_json(rule)}," in blocks["transformers"]["Python"]
+    assert f"cactus_rule={rule_spec(rule)!r}," in blocks["transformers"]["Python"]
     assert "num_assistant_tokens=5" in blocks["transformers"]["Python"]
     assert "top_k=0" in blocks["transformers"]["Python"]  # generate's own default is 50
     assert setting.verifier == EMBEDDED_VERIFIER_HUB and "**" + rule.label in summary(setting)
+    assert setting.draft == EMBEDDED_DRAFT_PATH
 
 
 def test_tensorrt_llm_maps_relaxed_topk_only():
@@ -108,7 +112,11 @@ def test_a_custom_pair_keeps_its_names_or_labels(tiny_pair_dirs):
     models = engine_models(AppSettings(verifier=v, draft=d))
     assert (models.verifier, models.draft, models.embedded) == (v, d, False)
     labelled = AppSettings(verifier=v, draft=d, verifier_label="big", draft_label="small")
-    assert (engine_models(labelled).verifier, engine_models(labelled).draft) == ("big", "small")
+    # a public server's folders stay hidden behind its labels: placeholders to replace
+    assert (engine_models(labelled).verifier, engine_models(labelled).draft) == (
+        "/path/to/big",
+        "/path/to/small",
+    )
 
 
 def test_the_transformers_snippet_runs(tiny_pair_dirs):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.experiments.frontier import Estimate
 from cactus_core.experiments.sweep_config import Setting
-from cactus_core.maths.rules import RULES, Param, rule_class
+from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 
 if TYPE_CHECKING:
     from cactus_core.experiments.sweep import SettingResult
@@ -137,6 +137,16 @@ class TuneResult:
                 return s
         return None
 
+    def answer(self) -> Rule:
+        """The answer as the rule every export writes (the CLI flags, "Use this setting"):
+        the measured value to six significant digits, so all of them name one number."""
+        if self.value is None:
+            raise ValueError(f"no {self.rule} setting met the budget: {self.message}")
+        spec = rule_class(self.rule).swept()
+        integer = spec is not None and spec.name == self.param and spec.integer
+        value = round(self.value) if integer else float(f"{self.value:.6g}")
+        return make_rule(self.rule, **{self.param: value})
+
     @property
     def measured_kl(self) -> Estimate:
         c = self.chosen
@@ -187,10 +197,9 @@ class TuneResult:
 
     def cli_flags(self) -> str:
         """The flags that reproduce this setting with `python -m cactus_core generate`."""
-        if self.value is None:
-            raise ValueError(f"no {self.rule} setting met the budget: {self.message}")
+        value = self.answer().params[self.param]
         s = self.sampling
-        flags = [f"--rule {self.rule}", f"--{self.param.replace('_', '-')} {self.value:.6g}"]
+        flags = [f"--rule {self.rule}", f"--{self.param.replace('_', '-')} {value:g}"]
         if s:
             flags += [
                 f"--k {s['k']}",

@@ -1,4 +1,5 @@
-"""Frontier's “Use this setting”: the tuner's refined answer, else its first guess."""
+"""Frontier's “Use this setting”: the tuner's refined answer, else its first guess, drawn
+inside the tuner's fragment so that it changes with the answer."""
 
 from __future__ import annotations
 
@@ -18,18 +19,22 @@ if TYPE_CHECKING:
 
 
 def frontier_panel(
-    s: AppSettings, shown: tuple[Reference, ReferenceSweep] | None, view: TunerView | None
+    s: AppSettings,
+    shown: tuple[Reference, ReferenceSweep] | None,
+    view: TunerView | None,
+    key: str = "fr",
 ) -> None:
-    """Frontier's export: the tuner's refined answer for the rule and budget it shows (`view`),
-    else its first guess from the reference (`shown`, given while the reference is tuned on)."""
+    """Frontier's export, drawn by the tuner it exports: the tuner's refined answer for the rule
+    and budget it shows (`view`), else its first guess from the reference (`shown`, given while
+    the reference is tuned on). `key` tells the reference's tuner from your sweep's."""
     ref, part = shown if shown is not None else (None, None)
     resolved = None
     if view is not None:
         resolved = frontier_rule(view.result, view.guess if part is not None else None, view.budget)
     if resolved is None:
-        panel(None, "fr", "Tune a setting above (pick a rule and a KL budget) to export it.")
+        panel(None, key, "Tune a setting above (pick a rule and a KL budget) to export it.")
         return
     rule, origin = resolved
     pred = frontier_prediction(rule, ref, part)
-    key = ("fr", rule, origin, s, None if part is None else part.top_p, pred and pred.best_k)
-    panel(memo(key, lambda: frontier_export(s, rule, origin, part, pred)), "fr")
+    memo_key = (key, rule, origin, s, None if part is None else part.top_p, pred and pred.best_k)
+    panel(memo(memo_key, lambda: frontier_export(s, rule, origin, part, pred)), key)

@@ -36,14 +36,16 @@ from cactus_core.app.shared.k_panel import cached_costs
 from cactus_core.app.shared.links import decode_setting_query
 from cactus_core.app.shared.metrics import PREDICTED_HELP
 from cactus_core.app.shared.settings import tunable_rules
-from cactus_core.maths.rules import rule_from_values
 
 if TYPE_CHECKING:
     from cactus_core.app.frontier.sweep_view import SweepResult
     from cactus_core.engine.loading.pair import ModelPair
 
 TUNED_KEY = "fr_tuned"  # (the answer's key: the source's identity, rule, budget; TuneResult)
-SHOWN_KEY = "fr_tuner_shown"  # TunerView: what the tuner shows now (the export reads it)
+# Draws "Use this setting" for what the tuner shows now (None: nothing to export yet). It is
+# drawn inside the tuner's fragment, so a run of "Find it" or a new budget redraws the export
+# with it: the export never shows another setting than the tuner's answer.
+Export = Callable[["TunerView | None"], None]
 STATUS_BOX = {"met": "success", "edge": "info", "runs": "warning", "cancelled": "warning"}
 
 
@@ -70,12 +72,12 @@ def show_result(res: TuneResult, key: str, pair: ModelPair | None = None) -> Non
     if costs is not None:
         st.caption("Predicted speedup: " + PREDICTED_HELP)
     if res.value is not None:
-        setting = rule_from_values(res.rule, {res.param: res.value})
+        setting = res.answer()  # the one value the link, the flags and the export name
         st.page_link(
             "pages/decode.py",
             label=f"Use {setting.label} on Decode",
             icon=":material/arrow_outward:",
-            query_params=decode_setting_query(res.rule, {res.param: res.value}),
+            query_params=decode_setting_query(res.rule, setting.params),
         )
         st.markdown("CLI flags (`python -m cactus_core generate`):")
         st.code(res.cli_flags(), language="bash")
@@ -104,14 +106,14 @@ def run_with_progress(
 
 
 @st.fragment
-def tuner(source: TunerSource) -> None:
-    """The tuner on `source`: one rule picker and one budget for the guess, the runs and the
-    per-task answers; tuning redraws this part alone."""
+def tuner(source: TunerSource, export: Export | None = None) -> None:
+    """The tuner on `source`: one rule picker and one budget for the guess, the runs, the
+    export of its answer (`export`) and the per-task answers; tuning redraws this part alone."""
     st.subheader("Tuner: the parameter that meets a KL budget")
+    export = export or (lambda view: None)
     if not source.rules:
-        if source.refine is not None:  # the main tuner's view, which the export reads
-            st.session_state.pop(SHOWN_KEY, None)
         st.info(f"Sweep one of {', '.join(tunable_rules())} to tune its parameter.")
+        export(None)
         return
     rule_key = f"{source.key}_tune_rule"
     if st.session_state.get(rule_key) not in source.rules:
@@ -134,6 +136,7 @@ def tuner(source: TunerSource) -> None:
         t4.button("Cancel", icon=":material/stop:", key=f"{source.key}_tune_cancel")
     guess = _guess(source, rule, budget)
     if source.guess is not None and guess is None:
+        export(None)
         return
     st.caption(source.explain)
     if source.refine is None:
@@ -154,9 +157,9 @@ def tuner(source: TunerSource) -> None:
             st.session_state[TUNED_KEY] = (key, res)
     done = st.session_state.get(TUNED_KEY)
     result = done[1] if done is not None and done[0] == key else None
-    st.session_state[SHOWN_KEY] = TunerView(source.name, rule, budget, guess, result)
     if result is not None:
         show_result(result, f"{source.key}_tune", source.pair())
+    export(TunerView(source.name, rule, budget, guess, result))
     if source.tasks is not None:
         st.markdown("##### Per task")
         task_answers(source.tasks, rule, budget, source.key)

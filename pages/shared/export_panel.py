@@ -34,7 +34,8 @@ def panel(setting: ExportSetting | None, key: str, note: str = "") -> None:
                     st.caption(engine.note)
                 for block in engine.blocks:
                     st.markdown(f"**{block.title}**")
-                    st.code(block.code, language=block.language)
+                    # Long commands wrap inside the panel rather than run off its edge.
+                    st.code(block.code, language=block.language, wrap_lines=True)
         st.caption(f"What each engine can and cannot do with a lab setting: {DOCS}.")
 
 

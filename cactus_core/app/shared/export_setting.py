@@ -9,10 +9,12 @@ engine loads them, the SGLang fit and the k tuner's best k (engine_export writes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cactus_core.app.shared.engine_export import ExportSetting
+from cactus_core.app.shared.engine_export import REPO, ExportSetting
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.loading.embedded_drafts import embedded_draft
 from cactus_core.experiments.engine_fit import SGLANG_RULE, SGLangFit, fit_on_curves, fit_on_rows
@@ -28,9 +30,12 @@ if TYPE_CHECKING:
     from cactus_core.experiments.tune_refine import TuneResult
 
 # What engines load for the embedded pair: the verifier's Hub original (the lab ships it as a
-# Q4_1 GGUF) and the independent 3-layer draft's folder, relative to the repository.
+# Q4_1 GGUF) and the independent 3-layer draft's folder, by absolute path (vLLM gets both as
+# folders the plugin's export makes: engine_export.EMBEDDED_FOLDERS).
 EMBEDDED_VERIFIER_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"
-EMBEDDED_DRAFT_PATH = "cactus_core/assets/draft"
+EMBEDDED_DRAFT_PATH = str(REPO / "cactus_core" / "assets" / "draft")
+# A hub id as engines take it: owner/name, nothing a shell or a path could read otherwise.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,25 @@ class EngineModels:
 
 
 def engine_models(settings: AppSettings) -> EngineModels:
-    """The pair as engines load it (a public server's labels stand in for its paths)."""
+    """The pair as engines load it: hub ids as they are, folders by absolute path. A public
+    server names its models by the operator's labels and never shows a folder: there a hub
+    id is written as it is and a folder as a placeholder to replace."""
     if settings.verifier is not None:
-        verifier = settings.verifier_label or settings.verifier
-        draft = settings.draft_label or settings.draft or EMBEDDED_DRAFT_PATH
-        return EngineModels(verifier, draft, False)
+        verifier = _engine_name(settings.verifier, settings.verifier_label, "verifier")
+        draft_source = settings.draft or EMBEDDED_DRAFT_PATH
+        draft = _engine_name(draft_source, settings.draft_label, "draft")
+        notes = ()
+        if verifier.startswith("/path/to/") or draft.startswith("/path/to/"):
+            notes = (
+                "This server does not show its folders: replace /path/to/… with your copy of "
+                "the model.",
+            )
+        return EngineModels(verifier, draft, False, notes)
     notes = [
         f"The embedded verifier ships as a Q4_1 GGUF of {EMBEDDED_VERIFIER_HUB}; engines load "
-        "the Hub original (bfloat16), so their numbers differ a little from the lab's.",
-        f"The embedded draft ({EMBEDDED_DRAFT_PATH}) is a 3-layer Llama whose head scores a "
+        "the Hub original (bfloat16), so their numbers differ a little from the lab's "
+        "(vLLM's block loads the lab's own conversion instead).",
+        "The embedded draft (cactus_core/assets/draft) is a 3-layer Llama whose head scores a "
         "subset of the vocabulary; the vLLM plugin registers its architecture.",
     ]
     if embedded_draft(settings.embedded_draft).feature_draft is not None:
@@ -59,6 +74,17 @@ def engine_models(settings: AppSettings) -> EngineModels:
             "lab: the engines get the independent 3-layer draft, which accepts less."
         )
     return EngineModels(EMBEDDED_VERIFIER_HUB, EMBEDDED_DRAFT_PATH, True, tuple(notes))
+
+
+def _engine_name(source: str, label: str | None, role: str) -> str:
+    """`source` as an engine loads it: a hub id as it is, a folder by absolute path; behind a
+    public label, a folder becomes a placeholder named after the label."""
+    if _HUB_ID.fullmatch(source) and not Path(source).exists():
+        return source
+    if label is not None:
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or role
+        return f"/path/to/{slug}"
+    return str(Path(source).expanduser().resolve())
 
 
 def best_k_note(pred: KPrediction | None, what: str) -> tuple[int | None, str]:
@@ -121,8 +147,9 @@ def frontier_rule(
     """The Frontier's setting: a tuner's refined answer, else the reference's first guess for
     `budget`; the parameter as the tuner shows it (four significant digits)."""
     if tuned is not None and tuned.value is not None:
-        rule = _rule_at(tuned.rule, tuned.param, tuned.value)
-        return rule, f"the tuner's answer for emitted KL ≤ {tuned.kl_budget:g} nats per token"
+        return tuned.answer(), (
+            f"the tuner's measured answer for emitted KL ≤ {tuned.kl_budget:g} nats per token"
+        )
     if guess is not None:
         rule = _rule_at(guess.rule, guess.param, guess.value)
         within = "" if budget is None else f" ≤ {budget:g} nats per token"

@@ -11,6 +11,7 @@ follow the rule picked, from the rules' metadata.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ class LinkField:
     choices: tuple[str, ...] | None = None
     max_len: int | None = None
     step: float | None = None  # a slider's step: a float is rounded onto it, as the widget would
+    # a one-line name (a model's hub id or folder): control characters are refused, since a
+    # name ends up in shell commands and Markdown, where a newline starts another line
+    one_line: bool = False
     # a rule parameter's widget: a log parameter's float is kept (Param.keep), a linear one's
     # goes to its nearest step
     param: Param | None = None
@@ -71,6 +75,8 @@ class LinkField:
         if self.choices is not None and value not in self.choices:
             return None
         if self.max_len is not None and len(value) > self.max_len:
+            return None
+        if self.one_line and any(unicodedata.category(ch) == "Cc" for ch in value):
             return None
         return value
 
@@ -134,8 +140,8 @@ def sidebar_fields(public: bool, offered: Sequence[str] = ()) -> list[LinkField]
     else:
         pair = [
             LinkField("source", "sb_source", str, choices=SOURCES),
-            LinkField("verifier", "sb_verifier", str, max_len=MAX_NAME_URL),
-            LinkField("draft", "sb_draft", str, max_len=MAX_NAME_URL),
+            LinkField("verifier", "sb_verifier", str, max_len=MAX_NAME_URL, one_line=True),
+            LinkField("draft", "sb_draft", str, max_len=MAX_NAME_URL, one_line=True),
             embedded,
         ]
     numbers = [

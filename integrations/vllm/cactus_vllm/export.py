@@ -5,7 +5,8 @@ environment does not have):
 
     PYTHONPATH=integrations/vllm .venv/bin/python -m cactus_vllm.export
 
-and it prints {"verifier": <folder>, "draft": <folder>} as JSON:
+and it prints {"verifier": <folder>, "draft": <folder>} as JSON (with `--shell`, as
+`export VERIFIER=… DRAFT=…` lines: `eval "$(… --shell)"` sets both in a shell):
 
 - verifier: the lab's float32 safetensors conversion of the embedded SmolLM2-135M-Instruct
   GGUF (~/.cache/cactus-lab/converted/..., made by `load_pair` or here), an ordinary Llama
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shlex
 import shutil
 import sys
 import uuid
@@ -107,11 +109,22 @@ def _write_draft(out: Path, meta: dict, verifier: Path) -> None:
         raise OSError(f"{out}: the written head ids do not read back")
 
 
+def shell_lines(folders: dict[str, str]) -> str:
+    """`export VERIFIER=…` and `export DRAFT=…`, quoted for a POSIX shell's `eval`."""
+    return "\n".join(f"export {name.upper()}={shlex.quote(path)}" for name, path in folders.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", default=None, help="the lab's cache folder")
+    parser.add_argument(
+        "--shell",
+        action="store_true",
+        help="print `export VERIFIER=… DRAFT=…` lines for a shell's eval instead of JSON",
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(export_embedded(Path(args.cache_dir) if args.cache_dir else None)))
+    folders = export_embedded(Path(args.cache_dir) if args.cache_dir else None)
+    print(shell_lines(folders) if args.shell else json.dumps(folders))
     return 0
 
 

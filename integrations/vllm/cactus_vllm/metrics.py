@@ -1,7 +1,8 @@
 """What a deployment reports, in the lab's definitions (DESIGN.md, "Metrics" and
 "Per-position acceptance"), counted where the sampler runs, per rule.
 
-For each rule label and draft position j = 1, 2, …:
+For each setting (a rule and its parameters, `cactus δ=0.1`; past MAX_SETTINGS distinct ones
+in a process, later settings pool as "<rule> (other settings)") and draft position j = 1, 2, …:
 
 - reached[j]: rounds whose drafts 1..j−1 were all accepted, so draft j got a decision;
 - accepted[j]: those whose draft j was accepted. This is vLLM's own counter
@@ -18,7 +19,8 @@ Where they go: `snapshot()` in the process that samples; a log line every
 CACTUS_VLLM_LOG_INTERVAL seconds (default 10; 0 turns it off); the JSON file named by
 CACTUS_VLLM_METRICS_FILE (rewritten at most once a second and at exit; `{pid}` in the name
 is replaced by the process id); and Prometheus counters `cactus:spec_decode_*` with labels
-`rule` and `position`, which `vllm serve`'s /metrics shows.
+`rule` (the rule's name, not its parameters: one series per rule whatever values requests
+ask for) and `position`, which `vllm serve`'s /metrics shows.
 
 CACTUS_VLLM_METRICS: "1" (the default) counts and measures the KL; "counts" counts only (the
 KL is then reported as 0); "0" does neither. Counting costs one host sync per step. The KL
@@ -42,6 +44,10 @@ from typing import Any
 logger = logging.getLogger("cactus_vllm")
 
 _FILE_EVERY_S = 1.0
+# Settings tallied apart in a process; requests may name any parameter value, so the rounds
+# of settings past these pool under their rule's name, and memory stays bounded.
+MAX_SETTINGS = 32
+OTHER_SETTINGS = "(other settings)"
 
 
 def _mode() -> str:
@@ -118,10 +124,15 @@ class Recorder:
         self._prometheus: Any = None
         self._atexit = False
 
-    def observe(self, label: str, num_draft: int, num_accepted: int, kls: list[float]) -> None:
+    def observe(
+        self, label: str, rule: str, num_draft: int, num_accepted: int, kls: list[float]
+    ) -> None:
+        """One round of a request under the setting `label` (`cactus δ=0.1`) of rule `rule`."""
         with self._lock:
+            if label not in self.tallies and len(self.tallies) >= MAX_SETTINGS:
+                label = f"{rule} {OTHER_SETTINGS}"
             self.tallies.setdefault(label, RuleTally()).add_round(num_draft, num_accepted, kls)
-        self._to_prometheus(label, num_accepted, kls)
+        self._to_prometheus(rule, num_accepted, kls)
 
     def step_done(self) -> None:
         """After a sampling step: the periodic log line and file."""
@@ -173,18 +184,18 @@ class Recorder:
             json.dump(self.snapshot(), f, indent=1)
         os.replace(tmp, path)
 
-    def _to_prometheus(self, label: str, num_accepted: int, kls: list[float]) -> None:
+    def _to_prometheus(self, rule: str, num_accepted: int, kls: list[float]) -> None:
         counters = self._counters()
         if counters is None:
             return
         drafts, reached, accepted, kl_sum, emitted = counters
-        drafts.labels(rule=label).inc()
-        emitted.labels(rule=label).inc(num_accepted + 1)
+        drafts.labels(rule=rule).inc()
+        emitted.labels(rule=rule).inc(num_accepted + 1)
         for j, value in enumerate(kls):
-            reached.labels(rule=label, position=str(j)).inc()
-            kl_sum.labels(rule=label, position=str(j)).inc(value)
+            reached.labels(rule=rule, position=str(j)).inc()
+            kl_sum.labels(rule=rule, position=str(j)).inc(value)
         for j in range(num_accepted):
-            accepted.labels(rule=label, position=str(j)).inc()
+            accepted.labels(rule=rule, position=str(j)).inc()
 
     def _counters(self) -> tuple[Any, ...] | None:
         if self._prometheus is None:

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from cactus_vllm.rules import (
     EXTRA_ARGS_KEY,
     PlannedRule,
     RuleSpecError,
+    canonical_spec,
     deployment_rule,
     parse_spec,
     request_rule,
@@ -138,7 +138,7 @@ def wrap_verify_extra_args(stock: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(stock)
     def _verify_extra_args(self) -> None:
         stock(self)
-        if EXTRA_ARGS_KEY in self.extra_args:
+        if self.extra_args:  # request_rule also refuses keys that only look like the plugin's
             from vllm.exceptions import VLLMValidationError
 
             try:
@@ -198,8 +198,9 @@ def wrap_create_speculative_config(stock: Callable[..., Any]) -> Callable[..., A
             key = next((k for k in (EXTRA_ARGS_KEY, "cactus-rule") if k in spec), None)
             if key is not None:
                 self.speculative_config = {k: v for k, v in spec.items() if k != key}
-                text = json.dumps(spec[key])
-                parse_spec(text, f'speculative_config["{key}"]')  # refuse a bad one here
+                where = f'speculative_config["{key}"]'
+                text = canonical_spec(spec[key], where)
+                parse_spec(text, where)  # refuse a bad one here
                 previous = os.environ.get(ENV_VAR)
                 if previous and previous != text:
                     logger.info("cactus_vllm: speculative_config's rule replaces %s", ENV_VAR)

@@ -27,14 +27,14 @@ def record(
 ) -> None:
     """emitted[i]: the tokens request i emitted this step (its accepted drafts + 1). Greedy
     requests and lossless rules are counted with KL 0 (pi = q)."""
-    rounds = []  # (label, drafts, accepted, request)
+    rounds = []  # (label, rule name, drafts, accepted, request)
     by_rule: dict[PlannedRule, list[int]] = {}
     for i, count in enumerate(num_draft):
         if count <= 0:
             continue
         planned = plans[i]
-        label = STOCK_LABEL if planned is None else planned.label
-        rounds.append((label, count, max(emitted[i] - 1, 0), i))
+        label, name = (planned.label, planned.name) if planned else (STOCK_LABEL, STOCK_LABEL)
+        rounds.append((label, name, count, max(emitted[i] - 1, 0), i))
         if planned is not None and planned.path != STOCK and random[i]:
             by_rule.setdefault(planned, []).append(i)
     kls: dict[int, list[float]] = {}
@@ -44,7 +44,7 @@ def record(
         values = kernels.emitted_kl(planned.rule, p, q, one_hot_n).tolist()
         for i, d in zip(reqs, decided, strict=True):
             kls[i], values = values[:d], values[d:]
-    for label, count, accepted, i in rounds:
+    for label, name, count, accepted, i in rounds:
         decided = min(accepted + 1, count)
-        metrics.RECORDER.observe(label, count, accepted, kls.get(i, [0.0] * decided))
+        metrics.RECORDER.observe(label, name, count, accepted, kls.get(i, [0.0] * decided))
     metrics.RECORDER.step_done()

@@ -42,6 +42,9 @@ EXTRA_ARGS_KEY = "cactus_rule"
 STOCK_LABEL = "sps"  # what the metrics call rows that ran vLLM's own sampler
 
 STOCK, LOG_H, POINTWISE = "stock", "log_h", "pointwise"
+# A spec is a rule name and a few numbers: longer text is refused before it is parsed or
+# cached, so that padded or deeply nested specs cost neither memory nor a server error.
+MAX_SPEC_CHARS = 2048
 
 
 class RuleSpecError(ValueError):
@@ -57,26 +60,73 @@ class PlannedRule:
 
     @property
     def label(self) -> str:
-        return STOCK_LABEL if self.path == STOCK and self.rule.lossless else self.rule.label
+        """The setting, parameters included (`cactus δ=0.1`): what the metrics tally apart."""
+        return STOCK_LABEL if self.stock_lossless else self.rule.label
+
+    @property
+    def name(self) -> str:
+        """The rule's name alone: the Prometheus label, one series per rule however many
+        parameter values requests ask for."""
+        return STOCK_LABEL if self.stock_lossless else self.rule.name
+
+    @property
+    def stock_lossless(self) -> bool:
+        return self.path == STOCK and self.rule.lossless
 
 
 def parse_spec(spec: object, where: str) -> PlannedRule:
     """A rule spec (a mapping, or its JSON text) -> the planned rule; RuleSpecError naming
     `where` the spec came from and the allowed values otherwise."""
+    return _parse_canonical(canonical_spec(spec, where), where)
+
+
+def canonical_spec(spec: object, where: str) -> str:
+    """The spec as one canonical JSON text (keys sorted, no padding), the key rules are cached
+    under: two spellings of one rule share an entry, and no entry is longer than
+    MAX_SPEC_CHARS. RuleSpecError for text over the cap, JSON that is not a spec, and nesting
+    (a parameter is a number), all before anything is cached."""
     if isinstance(spec, str):
+        if len(spec) > MAX_SPEC_CHARS:
+            raise RuleSpecError(
+                f"{where}: a rule spec is at most {MAX_SPEC_CHARS} characters, got {len(spec)}"
+            )
         try:
             spec = json.loads(spec)
         except json.JSONDecodeError as e:
             raise RuleSpecError(f"{where}: not valid JSON ({e.msg}): {spec!r}") from None
+        except RecursionError:
+            raise RuleSpecError(f"{where}: not a rule spec (nested too deeply)") from None
     if not isinstance(spec, Mapping) or "rule" not in spec:
         raise RuleSpecError(
             f'{where} must be an object like {{"rule": "cactus", "delta": 0.1}} '
-            f'with "rule" one of: {", ".join(RULE_NAMES)}; got {spec!r}'
+            f'with "rule" one of: {", ".join(RULE_NAMES)}; got {_short(spec)}'
         )
-    params = {k: v for k, v in spec.items() if k != "rule"}
+    nested = [k for k, v in spec.items() if k != "rule" and not isinstance(v, int | float)]
+    if not isinstance(spec["rule"], str) or nested:
+        what = "the rule name must be a string" if not nested else f"{nested[0]!r} is no number"
+        raise RuleSpecError(f"{where}: a parameter is a number and {what}: {_short(spec)}")
     try:
-        rule = make_rule(spec["rule"], **params)
-        return plan(rule)
+        text = json.dumps(dict(spec), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or infinity: never a parameter value
+        raise RuleSpecError(f"{where}: parameters are finite numbers: {_short(spec)}") from None
+    if len(text) > MAX_SPEC_CHARS:
+        raise RuleSpecError(f"{where}: a rule spec is at most {MAX_SPEC_CHARS} characters")
+    return text
+
+
+def _short(spec: object) -> str:
+    try:
+        text = repr(spec)
+    except RecursionError:
+        text = f"a nested {type(spec).__name__}"
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def _parse_canonical(text: str, where: str) -> PlannedRule:
+    params = json.loads(text)
+    name = params.pop("rule")
+    try:
+        return plan(make_rule(name, **params))
     except (TypeError, ValueError) as e:  # RuleSpecError (a refused rule) included
         raise RuleSpecError(f"{where}: {e}") from None
 
@@ -112,17 +162,32 @@ def _parse_env(text: str) -> PlannedRule:
 
 
 def request_rule(extra_args: Mapping[str, Any] | None) -> PlannedRule | None:
-    """A request's own rule from SamplingParams.extra_args, or None when it names none."""
-    if not extra_args or EXTRA_ARGS_KEY not in extra_args:
+    """A request's own rule from SamplingParams.extra_args, or None when it names none.
+    A key that looks like the plugin's but is not (`cactus-rule`, `cactusRule`, any key
+    starting with "cactus") is refused: run silently as the deployment's rule, a typo would
+    look like a working setting."""
+    if not extra_args:
         return None
-    value = extra_args[EXTRA_ARGS_KEY]
+    lookalike = [k for k in extra_args if _looks_ours(k) and k != EXTRA_ARGS_KEY]
+    if lookalike:
+        raise RuleSpecError(
+            f"SamplingParams.extra_args has {lookalike[0]!r}, which the Cactus plugin does not "
+            f'read: the request\'s rule goes under "{EXTRA_ARGS_KEY}"'
+        )
+    if EXTRA_ARGS_KEY not in extra_args:
+        return None
+    where = f'SamplingParams.extra_args["{EXTRA_ARGS_KEY}"]'
     # vLLM's HTTP API takes only flat values in `vllm_xargs`: there the spec is a JSON string.
-    return _parse_request(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    return _parse_request(canonical_spec(extra_args[EXTRA_ARGS_KEY], where))
+
+
+def _looks_ours(key: object) -> bool:
+    return isinstance(key, str) and key.strip().lower().startswith("cactus")
 
 
 @functools.lru_cache(maxsize=256)
 def _parse_request(text: str) -> PlannedRule:
-    return parse_spec(text, f'SamplingParams.extra_args["{EXTRA_ARGS_KEY}"]')
+    return _parse_canonical(text, f'SamplingParams.extra_args["{EXTRA_ARGS_KEY}"]')
 
 
 # -- probes: what a rule does, read from its public whole-row methods ---------------------------

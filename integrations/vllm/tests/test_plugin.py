@@ -236,3 +236,92 @@ def test_the_rules_import_with_torch_only():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("key", ["cactus-rule", "cactusRule", "cactus_rules", "CACTUS_RULE"])
+def test_a_misspelt_request_key_is_refused(vllm_sampler, key):
+    """A key that only looks like the plugin's would run the deployment's rule without a
+    word; it is refused where the request enters (HTTP 400 from `vllm serve`)."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    spec = {"rule": "cactus", "delta": 1.0}
+    with pytest.raises(RuleSpecError, match=f"'{key}'.*cactus_rule"):
+        request_rule({key: spec})
+    with pytest.raises(VLLMValidationError, match="does not read"):
+        SamplingParams(temperature=0.7, extra_args={key: spec})
+    assert request_rule({"other_plugin": 1}) is None  # keys of other plugins pass
+    SamplingParams(temperature=0.7, extra_args={"other_plugin": 1})
+
+
+def deep(depth: int) -> object:
+    value: object = 1.0
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "[" * 100_000 + "]" * 100_000,  # over HTTP: JSON text
+        "[" * 1000 + "]" * 1000,  # under the length cap, deeper than the JSON parser goes
+        {"rule": "cactus", "delta": deep(100_000)},  # offline: a Python object
+        deep(100_000),
+        {"rule": "cactus", "delta": float("nan")},
+        {"rule": "cactus", "delta": "0.1"},
+        {"rule": ["cactus"]},
+        '{"rule": "cactus", "delta": 0.1}' + " " * (1 << 20),  # padded to 1 MiB
+    ],
+    ids=["deep-text", "deep-short", "deep-param", "deep-object", "nan", "text", "list", "padded"],
+)
+def test_a_malformed_spec_is_a_validation_error(vllm_sampler, spec):
+    """Every malformed spec is refused as a bad request (VLLMValidationError: HTTP 400),
+    never a RecursionError (HTTP 500)."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError):
+        SamplingParams(temperature=0.7, extra_args={"cactus_rule": spec})
+
+
+def test_specs_are_cached_by_canonical_text(vllm_sampler):
+    """Spellings of one rule share one cache entry, and the cache holds only short texts."""
+    from cactus_vllm import rules
+
+    rules._parse_request.cache_clear()
+    for spaces in range(64):
+        text = "{" + " " * spaces + '"delta": 0.25, "rule": "cactus"}'
+        assert request_rule({"cactus_rule": text}).rule == make_rule("cactus", delta=0.25)
+    request_rule({"cactus_rule": {"rule": "cactus", "delta": 0.25}})
+    assert rules._parse_request.cache_info().currsize == 1
+    for i in range(300):
+        request_rule({"cactus_rule": {"rule": "cactus", "delta": i / 1000}})
+    cached = rules._parse_request.cache_parameters()["maxsize"]
+    assert rules._parse_request.cache_info().currsize <= cached
+
+
+def test_metric_labels_stay_bounded(vllm_sampler, monkeypatch):
+    """Requests naming 200 different δ give one Prometheus series per rule and position, and
+    the snapshot tallies the first MAX_SETTINGS settings apart, the rest pooled by rule."""
+    prometheus = pytest.importorskip("prometheus_client")
+    monkeypatch.setenv("CACTUS_VLLM_LOG_INTERVAL", "0")
+    metrics.reset()
+    for i in range(200):
+        planned = plan(make_rule("cactus", delta=0.01 * (i + 1)))
+        metrics.RECORDER.observe(planned.label, planned.name, 2, 1, [0.1, 0.2])
+    stock = plan(make_rule("sps"))
+    metrics.RECORDER.observe(stock.label, stock.name, 2, 2, [0.0, 0.0])
+    tallies = metrics.snapshot()["rules"]
+    apart = [label for label in tallies if not label.endswith(metrics.OTHER_SETTINGS)]
+    assert len(apart) == metrics.MAX_SETTINGS
+    assert tallies[f"cactus {metrics.OTHER_SETTINGS}"]["rounds"] == 200 - metrics.MAX_SETTINGS
+    assert tallies[f"sps {metrics.OTHER_SETTINGS}"]["rounds"] == 1
+    assert sum(t["rounds"] for t in tallies.values()) == 201
+    rules_seen = {
+        sample.labels["rule"]
+        for family in prometheus.REGISTRY.collect()
+        if family.name.startswith("cactus:spec_decode")
+        for sample in family.samples
+    }
+    assert rules_seen == {"cactus", "sps"}
