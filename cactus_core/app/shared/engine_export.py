@@ -171,18 +171,28 @@ def vllm_export(s: ExportSetting) -> EngineExport:
             f"  --override-generation-config {q(json.dumps(_sampling_fields(s.sampling)))}"
         )
 
-    config = {**_speculative_config(s, "DRAFT"), "model": "DRAFT"}
-    config_py = repr(config).replace("'DRAFT'", py_draft)
+    config_lines = [
+        f"            {k!r}: {py_draft if k == 'model' else repr(v)},"
+        for k, v in _speculative_config(s, "").items()
+    ]
     args = ", ".join(f"{k}={v!r}" for k, v in _sampling_fields(s.sampling).items())
-    offline = (
-        ("import os\n\n" if s.embedded else "") + "from vllm import LLM, SamplingParams\n\n"
-        'if __name__ == "__main__":  # vLLM starts worker processes\n'
-        f"    llm = LLM(model={py_verifier},\n"
-        f"              speculative_config={config_py})\n"
-        f"    params = SamplingParams({args}, max_tokens=128,\n"
-        f"                            extra_args={{'cactus_rule': {rule_spec(s.rule)!r}}})\n"
-        '    out = llm.generate(["Tell me about cacti."], params)\n'
-        "    print(out[0].outputs[0].text)"
+    offline = "\n".join(
+        [
+            *(["import os", ""] if s.embedded else []),
+            "from vllm import LLM, SamplingParams",
+            "",
+            'if __name__ == "__main__":  # vLLM starts worker processes',
+            "    llm = LLM(",
+            f"        model={py_verifier},",
+            "        speculative_config={",
+            *config_lines,
+            "        },",
+            "    )",
+            f"    params = SamplingParams({args}, max_tokens=128,",
+            f"                            extra_args={{'cactus_rule': {rule_spec(s.rule)!r}}})",
+            '    out = llm.generate(["Tell me about cacti."], params)',
+            "    print(out[0].outputs[0].text)",
+        ]
     )
     caption = (
         "The plugin runs the rule inside vLLM's own rejection sampler: a rule with an adjusted "
