@@ -1,9 +1,11 @@
 """The race in a real browser, quiet and under load (Chromium through Playwright, `streamlit
-run` on a free port, the tiny pair): the race's verdict under a bounded CPU load generator
-(one busy process, for at most a minute) agrees with the same race run without it: their
-stated spreads overlap, and the page lists both lanes' untimed warm-ups before the clocks'
-start. No wall-clock value is asserted: only the two stated spreads against each other, and the
-order of what the race did."""
+run` on a free port, the tiny pair): each race's headline is the ratio its chart shows for the
+same tokens (the dotted line of equal work) and lies within the spread it states; the verdict
+under a bounded CPU load generator (one busy process, for at most a minute) agrees with the
+same race run without it: their stated spreads overlap, and the page lists both lanes' untimed
+warm-ups before the clocks' start. No wall-clock value is asserted: only the two stated
+spreads against each other, the headline against its own chart, and the order of what the
+race did."""
 
 from __future__ import annotations
 
@@ -65,6 +67,15 @@ def race(s: Session) -> tuple[float, float, float, str]:
     how.locator("summary").click()
     s.idle()
     steps = how.locator('[data-testid="stMarkdownContainer"]').filter(has_text="warm-up")
+    # the headline is the ratio the chart shows for equal work: its dotted line's two times
+    lines = s.page.evaluate(
+        "() => Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap("
+        "g => (g.data || []).filter(t => t.meta === 'equal work').map(t => t.x))"
+    )
+    assert len(lines) == 1, lines
+    spec_s, base_s = lines[0]
+    assert abs(base_s / spec_s - value) <= 0.006, (lines, text)
+    assert low <= value <= high, text
     return value, low, high, steps.first.inner_text()
 
 

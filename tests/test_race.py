@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cactus_core.app.decode.race import CLOCKS_START, WARM_UP, Race, race_figure
+from cactus_core.app.decode.race import CLOCKS_START, EQUAL_WORK, WARM_UP, Race, race_figure
 from cactus_core.app.frontier.figures import frontier_chart
 from cactus_core.app.playground.comparison_figure import rule_comparison_figure
 from cactus_core.app.shared.reference import compact_frontier, pair_in_words, reference_part
@@ -81,14 +81,25 @@ def test_one_time_work_runs_before_either_clock(race):
     assert {lane for w, lane in what[3:] if w == "finished"} == {"speculative", "verifier only"}
 
 
-def test_race_figure_has_every_round(race):
+def test_race_figure_has_every_round_and_the_headline_is_its_equal_work(race):
     race, _ = race
-    fig = race_figure(race.lanes)
-    assert [t.name for t in fig.data] == ["speculative, cactus δ=0.3", "verifier only"]
-    for trace, lane in zip(fig.data, race.lanes, strict=True):
-        assert len(trace.x) == len(lane.rounds) + 1  # the start, then one point per round
-        assert trace.y[-1] == lane.tokens
+    work = race.equal_work()
+    fig = race_figure(race.lanes, work)
+    assert [t.meta for t in fig.data] == ["speculative", "verifier only", EQUAL_WORK]
+    for trace, lane in zip(fig.data[:2], race.lanes, strict=True):
+        # the first round (with the prefill) is the start, then one point per round
+        assert len(trace.x) == len(lane.rounds) and (trace.x[0], trace.y[0]) == (0, 0)
+        assert trace.y[-1] == lane.tokens - len(lane.rounds[0].tokens)
         assert list(trace.x) == sorted(trace.x)
+    # the line of equal work meets both lanes at the same tokens, and its ratio is the headline
+    spec, base, line = fig.data
+    assert line.y[0] == line.y[1] == work.tokens
+    assert (line.x[0], line.y[0]) in set(zip(spec.x, spec.y, strict=True))
+    assert (line.x[1], line.y[1]) in set(zip(base.x, base.y, strict=True))
+    cmp = race.comparison()
+    assert cmp.speedup == pytest.approx(line.x[1] / line.x[0])
+    assert cmp.spread is None or cmp.spread.low <= cmp.speedup <= cmp.spread.high
+    assert f"over the same {work.tokens} tokens" in cmp.verdict()
 
 
 def test_every_rule_has_its_own_colour_everywhere():

@@ -28,7 +28,11 @@ HOW_TIMED = (
     "whichever has written fewer tokens going next, so both are at the same point of their "
     "texts at the same moment and a change in the machine's load lands on both. Each clock "
     "counts only its own decoder's work, never the other's or the page's drawing; neither "
-    "records the lab's trace. Each point is a round, placed when its tokens were written."
+    "records the lab's trace. Each point is a round, placed when its tokens were written, "
+    "both lanes from the end of their first round (which holds the prompt's prefill). The "
+    "speedup compares the same tokens, the dotted line: the verifier-only lane's time for them "
+    "÷ the speculative lane's. Tokens a lane wrote after the other had stopped ran alone on "
+    "the clock and are left out."
 )
 
 
@@ -57,7 +61,8 @@ def run_race(pair: ModelPair, run: DecodeRun, slot: DeltaGenerator) -> str | Non
 
 
 def _draw(race: Race, chart: DeltaGenerator, texts: list[DeltaGenerator], key: str) -> None:
-    chart.plotly_chart(race_figure(race.lanes), key=key)
+    work = race.equal_work() if race.done else None
+    chart.plotly_chart(race_figure(race.lanes, work), key=key)
     for slot, lane in zip(texts, race.lanes, strict=True):
         with slot.container(border=True):
             _lane_text(lane)

@@ -15,11 +15,16 @@ How it is timed (the page says so too; the definition is `experiments.speedup`'s
   page's drawing.
 - Neither lane records the lab's trace rows or the exact emitted KL: the race times decoding
   as a server runs it (Generate's run holds the trace).
-- The speedup is the two decoders' own decoding tokens/s (the prefill apart), and its spread is
-  taken over stretches of wall-clock time in which both lanes ran rounds (`speedup.spread`): a
-  stretch pairs the rounds the two decoders ran under the same load. The whole race also counts
-  the rounds one lane ran after the other had finished, so its speedup can fall just outside
-  every stretch's; the stated spread is widened to hold it.
+- The speedup compares equal work (`EqualWork`): the same number of tokens written by both
+  lanes after their first round (which holds the prompt's prefill), up to the end of the last
+  speculative round that the verifier-only lane also got past. It is the verifier-only lane's
+  time for those tokens ÷ the speculative lane's. The chart draws both lanes from the end of
+  their first round and marks those tokens with a line, so the headline is the ratio the chart
+  shows. Tokens one lane wrote after the other had stopped (a longer answer, run alone on the
+  clock and under whatever load came then) are outside the comparison.
+- Its spread is taken over stretches of wall-clock time in which both lanes ran rounds inside
+  that window (`speedup.spread`): a stretch pairs the rounds the two decoders ran under the
+  same load. The stated spread holds the headline.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ VERIFIER_ONLY = "verifier only"
 LANE_COLOURS = {SPECULATIVE: "#008856", VERIFIER_ONLY: "#848482"}  # rule_style's cactus, sps
 WARM_UP = "warm-up (untimed)"
 CLOCKS_START = "clocks start"
+EQUAL_WORK = "equal work"  # the figure's trace of the tokens both lanes are judged on
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,49 @@ class Lane:
         prefill."""
         return [(r.ended, r.seconds) for r in self.rounds[1:]]
 
+    def progress(self) -> tuple[list[float], list[int]]:
+        """(times, tokens) after the first round, which holds the prefill: each round's end on
+        this lane's clock less the first round's, and the tokens written since it."""
+        if not self.rounds:
+            return [], []
+        first = self.rounds[0]
+        times, tokens, total = [0.0], [0], 0
+        for r in self.rounds[1:]:
+            total += len(r.tokens)
+            times.append(r.t - first.t)
+            tokens.append(total)
+        return times, tokens
+
+
+@dataclass(frozen=True)
+class EqualWork:
+    """Both lanes over the same tokens: the `tokens` written after the first round by the
+    speculative lane's rounds 2 … `rounds` + 1, and by as many verifier-only steps."""
+
+    tokens: int
+    rounds: int  # speculative rounds (after the first) that wrote them
+    speculative_s: float  # each lane's own decoding time for them
+    verifier_only_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.verifier_only_s / self.speculative_s
+
+
+def equal_work(speculative: Lane, verifier_only: Lane) -> EqualWork | None:
+    """The longest stretch both lanes wrote, ending on a speculative round (a round's tokens
+    are written at once); None when there is none (a lane with no round after its first)."""
+    spec_t, spec_n = speculative.progress()
+    base_t, base_n = verifier_only.progress()
+    if len(spec_t) < 2 or len(base_t) < 2:
+        return None
+    last = max(i for i, n in enumerate(spec_n) if n <= base_n[-1])
+    if last == 0:
+        return None
+    n = spec_n[last]
+    at = base_n.index(n)  # a verifier-only step writes one token, so every count is there
+    return EqualWork(n, last, spec_t[last], base_t[at])
+
 
 def warm_up(dec: SpeculativeDecoder, request: DecodeRequest, speculative: bool) -> float:
     """Run the decoder once on the request's prompt, untimed by the race: two rounds at the
@@ -210,24 +259,38 @@ class Race:
             pass
         return self
 
+    def equal_work(self) -> EqualWork | None:
+        return equal_work(self.speculative, self.verifier_only)
+
     def comparison(self) -> SpeedComparison:
+        """The measured speedup over equal work, with its spread (the module docstring); a
+        race too short to have any compares the two runs whole."""
         spec, base = self.speculative.output, self.verifier_only.output
         if spec is None or base is None:
             raise ValueError("the race has not finished")
-        per_round = spec.stats.new_tokens / max(spec.stats.rounds, 1)
-        spread_ = spread(
-            per_round, self.speculative.timed_rounds(), self.verifier_only.timed_rounds()
-        )
         out = speed_comparison(spec.stats, base.stats, self.k)
+        rounds, steps = self.speculative.timed_rounds(), self.verifier_only.timed_rounds()
+        per_round = spec.stats.new_tokens / max(spec.stats.rounds, 1)
+        work = self.equal_work()
+        if work is not None:
+            out.speculative_tokens_per_s = work.tokens / work.speculative_s
+            out.verifier_only_tokens_per_s = work.tokens / work.verifier_only_s
+            out.tokens, out.rounds = work.tokens, work.rounds
+            rounds, steps = rounds[: work.rounds], steps[: work.tokens]
+            per_round = work.tokens / work.rounds
+        spread_ = spread(per_round, rounds, steps)
         # the stated spread holds the verdict it is stated with
         out.spread = spread_.including(out.speedup) if spread_ is not None else None
         return out
 
 
-def race_figure(lanes: tuple[Lane, ...], height: int = 320) -> go.Figure:
-    """Tokens written against each decoder's own decoding time: one step line per lane, a
-    marker at every round (speculative rounds coloured by how they ended), so the rounds and
-    the gap between the lanes are both in view."""
+def race_figure(
+    lanes: tuple[Lane, ...], work: EqualWork | None = None, height: int = 320
+) -> go.Figure:
+    """Tokens written against each decoder's own decoding time, both from the end of their
+    first round (which holds the prefill): one step line per lane, a marker at every round
+    (speculative rounds coloured by how they ended), and, once the race is over, the equal
+    work it is judged on as a line between the two lanes' times for the same tokens."""
     fig = go.Figure(
         layout={
             "height": height,
@@ -235,17 +298,14 @@ def race_figure(lanes: tuple[Lane, ...], height: int = 320) -> go.Figure:
             "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
             "font": {"size": 13},
             "hoverlabel": {"font": {"size": 14}, "bgcolor": "#ffffff"},
-            "xaxis": {"title": {"text": "decoding time (s, each decoder's own clock)"}},
+            "xaxis": {"title": {"text": "decoding time (s, each decoder's own, from its prefill)"}},
             "yaxis": {"title": {"text": "tokens written"}, "rangemode": "tozero"},
         }
     )
     for lane in lanes:
-        xs, ys, hover, colours = [0.0], [0], ["start"], [LANE_COLOURS[lane.name]]
-        total = 0
-        for r in lane.rounds:
-            total += len(r.tokens)
-            xs.append(r.t)
-            ys.append(total)
+        xs, ys = lane.progress()
+        hover, colours = ["first round (with the prefill)"], [LANE_COLOURS[lane.name]]
+        for r in lane.rounds[1:]:
             text = "".join(r.tokens).replace("<", "&lt;")
             how = (
                 f"{r.accepted}/{r.drafted} drafts accepted, {r.ending}"
@@ -259,9 +319,26 @@ def race_figure(lanes: tuple[Lane, ...], height: int = 320) -> go.Figure:
             y=ys,
             mode="lines+markers",
             name=lane.label,
+            meta=lane.name,
             line={"color": LANE_COLOURS[lane.name], "shape": "hv", "width": 2.5},
             marker={"color": colours, "size": 7 if lane.name == SPECULATIVE else 4},
             customdata=hover,
             hovertemplate="%{customdata}<br>%{x:.2f} s, %{y} tokens<extra></extra>",
+        )
+    if work is not None:
+        fig.add_scatter(
+            x=[work.speculative_s, work.verifier_only_s],
+            y=[work.tokens, work.tokens],
+            mode="lines+markers+text",
+            name=f"the same {work.tokens} tokens: {work.speedup:.2f}×",
+            meta=EQUAL_WORK,
+            text=[f"{work.speculative_s:.2f} s", f"{work.verifier_only_s:.2f} s"],
+            textposition="top center",
+            line={"color": "#333333", "dash": "dot", "width": 1.5},
+            marker={"color": "#333333", "size": 9, "symbol": "line-ns-open"},
+            hovertemplate=(
+                f"{work.tokens} tokens: verifier-only {work.verifier_only_s:.2f} s ÷ speculative "
+                f"{work.speculative_s:.2f} s = {work.speedup:.2f}×<extra></extra>"
+            ),
         )
     return fig

@@ -77,6 +77,10 @@ class SpeedComparison:
     spread: Spread | None = None
     spec_stats: Any = None  # the two runs' GenerationStats (the cost's parts)
     base_stats: Any = None
+    # The equal work the rates are over (the race's `EqualWork`): tokens both wrote and the
+    # speculative rounds that wrote them; 0: the two runs whole.
+    tokens: int = 0
+    rounds: int = 0
 
     @property
     def speedup(self) -> float:
@@ -86,9 +90,10 @@ class SpeedComparison:
 
     def verdict(self) -> str:
         s = self.speedup
+        over = f"over the same {self.tokens} tokens" if self.tokens else "while decoding"
         rates = (
-            f"{self.speculative_tokens_per_s:.1f} against {self.verifier_only_tokens_per_s:.1f} "
-            "tokens/s while decoding"
+            f"{_rate(self.speculative_tokens_per_s)} against "
+            f"{_rate(self.verifier_only_tokens_per_s)} tokens/s {over}"
         )
         spread = f"; {self.spread.text()}" if self.spread is not None else ""
         if self.spread is not None and self.spread.covers(1.0):
@@ -97,6 +102,11 @@ class SpeedComparison:
             slower = f"{s:.2f}× the verifier-only speed"
             return f"Speculation is slower here: {slower} ({rates}{spread})."
         return f"Speculation is faster here: {s:.2f}× ({rates}{spread})."
+
+
+def _rate(x: float) -> str:
+    """Tokens/s with enough digits that two different rates never read the same."""
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
 def speed_comparison(

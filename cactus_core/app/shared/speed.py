@@ -40,17 +40,22 @@ class CostParts:
 
 
 def cost_parts(cmp: SpeedComparison) -> CostParts | None:
-    """The race's round cost in parts; None without both runs' stats."""
+    """The race's round cost in parts, over the work the speedup compares (its rates): a
+    round's time and a step's from the rates, split into verify, draft and the rest by the
+    speculative run's own shares of its decoding time. So the parts give the measured speedup
+    exactly. None without both runs' stats."""
     s, b = cmp.spec_stats, cmp.base_stats
     if s is None or b is None or not (s.rounds and b.new_tokens):
         return None
-    step = decoding_seconds(b) / b.new_tokens  # one verifier-only token, all included
-    if step <= 0:
+    decoding = decoding_seconds(s)
+    if cmp.verifier_only_tokens_per_s <= 0 or cmp.speculative_tokens_per_s <= 0 or decoding <= 0:
         return None
-    verify = s.verify_s / s.rounds
-    draft = s.draft_s / s.rounds
-    other = max(0.0, decoding_seconds(s) / s.rounds - verify - draft)
-    return CostParts(s.new_tokens / s.rounds, cmp.k, verify / step, draft / step, other / step)
+    per_round = cmp.tokens / cmp.rounds if cmp.rounds else s.new_tokens / s.rounds
+    step = 1 / cmp.verifier_only_tokens_per_s  # one verifier-only token, all included
+    round_steps = per_round / cmp.speculative_tokens_per_s / step
+    verify = round_steps * min(1.0, s.verify_s / decoding)
+    draft = round_steps * min(1.0 - verify / round_steps, s.draft_s / decoding)
+    return CostParts(per_round, cmp.k, verify, draft, max(0.0, round_steps - verify - draft))
 
 
 def explanation(parts: CostParts) -> str:
