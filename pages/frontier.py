@@ -69,7 +69,8 @@ ESTIMATED_NOTE = (
     "Open markers on a dotted line: a rule whose emitted pi depends on the whole round (FLy's "
     "later drafts, the learned judge's hidden states), estimated from this sweep's decode: "
     "the chance it overrides an sps rejection, with its 95% interval, gives pi and the "
-    'horizontal bars (docs/rules.md, "The 2026 rules").'
+    'horizontal bars (docs/rules.md, "The 2026 rules"). Such a rule can sit above the limit, '
+    "which bounds the rules that judge each position on its own p and q."
 )
 # What the form starts with: the same pair of rules as `python -m cactus_core sweep`.
 DEFAULT_SWEEP = [DEFAULT_RULE, LOSSLESS_RULE]
@@ -303,6 +304,9 @@ def trade_off(
         fig = ff.frontier_chart(rows, "tokens_per_call", x, selected=selected, reference=ref_rows)
         chart(fig, CHARTS[0])
         st.caption(METRIC_HELP["tokens per call"])
+        missing = ff.not_drawn(rows, "tokens_per_call", x)
+        if missing:
+            st.caption(missing)
         if any(r.get("estimated") for r in rows):
             st.caption(ESTIMATED_NOTE)
     with tabs[1]:
@@ -455,6 +459,11 @@ def reference_section(s: AppSettings) -> tuple[Reference, ReferenceSweep] | None
             part.rows, "tokens_per_call", title="reference sweep: tokens per call vs emitted KL"
         )
         st.plotly_chart(fig, key="fr_ref_tpc")
+        missing = ff.not_drawn(part.rows, "tokens_per_call")
+        if missing:
+            st.caption(missing)
+        if any(r.get("estimated") for r in part.rows):
+            st.caption(ESTIMATED_NOTE)
         st.caption(
             "Measured on the reference prompts; the dashed line is the Pareto frontier over "
             "every rule. A few rules are drawn at first: click a name in the legend to show "

@@ -256,6 +256,14 @@ class EstimatedFrontier:
         )
 
 
+def estimable(rule: str) -> bool:
+    """Whether rows give the rule's curve: its pi at a position follows from that position's p
+    and q. A rule that overrides sps on what the rows do not hold (FLy's later drafts, the
+    learned judge's hidden states) has none; a sweep estimates its pi from its decode instead
+    (`experiments.override_estimate`), and its measured points stand for it."""
+    return not rule_class(rule).overrides_sps
+
+
 def estimate_frontier(
     p: torch.Tensor,
     q: torch.Tensor,
@@ -265,7 +273,8 @@ def estimate_frontier(
 ) -> EstimatedFrontier:
     """Every rule's estimated curve (see the module docstring) on rows p, q [N, W].
 
-    rules: names (default every rule in RULES); count: values of each swept parameter, from
+    rules: names (default every rule in RULES; those that are not `estimable` get no curve);
+    count: values of each swept parameter, from
     `Param.values(count)` (integer parameters give fewer distinct values). The rows are
     checked to be distributions once here, then every rule runs unvalidated in float64.
     """
@@ -284,7 +293,7 @@ def estimate_frontier(
             raise ValueError(f"every row of {name} must sum to 1")
     limit = limit_sums(p, q).curve()
     names = list(RULES) if rules is None else list(rules)
-    curves = {name: _curve(name, p, q, k, count, limit) for name in names}
+    curves = {name: _curve(name, p, q, k, count, limit) for name in names if estimable(name)}
     return EstimatedFrontier(k=k, positions=int(p.shape[0]), curves=curves, limit=limit)
 
 

@@ -34,6 +34,7 @@ from cactus_core.experiments.estimate import (
     EstimatedCurve,
     EstimatedFrontier,
     OwnRun,
+    estimable,
     from_own_runs,
 )
 from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
@@ -313,7 +314,10 @@ def _sweep_from_dict(s: dict[str, Any]) -> ReferenceSweep:
     runs: dict[str, list[OwnRun]] = {}
     for run in s["own_curves"]:
         curve = EstimatedCurve.from_dict(run["curve"])
-        runs.setdefault(curve.rule, []).append((run["value"], curve))
+        # files made before `estimable` held per-position curves of FLy and the learned judge,
+        # at KL 0: not theirs
+        if estimable(curve.rule):
+            runs.setdefault(curve.rule, []).append((run["value"], curve))
     k = int(s["config"]["k"])
     estimate = None
     if lim is not None and runs:

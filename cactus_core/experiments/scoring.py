@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from cactus_core.experiments.estimate import compact_rows, estimate_frontier
+from cactus_core.experiments.estimate import compact_rows, estimable, estimate_frontier
 from cactus_core.experiments.override_estimate import OverrideSums
 from cactus_core.maths.divergence import kl, reverse_kl, total_variation
 from cactus_core.maths.limit import LimitSums, limit_sums_per_row
@@ -116,7 +116,10 @@ class PositionScores:
 
     def own_curve(self, outs: list, rule: str, k: int) -> tuple[Any, int]:
         """The rule's estimated curve (an EstimatedCurve, or None) on the positions the
-        chunk's outputs decoded and this probe kept, with their count."""
+        chunk's outputs decoded and this probe kept, with their count; None for a rule rows
+        cannot estimate (`estimate.estimable`)."""
+        if not estimable(rule):
+            return None, 0
         parts = [self.kept_rows(row, out.trace) for row, out in enumerate(outs)]
         parts = [x for x in parts if x is not None]
         if not parts:

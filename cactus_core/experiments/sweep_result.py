@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cactus_core.engine.decoding.generation import PositionCounts
-from cactus_core.experiments.estimate import EstimatedCurve, pool_curves
+from cactus_core.experiments.estimate import EstimatedCurve, estimable, pool_curves
 from cactus_core.experiments.frontier import Estimate, dominance_check, mean_ci
 from cactus_core.experiments.override_estimate import OverrideSums
 from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
@@ -104,7 +104,10 @@ class SettingResult:
 
     def own_curve(self, k: int) -> EstimatedCurve | None:
         """The rule's curve estimated on the positions this setting decoded (its chunks'
-        curves pooled by positions), or None where the sweep kept none."""
+        curves pooled by positions), or None where the sweep kept none or rows cannot estimate
+        the rule (`estimate.estimable`: a chunk cached before may hold a per-position curve)."""
+        if not estimable(self.setting.rule):
+            return None
         done = [c for c in self.chunks if c.estimate is not None and c.estimate_positions]
         if not done:
             return None

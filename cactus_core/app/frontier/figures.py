@@ -54,6 +54,36 @@ def _finite_point(r: Row, x: str, metric: str) -> bool:
     return math.isfinite(_num(r.get(x))) and math.isfinite(_num(r.get(metric)))
 
 
+# Why a setting has no point on an axis, by what its row holds there.
+_NOT_DRAWN_WHY = {
+    "none": "not recorded on this axis (swept before the lab measured it)",
+    "inf": "infinite: pi gives probability 0 to a token q allows, so KL(q ‖ pi) has no bound",
+    "nan": "not measured",
+}
+
+
+def not_drawn(rows: Sequence[Row], metric: str, x: str = "emitted_kl") -> str | None:
+    """The settings a chart of `metric` against `x` leaves out, by rule, with the reason; None
+    when every row has a point. A view never drops a rule without saying so."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for field in (x, metric):
+            value = r.get(field)
+            why = "none" if value is None else None
+            if value is not None and not math.isfinite(float(value)):
+                why = "nan" if math.isnan(float(value)) else "inf"
+            if why is not None:
+                missing.setdefault((str(r["rule"]), why), []).append(str(r["label"]))
+                break
+    if not missing:
+        return None
+    parts = []
+    for (rule, why), labels in missing.items():
+        named = labels[0] if len(labels) == 1 else f"{len(labels)} settings of {rule}"
+        parts.append(f"{named} ({_NOT_DRAWN_WHY[why]})")
+    return "Not drawn on this axis: " + "; ".join(parts) + "."
+
+
 def _by_rule(rows: Sequence[Row]) -> dict[str, list[Row]]:
     groups: dict[str, list[Row]] = {}
     for r in rows:

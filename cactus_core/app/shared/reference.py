@@ -9,6 +9,7 @@ reference's measured points are drawn beside it, so the gap between the two is i
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,12 @@ import plotly.graph_objects as go
 
 from cactus_core.app.shared.rule_style import LIMIT_COLOUR, rule_colour
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
-from cactus_core.experiments.estimate import EstimatedCurve, estimate_frontier, rows_from_trace
+from cactus_core.experiments.estimate import (
+    EstimatedCurve,
+    estimable,
+    estimate_frontier,
+    rows_from_trace,
+)
 from cactus_core.experiments.reference import Reference, ReferenceSweep
 from cactus_core.experiments.reference import load_reference as load_reference
 from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
@@ -82,16 +88,38 @@ def swept_value(rule: str, params: Mapping[str, float | int]) -> float | None:
 def marker(
     part: ReferenceSweep, rule: str, params: Mapping[str, float | int]
 ) -> tuple[float, float]:
-    """(emitted KL per token, tokens per call) of this setting on the rule's estimated curve."""
-    if part.estimate is None or rule not in part.estimate.curves:
-        return math.nan, math.nan
-    curve = part.estimate.curves[rule]
+    """(emitted KL per token, tokens per call) of this setting: on the rule's estimated curve,
+    or, for a rule rows cannot estimate (`estimate.estimable`), between its measured points
+    (their KL estimated from the decode), in the parameter's own scale."""
     value = swept_value(rule, params)
-    return curve.at(value, "kl_token"), curve.at(value, "tokens_per_call")
+    if part.estimate is not None and rule in part.estimate.curves:
+        curve = part.estimate.curves[rule]
+        return curve.at(value, "kl_token"), curve.at(value, "tokens_per_call")
+    rows = sorted(
+        (r for r in part.rule_rows(rule) if _finite(r.get("value")) and _finite_point(r)),
+        key=lambda r: float(r["value"]),
+    )
+    if value is None or not rows:
+        return math.nan, math.nan
+    spec = rule_class(rule).swept()
+    axis = math.log if spec is not None and spec.log and value > 0 else (lambda v: v)
+    xs = [float(r["value"]) for r in rows]
+    j = bisect.bisect_right(xs, value)
+    if j == 0 or j == len(rows) or (spec is not None and spec.log and xs[j - 1] <= 0):
+        near = rows[0] if j == 0 else rows[-1] if j == len(rows) else rows[j - 1]
+        return float(near["emitted_kl"]), float(near["tokens_per_call"])
+    lo, hi = rows[j - 1], rows[j]
+    w = (axis(value) - axis(xs[j - 1])) / (axis(xs[j]) - axis(xs[j - 1]))
+    return tuple(  # type: ignore[return-value]
+        (1 - w) * float(lo[f]) + w * float(hi[f]) for f in ("emitted_kl", "tokens_per_call")
+    )
 
 
 def run_curve(trace: Trace, rule: str, k: int, count: int = 50) -> EstimatedCurve:
-    """The rule's curve estimated from a run's own recorded positions (top-M rows and tail)."""
+    """The rule's curve estimated from a run's own recorded positions (top-M rows and tail);
+    ValueError for a rule rows cannot estimate."""
+    if not estimable(rule):
+        raise ValueError(f"{rule}'s pi depends on more than one position's p and q")
     p, q = rows_from_trace(trace)
     return estimate_frontier(p, q, k, rules=[rule], count=count).curves[rule]
 
@@ -186,7 +214,7 @@ def compact_frontier(
     return fig
 
 
-def compact_caption(run_point: bool, own_curve: bool) -> str:
+def compact_caption(run_point: bool, own_curve: bool, rule: str | None = None) -> str:
     """What each mark of `compact_frontier` is, said once under it (the chart has no legend)."""
     parts = [
         "Circles: the reference sweep's measured settings (sps and this rule)",
@@ -194,6 +222,14 @@ def compact_caption(run_point: bool, own_curve: bool) -> str:
         "dotted: the limit, the most tokens per call any rule reaches at that KL",
         "ring: this setting",
     ]
+    if rule is not None and not estimable(rule):
+        parts[1:2] = [
+            f"{rule} has no estimated curve: its pi depends on the whole round, so its circles "
+            "are measured decodes with the KL estimated from them (docs/rules.md), and the ring "
+            "sits between them",
+            "such a rule can sit above the limit, which bounds rules that judge each position "
+            "on its own p and q",
+        ]
     if run_point:
         parts.append("×: your last run (shown while its rule is picked)")
     if own_curve:
@@ -221,6 +257,10 @@ def _add_points(fig: go.Figure, rows: Sequence[Mapping[str, Any]], rule: str) ->
 
 def _finite(x: Any) -> bool:
     return x is not None and math.isfinite(float(x))
+
+
+def _finite_point(r: Mapping[str, Any]) -> bool:
+    return _finite(r.get("emitted_kl")) and _finite(r.get("tokens_per_call"))
 
 
 def log_timing(name: str, ms: float) -> None:
