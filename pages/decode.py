@@ -196,9 +196,22 @@ def transcript_slot() -> tuple[bool, DeltaGenerator]:
     return annotated, st.empty()
 
 
-def show_counters(slot: DeltaGenerator, live: LiveStats) -> None:
+def stale_note(run: DecodeRun, request: DecodeRequest | None) -> str | None:
+    """Why the counters and text on screen are not the form's setting, if they are not."""
+    changes = request.changes_since(run.request) if request is not None else ["the prompt"]
+    if not changes:
+        return None
+    return (
+        f"Run {run.run_id}'s results, from before you changed {', '.join(changes)}. "
+        "Press Generate to decode the new setting."
+    )
+
+
+def show_counters(slot: DeltaGenerator, live: LiveStats, stale: str | None = None) -> None:
     # Three and two, in the form's column under the buttons: in view without scrolling.
     with slot.container():
+        if stale:
+            st.warning(stale, icon=":material/history:")
         c = [*st.columns(3), *st.columns(3)[:2]]
         c[0].metric(
             "tokens per call", f"{live.tokens_per_call:.2f}", help=METRIC_HELP["tokens per call"]
@@ -249,7 +262,7 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
         st.rerun()
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     if run is not None:
-        show_counters(slots.counters, final_stats(run.output))
+        show_counters(slots.counters, final_stats(run.output), stale_note(run, f.request))
         tokens = transcript_tokens(run.trace.rounds, run.replay)
         slots.transcript.html(transcript_html("", tokens, slots.annotated))
     if f.compare:

@@ -291,3 +291,18 @@ def test_each_embedded_draft_decodes_on_the_page(choice):
     other_pair = any("not on the pair you picked" in c.value for c in at.caption)
     assert other_pair == (choice != REFERENCE_EMBEDDED_DRAFT)
     pair_page._PAIRS.clear()
+
+
+def test_results_of_an_earlier_setting_say_so(pair_dirs):
+    """After Generate, changing the rule or the prompt leaves run 1's counters and text on
+    screen marked as run 1's, naming what changed; Generate clears the mark."""
+    at = generate(decode_page(pair_dirs), open_rounds=False)
+    assert not [w for w in at.warning if "Run 1's results" in w.value]
+    at.selectbox(key="dec_rule").set_value("sps").run()
+    stale = [w.value for w in at.warning if "Run 1's results" in w.value]
+    assert stale and "the rule (cactus" in stale[0] and "→ sps)" in stale[0]
+    at.text_area(key="dec_prompt").set_value("Name three deserts.").run()
+    stale = [w.value for w in at.warning if "Run 1's results" in w.value]
+    assert stale and "the prompt" in stale[0]
+    generate(at, open_rounds=False)
+    assert not [w for w in at.warning if "results, from before" in w.value]

@@ -217,3 +217,50 @@ def test_a_learned_judge_sweep_marks_its_pi_estimated(tiny_pair) -> None:
     assert judged["omega"] == 1.0  # threshold 1 keeps every mismatch q allows
     assert judged["emitted_kl_lo"] <= judged["emitted_kl"] <= judged["emitted_kl_hi"]
     assert judged["tokens_per_call"] > rows["sps"]["tokens_per_call"]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("[1, 2, 3]", "is not a learned judge"),
+        ("{not json", "cannot be read as JSON"),
+        ("[" * 5000 + "]" * 5000, "cannot be read as JSON"),
+        (
+            '{"format": "cactus-learned-judge", "hidden_size": 2, "weights": [NaN, 0, 0, 0], '
+            '"bias": 0}',
+            "must be finite",
+        ),
+        (
+            '{"format": "cactus-learned-judge", "hidden_size": 2, "weights": [0, 0, 0, 0], '
+            '"bias": -Infinity}',
+            "must be finite",
+        ),
+        (
+            '{"format": "cactus-learned-judge", "hidden_size": 2, "weights": [0, 0, 0], "bias": 0}',
+            "2 × hidden_size = 4",
+        ),
+        (
+            '{"format": "cactus-learned-judge", "hidden_size": "2", "weights": [], "bias": 0}',
+            "positive integer",
+        ),
+    ],
+    ids=["list", "not-json", "deep", "nan-weight", "minus-inf-bias", "short", "size-text"],
+)
+def test_a_bad_judge_file_is_one_clear_error_without_its_folder(
+    content: str, words: str, tmp_path, monkeypatch
+) -> None:
+    """A judge file that is not one is refused with a ValueError that names the file but not
+    the server's folders: a JSON list once crashed to Streamlit's error page, NaN weights
+    acted as sps without a word and a bias of −inf kept every draft."""
+    path = tmp_path / "secret-folder" / "judge.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    monkeypatch.setenv(JUDGE_ENV, str(path))
+    with pytest.raises(ValueError, match=words) as err:
+        loaded_judge()
+    assert "secret-folder" not in str(err.value) and "judge.json" in str(err.value)
+    missing = tmp_path / "secret-folder" / "gone.json"
+    monkeypatch.setenv(JUDGE_ENV, str(missing))
+    with pytest.raises(ValueError, match=r"gone\.json") as err:
+        loaded_judge()
+    assert "secret-folder" not in str(err.value)

@@ -11,7 +11,7 @@ import tracemalloc
 from types import SimpleNamespace
 
 import pytest
-from hostile_sweep_files import bomb, empty_sweep
+from hostile_sweep_files import bomb, empty_body, empty_sweep
 from test_sweep_file_page import tagged_sweep
 
 from cactus_core.engine.loading.deployment import PUBLIC_ENV
@@ -20,6 +20,7 @@ from cactus_core.experiments import sweep_plan
 from cactus_core.experiments.sweep import run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache, canonical_json
 from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
+from cactus_core.experiments.sweep_file import frame
 from cactus_core.maths.sampling import SamplingSettings
 
 MB = 2**20
@@ -178,3 +179,28 @@ def test_a_table_of_results_is_named_for_what_it_is(tiny_pair, tmp_path):
     result = tagged_sweep(tiny_pair, tmp_path)
     with pytest.raises(sf.SweepFileError, match=r"table of results .* not a sweep file"):
         sf.load_sweep_file(result.to_json().encode(), "frontier.json")
+
+
+def test_answers_of_thousands_of_forms_are_refused_and_checks_compile_once():
+    """A valid-looking file whose answer lists 20,000 forms (word=w0|…|w19999) took 42-67 s to
+    open in public mode and 17-24 s a rerun: one regex compiled per form, prompt, setting and
+    rerun. Forms are capped where the file is read, and a spec's test is compiled once."""
+    from cactus_core.experiments import task_score
+    from cactus_core.experiments.sweep_file import SweepFileError, load_sweep_file
+
+    body = empty_body(2, 1)
+    body["prompts"] = [
+        {"text": "a", "task": "", "answer": "word=" + "|".join(f"w{i}" for i in range(20_000))},
+        {"text": "b", "task": "", "answer": "number=3"},
+    ]
+    with pytest.raises(SweepFileError, match="at most 32 accepted forms"):
+        load_sweep_file(frame(canonical_json(body)))
+    body["prompts"][0]["answer"] = "word=" + "x" * 101
+    with pytest.raises(SweepFileError, match="at most 100 characters"):
+        load_sweep_file(frame(canonical_json(body)))
+    task_score._checker.cache_clear()
+    spec = "word=" + "|".join(f"w{i}" for i in range(task_score.MAX_FORMS))
+    texts = [f"the answer is w{i % 40}." for i in range(200)]
+    judged = task_score.task_score([spec] * len(texts), texts)
+    assert judged.correct == sum(i % 40 < task_score.MAX_FORMS for i in range(200))
+    assert task_score._checker.cache_info().misses == 1  # parsed and compiled once

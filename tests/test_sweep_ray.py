@@ -9,6 +9,7 @@ import time
 
 import pytest
 import ray
+import torch
 
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
@@ -164,3 +165,40 @@ def test_the_app_uses_ray_only_where_the_operator_allows_it():
     public = {"CACTUS_LAB_RAY_ADDRESS": "auto", "CACTUS_LAB_PUBLIC": "1"}
     assert ray_address(public) is None
     assert ray_address({**public, "CACTUS_LAB_ALLOW_RAY": "1"}) == "auto"
+
+
+def tiny_judge_file(tmp_path, hidden_size: int, seed: int):
+    from cactus_core.maths.rules.learned_judge import Judge
+
+    weights = torch.randn(2 * hidden_size, generator=torch.Generator().manual_seed(seed))
+    path = tmp_path / f"judge-{seed}.json"
+    Judge(weights, 0.0, "tiny").save(path)
+    return path
+
+
+def test_workers_read_the_drivers_learned_judge(ray_cluster, tiny_backend, tiny_kwargs, tiny_pair,
+                                                tmp_path, monkeypatch):  # fmt: skip
+    """CACTUS_LEARNED_JUDGE reaches the workers (they once ran the shipped judge and the
+    driver cached their records under its own judge's key); a worker whose judge differs from
+    the driver's is refused before its record is cached."""
+    from cactus_core.experiments.sweep_ray import RayBackendError, check_worker_data
+
+    tiny_backend.close()  # its workers hold the cluster's 2 CPUs; its next sweep starts anew
+    size = tiny_pair.verifier.config.hidden_size
+    monkeypatch.setenv("CACTUS_LEARNED_JUDGE", str(tiny_judge_file(tmp_path, size, 1)))
+    config = SweepConfig(
+        prompts=PROMPTS[:2],
+        settings=(Setting.of("learned-judge", threshold=0.5),),
+        sampling=SamplingSettings(k=3, temperature=0.7, seed=0),
+        max_new_tokens=8,
+        chunk_size=1,
+    )
+    with RayBackend(tiny_kwargs, workers=1) as backend:
+        remote = run_sweep(None, config, SweepCache(tmp_path / "ray"), backend=backend)
+    local = run_sweep(load_pair(**tiny_kwargs), config, SweepCache(tmp_path / "local"))
+    assert _records(remote) == _records(local)
+    setting = config.settings[0]
+    other = setting.make_rule().data_identity()
+    monkeypatch.setenv("CACTUS_LEARNED_JUDGE", str(tiny_judge_file(tmp_path, size, 2)))
+    with pytest.raises(RayBackendError, match="other files than this driver"):
+        check_worker_data(setting, other)

@@ -91,7 +91,10 @@ class SweepWorker:
 
     def run_chunk(self, config: SweepConfig, setting: Setting, idx: tuple[int, ...]) -> dict:
         # The record travels as the cache stores it; the driver decodes it like a cache hit.
-        return run_chunk(self.pair, config, setting, idx).to_dict()
+        # The files the rule read (the learned judge, by digest) come with it, for the driver
+        # to check against its own before it caches the record under its keys.
+        record = run_chunk(self.pair, config, setting, idx).to_dict()
+        return {"record": record, "data": data_identity(setting)}
 
 
 class RayBackend:
@@ -163,10 +166,13 @@ class RayBackend:
         else:
             options = {"num_cpus": 1}
             threads = 1
+        env = worker_env()
         if not self.ship_code:
             # A cluster on this machine (the one this process started, or a test's): its
             # workers import this checkout's cactus_core.
-            options["runtime_env"] = {"env_vars": {"PYTHONPATH": str(_PACKAGE.parent)}}
+            env["PYTHONPATH"] = str(_PACKAGE.parent)
+        if env:
+            options["runtime_env"] = {"env_vars": env}
         actor = ray.remote(SweepWorker).options(**options, max_restarts=0)
         return actor.remote(self.pair_kwargs, threads)
 
@@ -278,7 +284,12 @@ class RayBackend:
                     pending.appendleft(task)
                     idle.append(self._replace(actor, err))
                     continue
-                deliver(task, ChunkRecord.from_dict(value))
+                try:
+                    check_worker_data(task.setting, value["data"])
+                except RayBackendError:
+                    self._stop_all()
+                    raise
+                deliver(task, ChunkRecord.from_dict(value["record"]))
                 idle.append(actor)
 
     def _replace(self, dead: Any, err: Exception) -> Any:
@@ -301,6 +312,33 @@ class RayBackend:
             with contextlib.suppress(Exception):  # an actor already gone is what we want
                 self.ray.kill(actor)
         self.actors = []
+
+
+def worker_env() -> dict[str, str]:
+    """The driver's settings a worker needs to compute the same records: the learned judge's
+    file (CACTUS_LEARNED_JUDGE, made absolute; it must exist on every node, as the models do)."""
+    from cactus_core.maths.rules.learned_judge import JUDGE_ENV
+
+    named = os.environ.get(JUDGE_ENV)
+    return {JUDGE_ENV: os.path.abspath(os.path.expanduser(named))} if named else {}
+
+
+def data_identity(setting: Setting) -> dict[str, str]:
+    """The files besides the code that decide a setting's numbers (none for the baseline)."""
+    return {} if setting.is_baseline else setting.make_rule().data_identity()
+
+
+def check_worker_data(setting: Setting, data: Mapping[str, Any]) -> None:
+    """RayBackendError when a worker's record was computed from other files than the driver
+    would use (`Rule.data_identity`: another learned judge), which the driver's cache would
+    otherwise keep under its own keys."""
+    mine = data_identity(setting)
+    if dict(data) != mine:
+        raise RayBackendError(
+            f"a Ray worker computed {setting.label} with other files than this driver "
+            f"({dict(data)} against {mine}): give every node the same learned judge "
+            "(CACTUS_LEARNED_JUDGE names it)"
+        )
 
 
 def _absolute_paths(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -18,15 +18,20 @@ no model and is computed from a sweep's records after the fact.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cactus_core.experiments.override_estimate import wilson_interval
 
 ANSWER_KINDS = ("number", "word", "yesno")
+# An answer is a few accepted spellings, not a list to search: caps that keep a sweep file's
+# answers from costing seconds per rerun (20,000 forms took 17-24 s a rerun in public mode).
+MAX_FORMS = 32
+MAX_FORM_CHARS = 100
 TASK_SET = Path(__file__).resolve().parents[1] / "data" / "task_prompts.jsonl"
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
@@ -44,6 +49,10 @@ def check_answer(spec: str, where: str = "answer") -> tuple[str, tuple[str, ...]
         )
     if not forms:
         raise ValueError(f"{where}: no accepted form after {kind}=")
+    if len(forms) > MAX_FORMS:
+        raise ValueError(f"{where}: at most {MAX_FORMS} accepted forms, got {len(forms)}")
+    if max(len(f) for f in forms) > MAX_FORM_CHARS:
+        raise ValueError(f"{where}: an accepted form is at most {MAX_FORM_CHARS} characters")
     if kind == "number" and any(_NUMBER.fullmatch(f) is None for f in forms):
         raise ValueError(f"{where}: a number answer must be a number, got {text!r}")
     if kind == "yesno" and any(f.lower() not in ("yes", "no") for f in forms):
@@ -53,14 +62,33 @@ def check_answer(spec: str, where: str = "answer") -> tuple[str, tuple[str, ...]
 
 def passes(spec: str, text: str) -> bool:
     """Whether an output passes its prompt's answer spec (module docstring)."""
+    return _checker(spec)(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checker(spec: str) -> Callable[[str], bool]:
+    """The spec's test, parsed and compiled once (every setting of a sweep checks the same
+    prompts' answers, and a page checks them again on every rerun)."""
     kind, forms = check_answer(spec)
     if kind == "number":
-        found = _NUMBER.findall(text)
-        return bool(found) and _number(found[-1]) in {_number(f) for f in forms}
+        wanted = {_number(f) for f in forms}
+
+        def number(text: str) -> bool:
+            found = _NUMBER.findall(text)
+            return bool(found) and _number(found[-1]) in wanted
+
+        return number
     if kind == "yesno":
-        first = _YES_NO.search(text)
-        return first is not None and first.group(1).lower() == forms[0].lower()
-    return any(re.search(rf"(?<!\w){re.escape(f)}(?!\w)", text, re.IGNORECASE) for f in forms)
+        answer = forms[0].lower()
+
+        def yesno(text: str) -> bool:
+            first = _YES_NO.search(text)
+            return first is not None and first.group(1).lower() == answer
+
+        return yesno
+    words = "|".join(re.escape(f) for f in forms)
+    pattern = re.compile(rf"(?<!\w)(?:{words})(?!\w)", re.IGNORECASE)
+    return lambda text: pattern.search(text) is not None
 
 
 def _number(text: str) -> float:

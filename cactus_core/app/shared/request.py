@@ -73,6 +73,22 @@ class DecodeRequest:
         self.check_length(pair)
         return self.decoder(pair).rounds(self.prompt, **self.generate_kwargs())
 
+    def changes_since(self, earlier: DecodeRequest) -> list[str]:
+        """What differs from an earlier request, in words (empty: the same decode)."""
+        before, now = earlier.settings, self.settings
+        changes = []
+        if self.rule != earlier.rule:
+            changes.append(f"the rule ({earlier.rule.label} → {self.rule.label})")
+        if self.prompt != earlier.prompt or self.chat_template != earlier.chat_template:
+            changes.append("the prompt")
+        if self.max_new_tokens != earlier.max_new_tokens:
+            changes.append(f"max new tokens ({earlier.max_new_tokens} → {self.max_new_tokens})")
+        if now.sampling != before.sampling or now.tree != before.tree:
+            changes.append("the sampling (sidebar)")
+        if now.pair_key != before.pair_key:
+            changes.append("the model pair")
+        return changes
+
 
 @dataclass
 class DecodeRun:

@@ -89,13 +89,30 @@ class Judge:
 
     @classmethod
     def from_file(cls, path: Path) -> Judge:
-        data = json.loads(path.read_text())
-        if data.get("format") != JUDGE_FORMAT:
-            raise ValueError(f"{path} is not a learned judge (format {data.get('format')!r})")
-        weights = torch.tensor(data["weights"], dtype=torch.float32)
-        if weights.shape != (2 * int(data["hidden_size"]),):
-            raise ValueError(f"{path}: weights must be 2 × hidden_size = {2 * data['hidden_size']}")
-        return cls(weights, float(data["bias"]), str(data["verifier"]))
+        """The judge `save` wrote; ValueError (naming the file, not its folder) for anything
+        else: not JSON, not an object, weights of the wrong size, or a weight or bias that is
+        not finite (NaN would act as sps without a word, −inf keep every draft)."""
+        name = path.name
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"{name} cannot be read as JSON ({type(err).__name__})") from None
+        if not isinstance(data, dict) or data.get("format") != JUDGE_FORMAT:
+            raise ValueError(f"{name} is not a learned judge (no format {JUDGE_FORMAT!r})")
+        size, weights, bias = data.get("hidden_size"), data.get("weights"), data.get("bias")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1 << 16:
+            raise ValueError(f"{name}: hidden_size must be a positive integer")
+        numbers = isinstance(weights, list) and all(
+            isinstance(w, int | float) and not isinstance(w, bool) for w in weights
+        )
+        if not numbers or len(weights) != 2 * size:
+            raise ValueError(f"{name}: weights must be 2 × hidden_size = {2 * size} numbers")
+        if not isinstance(bias, int | float) or isinstance(bias, bool):
+            raise ValueError(f"{name}: bias must be a number")
+        tensor = torch.tensor(weights, dtype=torch.float32)
+        if not (torch.isfinite(tensor).all() and math.isfinite(bias)):
+            raise ValueError(f"{name}: every weight and the bias must be finite")
+        return cls(tensor, float(bias), str(data.get("verifier", "")))
 
 
 def judge_file() -> Path:
@@ -116,8 +133,10 @@ def _judge_and_digest() -> tuple[Judge, str]:
     path = judge_file()
     try:
         return _read(path, path.stat().st_mtime_ns)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"cannot read the learned judge {path}: {err}") from err
+    except OSError as err:  # the message names the file, never the server's folders
+        raise ValueError(f"cannot read the learned judge {path.name}: {err.strerror}") from None
+    except ValueError as err:
+        raise ValueError(f"cannot use the learned judge: {err}") from None
 
 
 def loaded_judge() -> Judge:
