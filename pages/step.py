@@ -3,9 +3,13 @@ Widgets and layout only; the steps come from cactus_core.app.step.view."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from cactus_core.app.shared.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
@@ -14,7 +18,7 @@ from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings
 from cactus_core.app.shared.transcript import legend_html, transcript_html, transcript_tokens
 from cactus_core.app.step.figures import step_figures
 from cactus_core.app.step.narration import round_level_sentence
-from cactus_core.app.step.run import SessionRun, StepRun, restart_reason
+from cactus_core.app.step.run import SessionRun, SessionRuns, StepRun, restart_reason
 from cactus_core.app.step.view import (
     Step,
     find_step,
@@ -23,6 +27,7 @@ from cactus_core.app.step.view import (
     step_after,
     step_before,
 )
+from cactus_core.engine.runtime.memory import release_free_memory
 from pages.shared import k_panel
 from pages.shared.pair import get_pair
 from pages.shared.rescue_panel import why_rejected
@@ -93,9 +98,32 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
 
 @st.cache_resource(scope="session", on_release=SessionRun.close, show_spinner=False)
 def session_run() -> SessionRun:
-    """Closes this session's run when the session disconnects (a closed run starts afresh,
-    where it was, if the session comes back)."""
-    return SessionRun()
+    """Closes this session's run when the session ends (a closed run starts afresh, where it
+    was, if the session comes back); the janitor closes it once the session is gone."""
+    held = SessionRun()
+    ctx = get_script_run_ctx()
+    if ctx is not None:
+        janitor().add(ctx.session_id, held)
+    return held
+
+
+JANITOR_S = 15  # how often the janitor looks for the runs of sessions that are gone
+
+
+@st.cache_resource(show_spinner=False)
+def janitor() -> SessionRuns:
+    """The process's sessions' runs, and a thread that closes those of sessions gone (closed
+    tabs), then hands the freed memory back to the system."""
+    runs = SessionRuns()
+
+    def sweep() -> None:
+        while True:
+            time.sleep(JANITOR_S)
+            if Runtime.exists() and runs.close_gone(Runtime.instance().is_active_session):
+                release_free_memory()
+
+    threading.Thread(target=sweep, name="cactus-step-janitor", daemon=True).start()
+    return runs
 
 
 def _same_text(run: StepRun, request: DecodeRequest, pair: ModelPair) -> bool:

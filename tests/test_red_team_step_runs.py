@@ -106,3 +106,27 @@ def test_the_page_frees_the_run_it_replaces_and_closes_its_run_when_the_session_
         again: StepRun = at.session_state["step_run"]
         assert not again.closed and len(again.rounds) == shown
         assert old() is None
+
+
+def test_the_janitor_closes_the_runs_of_sessions_that_are_gone(tiny_pair):
+    """Streamlit shuts a closed tab's session down only when the next visitor connects; the
+    janitor closes the runs of sessions that are gone without waiting for that, and frees
+    them."""
+    from cactus_core.app.step.run import SessionRun, SessionRuns
+    from cactus_core.engine.runtime.memory import release_free_memory
+
+    runs, held, refs = SessionRuns(), {}, {}
+    for sid in ("a", "b", "c"):
+        run = StepRun.start(tiny_pair, request(DEFAULT_RULE, seed=1, delta=1.0))
+        run.ensure(1)
+        held[sid] = SessionRun()
+        held[sid].hold(run)
+        runs.add(sid, held[sid])
+        refs[sid] = run  # the session states that hold them
+    assert runs.close_gone(lambda sid: True) == 0
+    assert runs.close_gone(lambda sid: sid == "b") == 2
+    assert refs["a"].closed and refs["c"].closed and not refs["b"].closed
+    assert runs.close_gone(lambda sid: sid == "b") == 0  # gone sessions are forgotten
+    refs["b"].close()
+    assert recorder_threads() == []
+    assert isinstance(release_free_memory(), bool)

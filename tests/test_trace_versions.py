@@ -1,19 +1,23 @@
 """Trace files of the previous format (version 1: per-draft lists, a verdict only for tree
-rounds) still open, as rounds that hold their verdict as a tree like every new one.
+rounds) still open, as rounds that hold their verdict as a tree like every new one; a hostile
+value anywhere in a file is a ValueError, and a replay's rows are capped before allocation.
 
 The three files in tests/data were written by the lab before the round record became one tree
 (a chain run, a draft-tree run and a verifier-only run of the tiny test pair)."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 from pathlib import Path
 
 import pytest
 
+from cactus_core.engine.decoding import replay as replay_module
 from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.decoding.trace import TRACE_VERSION, Trace
+from cactus_core.maths.rules import make_rule
 
 DATA = Path(__file__).parent / "data"
 OLD_FATES = {"accepted": "accepted", "rejected": "rejected", "dropped": "unreached"}
@@ -69,3 +73,51 @@ def test_an_old_chain_round_whose_lists_disagree_is_refused():
     raw["rounds"][0]["draft_fates"] = raw["rounds"][0]["draft_fates"][:-1]
     with pytest.raises(ValueError, match=r"not a trace: rounds\[0\]"):
         Trace.from_dict(raw)
+
+
+def hostile_variants(doc: dict):
+    """The trace with one value at a time replaced by what a hostile file may hold: a number
+    too large for a float, a negative, text, a nested list."""
+    values = [10**400, -1, "x", [[]]]  # each stands for a kind that escaped as another error
+
+    def paths(obj, at=()):
+        yield at
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj[:2]) if isinstance(
+            obj, list) else ()  # fmt: skip
+        for key, value in items:
+            yield from paths(value, (*at, key))
+
+    for path in list(paths(doc))[1:]:
+        for value in values:
+            variant = copy.deepcopy(doc)
+            holder = variant
+            for key in path[:-1]:
+                holder = holder[key]
+            holder[path[-1]] = value
+            yield path, value, variant
+
+
+@pytest.mark.parametrize("name", ["chain", "tree"])
+def test_every_hostile_value_is_a_value_error(name):
+    """Each field of a version-1 file and of its version-2 form, replaced by a hostile value,
+    gives a ValueError on reading or replaying, never an OverflowError or a TypeError (10 of
+    58 hostile files did)."""
+    old = _old(name)
+    for doc in (old, Trace.from_dict(old).to_dict()):
+        for path, value, variant in hostile_variants(doc):
+            try:
+                reverify(Trace.from_text(json.dumps(variant)), make_rule("cactus", delta=0.5))
+            except ValueError:
+                pass
+            except Exception as err:
+                pytest.fail(f"{path} = {value!r}: {type(err).__name__}: {err}")
+
+
+def test_a_replay_that_would_rebuild_too_many_cells_is_refused(monkeypatch):
+    """Rows × vocabulary is capped before a round's rows are allocated."""
+    trace = Trace.from_dict(_old("chain"))
+    rows = max(len(r.positions) for r in trace.rounds if not r.sampled)
+    vocab = int(trace.meta["vocab_size"])
+    monkeypatch.setattr(replay_module, "MAX_REPLAY_CELLS", rows * vocab - 1)
+    with pytest.raises(ValueError, match="cells a replay rebuilds at once"):
+        reverify(trace, make_rule("cactus", delta=0.5))

@@ -266,9 +266,13 @@ def _json_float(x: float) -> float | None:
 def _float_from(name: str, x: Any) -> float:
     if x is None:
         return math.nan
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+    try:  # an integer too large for a float (1e400 written out) is no probability either
+        value = float(x) if isinstance(x, int | float) and not isinstance(x, bool) else math.inf
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value):
         raise ValueError(f"tree verdict {name} must hold finite numbers or null")
-    return float(x)
+    return value
 
 
 @dataclass

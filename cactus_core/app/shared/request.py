@@ -5,7 +5,7 @@ round by round, the export and the k tuner read a run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.app.shared.limits import check_prompt_chars, check_prompt_tokens
@@ -73,20 +73,25 @@ class DecodeRequest:
         self.check_length(pair)
         return self.decoder(pair).rounds(self.prompt, **self.generate_kwargs())
 
-    def changes_since(self, earlier: DecodeRequest) -> list[str]:
-        """What differs from an earlier request, in words (empty: the same decode)."""
-        before, now = earlier.settings, self.settings
+    def changes_since(self, earlier: DecodeRequest, rule: bool = True) -> list[str]:
+        """What differs from an earlier request, in words (empty: the same decode); `rule`
+        False leaves a change of rule out (Step through keeps its place across rules)."""
         changes = []
-        if self.rule != earlier.rule:
+        if rule and self.rule != earlier.rule:
             changes.append(f"the rule ({earlier.rule.label} → {self.rule.label})")
-        if self.prompt != earlier.prompt or self.chat_template != earlier.chat_template:
+        a, b = earlier.settings.sampling, self.settings.sampling
+        for name, label in (("seed", "seed"), ("temperature", "T"), ("top_k", "top-k"),
+                            ("top_p", "top-p"), ("k", "k")):  # fmt: skip
+            if getattr(a, name) != getattr(b, name):
+                changes.append(f"{label} {getattr(a, name):g} → {getattr(b, name):g}")
+        if self.prompt != earlier.prompt:
             changes.append("the prompt")
         if self.max_new_tokens != earlier.max_new_tokens:
-            changes.append(f"max new tokens ({earlier.max_new_tokens} → {self.max_new_tokens})")
-        if now.sampling != before.sampling or now.tree != before.tree:
-            changes.append("the sampling (sidebar)")
-        if now.pair_key != before.pair_key:
-            changes.append("the model pair")
+            changes.append(f"max new tokens {earlier.max_new_tokens} → {self.max_new_tokens}")
+        if self.chat_template != earlier.chat_template:
+            changes.append("the chat template")
+        if replace(earlier.settings, sampling=b) != self.settings:
+            changes.append("the model pair or drafting")
         return changes
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -244,23 +244,42 @@ class SessionRun:
         if run is not None:
             run.close()
 
+    @property
+    def open(self) -> bool:
+        run = self._run() if self._run is not None else None
+        return run is not None and not run.closed
+
+
+class SessionRuns:
+    """Every session's `SessionRun` by session id, for a janitor: Streamlit shuts a
+    disconnected session down (and runs its end hook) only when its session storage is next
+    touched, that is when the next visitor connects, so a closed tab kept its decoder until
+    then. `close_gone` closes the runs of the sessions that are gone now."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, SessionRun] = {}
+        self._lock = threading.Lock()
+
+    def add(self, session_id: str, held: SessionRun) -> None:
+        with self._lock:
+            self._runs[session_id] = held
+
+    def close_gone(self, is_active: Callable[[str], bool]) -> int:
+        """Close the open runs of sessions `is_active` says are gone, forget every gone
+        session; the number of runs closed."""
+        with self._lock:
+            gone = {sid: held for sid, held in self._runs.items() if not is_active(sid)}
+            for sid in gone:
+                del self._runs[sid]
+        closed = 0
+        for held in gone.values():
+            closed += held.open
+            held.close()
+        return closed
+
 
 def restart_reason(old: DecodeRequest, new: DecodeRequest) -> str:
     """Why a new request starts Step through again at round 1, in words: what changed other
     than the rule (another seed, prompt, sampling or pair is another text)."""
-    changes = []
-    a, b = old.settings.sampling, new.settings.sampling
-    for name, label in (("seed", "seed"), ("temperature", "T"), ("top_k", "top-k"),
-                        ("top_p", "top-p"), ("k", "k")):  # fmt: skip
-        if getattr(a, name) != getattr(b, name):
-            changes.append(f"{label} {getattr(a, name):g} → {getattr(b, name):g}")
-    if old.prompt != new.prompt:
-        changes.append("the prompt")
-    if old.max_new_tokens != new.max_new_tokens:
-        changes.append(f"max new tokens {old.max_new_tokens} → {new.max_new_tokens}")
-    if old.chat_template != new.chat_template:
-        changes.append("the chat template")
-    if replace(old.settings, sampling=b) != new.settings:
-        changes.append("the model pair or drafting")
-    what = ", ".join(changes) or "the settings"
+    what = ", ".join(new.changes_since(old, rule=False)) or "the settings"
     return f"New text ({what} changed): Step through starts again at round 1."

@@ -39,6 +39,10 @@ from cactus_core.maths.verify import verify
 
 # Below this the tail of a kept row is treated as empty (float32 rounding of the kept mass).
 _TAIL_EPS = 1e-6
+# A round's rows are rebuilt whole: rows × vocabulary cells of float64, twice (p and q). A file
+# claims both numbers, so they are capped before anything is allocated (a 12 KiB trace once
+# asked for 2.8 GB). 2^23 cells (64 MiB a row set) holds 170 rows of a 49,152-token vocabulary.
+MAX_REPLAY_CELLS = 1 << 23
 
 
 @dataclass
@@ -209,6 +213,11 @@ def _checked_verdict(rnd: RoundTrace, vocab: int) -> TreeVerdict:
         raise ValueError(f"not a trace: round {rnd.index} lacks the replay rows")
     if any(not 0 <= t < vocab for t in verdict.tokens):
         raise ValueError(f"not a trace: round {rnd.index} holds a token id outside [0, {vocab})")
+    if rows * vocab > MAX_REPLAY_CELLS:
+        raise ValueError(
+            f"round {rnd.index} has {rows} rows of {vocab:,} tokens: more than the "
+            f"{MAX_REPLAY_CELLS:,} cells a replay rebuilds at once"
+        )
     return verdict
 
 

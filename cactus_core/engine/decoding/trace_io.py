@@ -41,9 +41,18 @@ def is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _as_float(v: Any) -> float:
-    # to_json writes non-finite floats (an infinite KL, a -inf log-probability) as null.
-    return math.nan if v is None else float(v)
+def _as_float(v: Any) -> float | None:
+    """A JSON number as a float, None where it is none: not a number, or an integer too large
+    for a float (1e400 written out). to_json writes non-finite floats (an infinite KL, a -inf
+    log-probability) as null, which reads back as NaN."""
+    if v is None:
+        return math.nan
+    if not is_num(v):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return None
 
 
 def _check_value(kind: str, v: Any) -> tuple[bool, Any]:
@@ -55,7 +64,8 @@ def _check_value(kind: str, v: Any) -> tuple[bool, Any]:
     if base == "int":
         return is_int(v), v
     if base == "float":
-        return (v is None or is_num(v)), _as_float(v)
+        x = _as_float(v)
+        return x is not None, x
     if base == "bool":
         return isinstance(v, bool), v
     if base == "str":
@@ -65,7 +75,8 @@ def _check_value(kind: str, v: Any) -> tuple[bool, Any]:
         if item == "int":
             return all(is_int(x) for x in v), v
         if item == "float":
-            return all(x is None or is_num(x) for x in v), [_as_float(x) for x in v]
+            xs = [_as_float(x) for x in v]
+            return all(x is not None for x in xs), xs
         if item == "str":
             return all(isinstance(x, str) for x in v), v
     return False, v
@@ -186,6 +197,8 @@ def upgrade_round_v1(
         kept = [p if isinstance(p, dict) else {} for p in positions[:k]]
         values = [[_as_float(pos.get(f)) for pos in kept] or [math.nan] * k
                   for f in ("p_n", "q_n", "h_n")]  # fmt: skip
+        if any(x is None for v in values for x in v):
+            raise ValueError(f"not a trace: {where}.positions hold a p_n, q_n or h_n not a number")
         p_n, q_n, h_n = (v + [math.nan] * (k - len(v)) for v in values)
         try:
             verdict = TreeVerdict.of_chain(
