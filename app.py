@@ -18,7 +18,7 @@ from pages.shared.navigation import PAGES
 from pages.shared.page_links import copy_link, keep_widget_state, restore_link, write_link
 from pages.shared.session import GOTO_PARAM
 from pages.shared.sidebar import sidebar
-from pages.shared.tour import bring_into_view, take_focus
+from pages.shared.tour import bring_into_view, next_stop, take_focus
 
 st.set_page_config(page_title="Cactus Lab", page_icon="🌵", layout="wide")
 # Streamlit's default 6rem above every page pushed the controls toward the fold at 1440×900.
@@ -63,6 +63,7 @@ if policy is not None:
     keep_widget_state(policy.public, offered)
     restore_link(page.url_path, policy.public, offered)
     take_focus()
+    next_stop()
     # "Copy link" at the top of the sidebar, where its popover has room to open (at the
     # bottom it was cut off); it is filled once the page has run and the address is final.
     link_slot = st.sidebar.container()

@@ -491,10 +491,13 @@ def user_sweep(
         if problem:
             st.info(problem)
         return None
+    # A click on Cancel (drawn only while a sweep runs) reruns the script, which stops the
+    # sweep; this run reads that click. Finished chunks stay cached.
+    cancelled = bool(st.session_state.get("fr_cancel"))
     b1, b2, info = st.columns([1, 1, 3])
     run_clicked = b1.button("Run sweep", type="primary", icon=":material/play_arrow:", key="fr_run")
-    # Any click reruns the script, which stops a sweep in progress; finished chunks stay cached.
-    cancelled = b2.button("Cancel", icon=":material/stop:", key="fr_cancel")
+    if run_clicked:
+        b2.button("Cancel", icon=":material/stop:", key="fr_cancel")
     sp = config.sampling
     info.caption(
         f"{len(config.settings)} settings + verifier-only × {len(config.prompts)} prompts, "

@@ -22,6 +22,7 @@ from cactus_core.app.step.run import SessionRun, SessionRuns, StepRun, restart_r
 from cactus_core.app.step.view import (
     Step,
     find_step,
+    first_example,
     round_level,
     round_steps,
     step_after,
@@ -183,6 +184,15 @@ def locate(run: StepRun) -> tuple[int, list[Step], int]:
         if found is None:
             st.info(f"No {jump} step in the first {JUMP_ROUNDS} rounds; showing the start.")
         _set(*(found or (0, 0)))
+    elif STEP_ROUND_KEY not in st.session_state:  # a first visit, not a link to a round
+        start = first_example(run, JUMP_ROUNDS) or 0
+        _set(start, 0)
+        if start:
+            st.caption(
+                f"Opened at round {start + 1}: in the rounds before it the verifier gave the "
+                "first draft probability 0 (outside its top-p), so no rule had anything to "
+                "decide there. Back shows them."
+            )
     r, i = _where()
     if not run.ensure(r):
         r = len(run.rounds) - 1
@@ -198,6 +208,8 @@ def locate(run: StepRun) -> tuple[int, list[Step], int]:
 def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
     b = st.columns([1, 1, 1, 1, 3])
     first = r == 0 and i == 0
+    last_round = run.done and r == len(run.rounds) - 1
+    last = last_round and i == len(steps) - 1
     b[0].button(
         "Back",
         icon=":material/arrow_back:",
@@ -211,12 +223,14 @@ def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
         icon=":material/arrow_forward:",
         key="step_next",
         on_click=next_step,
+        disabled=last,
     )
     b[2].button(
         "Next round",
         icon=":material/skip_next:",
         key="step_next_round",
         on_click=next_round,
+        disabled=last_round,
     )
     b[3].button(
         "Finish",
@@ -224,6 +238,7 @@ def controls(run: StepRun, r: int, steps: list[Step], i: int) -> None:
         key="step_finish",
         on_click=finish,
         help="Decode the rest of the run and show its last round.",
+        disabled=last,
     )
     # The run decodes a round only when asked for it, so its length is known once it ends.
     of = f" of {len(run.rounds)}" if run.done else ""
@@ -290,7 +305,10 @@ def main() -> None:
     st.markdown("**The text so far**")
     st.html(legend_html())
     st.html(transcript_html("", transcript_tokens(shown)))
-    why_rejected(shown, "step", run.text)
+    # Rejections are counted as the steps show them: this round's decisions so far count too.
+    decided = {x.slot for x in steps[: i + 1] if x.kind == "decide" and x.slot is not None}
+    summary = steps[i].kind == "summary"
+    why_rejected(run.rounds[: r + 1], "step", run.text, None if summary else decided)
     if steps[i].kind == "summary":
         k_panel.rounds_positions(shown)
 

@@ -269,7 +269,7 @@ def test_headlines_compare_the_default_rule_with_the_lossless_one():
     cards = P.headlines(WORKED, rows)
     assert cards[0].label == "sps: expected acceptance"
     assert cards[1].label == "cactus δ=0.21: expected acceptance"
-    assert cards[2].value == "82.4%" and cards[2].delta == "+38.6% vs sps"
+    assert cards[2].value == "82.4%" and cards[2].delta == "+38.6 points vs sps"
 
 
 def test_chip_label_escapes_markdown_and_marks_fate():

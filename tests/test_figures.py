@@ -66,9 +66,13 @@ def test_rule_summary_plots_infinite_kl_at_the_top_and_labels_it():
     fig = figures.rule_summary(["sps", "tas"], [0.4, 0.9], [0.0, math.inf])
     bars, kl = fig.data
     assert list(bars.y) == pytest.approx([0.4, 0.9])
-    assert list(kl.customdata) == ["0.0000", "inf"]
+    assert [c[1] for c in kl.customdata] == ["0.0000", "inf"]
     assert all(math.isfinite(v) for v in kl.y)
     assert kl.yaxis == "y2"
+    # each rule's bar and diamond stand side by side under its name, never on one spot
+    assert list(fig.layout.xaxis.ticktext) == ["sps", "tas"]
+    for b, d, tick in zip(bars.x, kl.x, fig.layout.xaxis.tickvals, strict=True):
+        assert b < tick < d and d - b >= bars.width - 1e-9
 
 
 def test_rule_summary_rejects_ragged_input():

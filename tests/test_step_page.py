@@ -191,3 +191,27 @@ def test_greedy_and_round_level_rules_say_how_they_decide(pair_dirs):
         at = open_page(pair_dirs, step_rule=whole[0])
         assert any("decides on the whole draft" in i.value for i in at.info)
         step_through_round(at)
+
+
+def test_the_end_of_a_run_disables_going_on_and_rejections_count_as_shown(pair_dirs):
+    """At the run's last step Next step, Next round and Finish are off; "Why drafts get
+    rejected (n)" counts the rejections the steps have shown, this round's among them."""
+    at = open_page(pair_dirs, step_max_new=16)
+    run: StepRun = at.session_state["step_run"]
+    for _ in range(200):  # to the first step that shows a rejection
+        r, i = at.session_state[STEP_ROUND_KEY], at.session_state[STEP_INDEX_KEY]
+        step = round_steps(run, r)[i]
+        if step.kind == "decide" and step.coin is not None and step.coin[1] >= step.coin[0]:
+            break
+        at.button(key="step_next").click().run()
+        assert not at.exception
+    else:
+        pytest.fail("no rejection in the run's first 200 steps")
+    before = sum(v == "rejected" for rnd in run.rounds[:r] for v in rnd.verdict.fates)
+    label = next(e.label for e in at.expander if e.label.startswith("Why drafts get rejected"))
+    assert label == f"Why drafts get rejected ({before + 1})"
+    at.button(key="step_finish").click().run()
+    assert run.done
+    for key in ("step_next", "step_next_round", "step_finish"):
+        assert at.button(key=key).disabled, key
+    assert not at.button(key="step_back").disabled

@@ -188,3 +188,26 @@ def test_a_round_level_rule_is_narrated_as_one(tiny_pair):
         steps = round_steps(run, r)
         assert sum(s.kind == "decide" for s in steps) == run.rounds[r].k
         assert all("h_n" not in s.numbers for s in steps)
+
+
+def test_a_first_visit_opens_on_a_round_with_something_to_decide(tiny_pair):
+    """Rounds whose first draft lies outside the verifier's top-p (q_n = 0) are rejected by
+    every rule: a poor first example. Step through opens on the first round whose first draft
+    q allows."""
+    from cactus_core.app.step.view import first_example, round_steps
+
+    for seed in range(12):
+        s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed, top_p=0.3))
+        req = DecodeRequest(PROMPT, s, rule_from_values(DEFAULT_RULE, {"delta": 1.0}), 24, True)
+        run = StepRun.start(tiny_pair, req)
+        start = first_example(run, 8)
+        decides = [
+            next((x for x in round_steps(run, r) if x.kind == "decide"), None)
+            for r in range(len(run.rounds))
+        ]
+        first_q = [None if d is None else d.numbers["q_n"] for d in decides]
+        run.close()
+        if start:  # a run whose first round was a poor example
+            assert all(q in (None, 0) for q in first_q[:start]) and first_q[start] > 0
+            return
+    pytest.fail("no seed gave a first round with q_n = 0: the test checks nothing")

@@ -133,7 +133,8 @@ def tuner(source: TunerSource, export: Export | None = None) -> None:
     go = False
     if source.refine is not None:
         go = t3.button("Find it (runs)", icon=":material/target:", key=f"{source.key}_tune")
-        t4.button("Cancel", icon=":material/stop:", key=f"{source.key}_tune_cancel")
+        if go:  # any click stops the runs; the button says so while they run
+            t4.button("Cancel", icon=":material/stop:", key=f"{source.key}_tune_cancel")
     guess = _guess(source, rule, budget)
     if source.guess is not None and guess is None:
         export(None)

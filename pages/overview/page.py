@@ -7,7 +7,7 @@ import streamlit as st
 
 from cactus_core.app.overview.round_diagram import round_diagram_svg
 from cactus_core.app.shared.settings import rules_markdown
-from cactus_core.app.shared.tour import tour
+from cactus_core.app.shared.tour import stop_link, tour
 from cactus_core.maths.rules import RULES, CactusBudget, CactusExact
 from pages.shared.navigation import PAGES, page_entry
 
@@ -93,6 +93,6 @@ def guided_tour() -> None:
                 pg.path,
                 label=f"**{i + 1}. {stop.title}**",
                 icon=pg.icon,
-                query_params=stop.link_query,
+                query_params=stop_link(i + 1),
             )
             st.caption(stop.text)

@@ -4,7 +4,7 @@ cactus_core.app.shared.rescue."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -24,11 +24,15 @@ if TYPE_CHECKING:
 
 
 def why_rejected(
-    rounds: Sequence[RoundTrace], key: str, text: Callable[[int], str] | None = None
+    rounds: Sequence[RoundTrace],
+    key: str,
+    text: Callable[[int], str] | None = None,
+    last_decided: Collection[int] | None = None,
 ) -> None:
-    """The rejected drafts of `rounds`: the smallest Cactus delta that accepts each for sure,
-    the rescue curve, and where they sat in q. `key` keeps two pages' charts apart."""
-    drafts = rejected_drafts(rounds, text)
+    """The rejected drafts of `rounds` (of the last, only the nodes in `last_decided`, when
+    given): the smallest Cactus delta that accepts each for sure, the rescue curve, and where
+    they sat in q. `key` keeps two pages' charts apart."""
+    drafts = rejected_drafts(rounds, text, last_decided)
     with st.expander(f"Why drafts get rejected ({len(drafts)})", expanded=False):
         st.caption(
             "For each rejected draft: the smallest delta at which Cactus (closed form) would "

@@ -133,7 +133,14 @@ def refinement_chart(res: TuneResult) -> go.Figure:
             hoverinfo="skip",
         )
     if res.value is not None and (res.value > 0 or not log):
-        fig.add_vline(x=res.value, line={"color": "#2e7d32", "width": 2}, annotation_text="answer")
+        # the label sits on the line's top, not at the plot's corner
+        fig.add_vline(
+            x=res.value,
+            line={"color": "#2e7d32", "width": 2},
+            annotation_text="answer",
+            annotation_position="top",
+            annotation_font={"color": "#2e7d32"},
+        )
     fig.update_layout(
         height=340,
         margin={"l": 50, "r": 10, "t": 40, "b": 40},

@@ -32,8 +32,9 @@ from cactus_core.maths.rules.table import rule_anchor
 
 
 def _change(diff: float, against: str) -> str | None:
-    """A card's change, or none when it rounds to nothing (no green arrow for +0.0%)."""
-    return None if abs(diff) < 0.0005 else f"{diff:+.1%} vs {against}"
+    """A card's change of a probability, in percentage points (82.4% against 43.8% is +38.6
+    points, not +38.6%), or none when it rounds to nothing (no green arrow for +0.0)."""
+    return None if abs(diff) < 0.0005 else f"{100 * diff:+.1f} points vs {against}"
 
 
 def headlines(position: Position, rows: Sequence[RuleRow]) -> list[Headline]:

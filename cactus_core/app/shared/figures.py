@@ -186,28 +186,35 @@ def rule_summary(
     kl_plot = np.where(np.isfinite(kl), kl, cap).tolist()
     kl_text = [f"{v:.4f}" if np.isfinite(v) else "inf" for v in kl]
     fig = go.Figure()
+    # Each rule's bar and diamond side by side (bar left, diamond right), so a bar's label
+    # never sits under the diamond of the same rule.
+    at = np.arange(len(acc), dtype=np.float64)
+    labels = list(rule_labels)
     fig.add_bar(
-        x=list(rule_labels),
+        x=(at - 0.17).tolist(),
         y=acc,
+        width=0.34,
         name="expected acceptance Σ p(n)·a(n)",
         marker_color=SERIES_COLOURS["h"],
         text=[f"{v:.1%}" for v in acc],
         textposition="outside",
-        hovertemplate="%{x}: %{y:.4f}<extra>expected acceptance</extra>",
+        customdata=labels,
+        hovertemplate="%{customdata}: %{y:.4f}<extra>expected acceptance</extra>",
     )
     fig.add_scatter(
-        x=list(rule_labels),
+        x=(at + 0.17).tolist(),
         y=kl_plot,
         name="KL(pi ‖ q), nats",
         mode="markers",
         marker={"symbol": "diamond", "size": 13, "color": SERIES_COLOURS["pi"]},
         yaxis="y2",
-        customdata=kl_text,
-        hovertemplate="%{x}: KL(pi ‖ q) = %{customdata}<extra></extra>",
+        customdata=[[name, text] for name, text in zip(labels, kl_text, strict=True)],
+        hovertemplate="%{customdata[0]}: KL(pi ‖ q) = %{customdata[1]}<extra></extra>",
     )
     fig.update_layout(
         _LAYOUT,
         title=title,
+        xaxis={"tickmode": "array", "tickvals": at.tolist(), "ticktext": labels},
         yaxis={"title": "expected acceptance", "range": [0, 1.15]},
         yaxis2={
             "title": "KL(pi ‖ q) (nats)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,17 +67,22 @@ def q_rank(kept_q: Sequence[float], q_n: float) -> int | None:
 
 
 def rejected_drafts(
-    rounds: Sequence[RoundTrace], text: Callable[[int], str] | None = None
+    rounds: Sequence[RoundTrace],
+    text: Callable[[int], str] | None = None,
+    last_decided: Collection[int] | None = None,
 ) -> list[RejectedDraft]:
     """Every rejected draft, in order: a chain's rejected draft, every candidate a tree's walk
     rejected. The rescuing delta is the one that accepts it as its row's first candidate (a
     later one is judged against the residual of those before it); its rank in q comes from its
-    row's kept q, when the trace kept rows."""
+    row's kept q, when the trace kept rows. `last_decided`: of the last round, only these
+    nodes (the decisions a page has shown so far); None: all of them."""
     out = []
-    for rnd in rounds:
+    for n, rnd in enumerate(rounds):
         v = rnd.verdict
         for i, fate in enumerate(v.fates):
             if fate != "rejected":
+                continue
+            if last_decided is not None and n == len(rounds) - 1 and i not in last_decided:
                 continue
             p_n, q_n = node_pq(rnd, i)
             if p_n is None or q_n is None:

@@ -28,9 +28,24 @@ class TourStop:
         return {**self.query, FOCUS_PARAM: self.target}
 
 
-# Query parameter of a tour link: the element to scroll to. No page keeps it in its URL (it is
-# a one-shot, like Step through's `jump`), so a copied link opens at the top.
+# Query parameters of a tour link: the element to scroll to, and the stop's number (1 on). No
+# page keeps them in its URL (they are one-shots, like Step through's `jump`), so a copied link
+# opens at the top.
 FOCUS_PARAM = "focus"
+STOP_PARAM = "stop"
+
+
+def stop_link(number: int) -> dict[str, str]:
+    """The query string of tour stop `number` (1 on): its settings, its element, its number."""
+    return {**tour()[number - 1].link_query, STOP_PARAM: str(number)}
+
+
+def stop_number(raw: str | None) -> int | None:
+    """The tour stop a link names, if it is one (1 … the number of stops)."""
+    if raw is None or not raw.isdigit():
+        return None
+    number = int(raw)
+    return number if 1 <= number <= len(tour()) else None
 
 
 def tour() -> list[TourStop]:

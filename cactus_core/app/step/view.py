@@ -381,6 +381,20 @@ JUMP_TESTS: dict[str, Callable[[Step], bool]] = {
 }
 
 
+def first_example(run: StepRun, max_rounds: int) -> int | None:
+    """The first round worth opening on: its first draft has q_n > 0, so the rule has a real
+    decision to make (a draft outside the verifier's top-p is rejected whatever the rule), or a
+    round of a tree. None if none is in the first `max_rounds`."""
+    for r in range(max_rounds):
+        if not run.ensure(r):
+            return None
+        steps = round_steps(run, r)
+        decide = next((s for s in steps if s.kind == "decide"), None)
+        if decide is not None and (decide.numbers.get("q_n", 1.0) > 0 or not decide.numbers):
+            return r
+    return None
+
+
 def find_step(run: StepRun, jump: str, max_rounds: int) -> tuple[int, int] | None:
     """(round, step) of the first step `JUMP_TESTS[jump]` accepts, decoding up to
     `max_rounds` rounds to find one; None if none does. A rejection opens at its decision."""
