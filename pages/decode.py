@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 INSPECT_KEY = "dec_inspect"
 RUN_COUNTER_KEY = "dec_run_counter"
 OWN_CURVE_KEY = "dec_own_curve"  # ((run_id, rule, k), the rule's curve from the run's positions)
+STALE_RULE_KEY = "dec_rule_stale"  # whether the rule picked differs from the last run's
 
 
 @dataclass
@@ -94,13 +95,19 @@ def setting_on_the_frontier(s: AppSettings) -> Rule:
     frontier: moving a parameter reruns this fragment alone and moves the marker, no decoding."""
     start = time.perf_counter()
     rule = rule_picker("dec")
+    # The counters and text are drawn outside this fragment: when the rule picked stops (or
+    # starts again) being the last run's, the whole page runs once, so their stale mark follows.
+    run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
+    stale = run is not None and rule != run.request.rule
+    if stale != st.session_state.get(STALE_RULE_KEY, False):
+        st.session_state[STALE_RULE_KEY] = stale
+        st.rerun(scope="app")
     try:
         ref = load_reference()
     except ValueError as err:
         st.caption(f"No reference frontier: {err}")
         return rule
     part, note = reference_part(ref, s.sampling, s.on_reference_pair)
-    run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     point = own = None
     if run is not None:
         stats = run.output.stats

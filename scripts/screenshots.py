@@ -1,8 +1,9 @@
 """Screenshots for the docs: `.venv/bin/python scripts/screenshots.py` writes every page as a
 first-time visitor sees it at 1440×900 (docs/screens/*.png) and every kind of step on the Step
 through page (docs/step/*.png), and a small sweep of the 2026 rules on the task set (the
-Frontier's TV axis and task score, docs/screens/8-*, 9-*); `--only pages`, `--only steps` or
-`--only rules` makes one set.
+Frontier's TV axis and task score, docs/screens/8-*, 9-*); with the pages, the views the
+third look changed (docs/screens/10-*, 11-*). `--only pages`, `--only steps` or `--only rules`
+makes one set.
 
 Runs `streamlit run app.py` on a free port with the embedded pair (CPU) and drives headless
 Chromium (/usr/bin/chromium, Playwright). Steps open through links (the same query strings a
@@ -122,6 +123,31 @@ def page_shots(page, url: str, out: Path) -> None:
     heading.first.evaluate("el => el.scrollIntoView({block: 'start'})")
     page.mouse.wheel(0, -40)
     screen(page, out / "3-race.png")
+    the_third_look(page, url, out)
+
+
+def the_third_look(page, url: str, out: Path) -> None:
+    """The views the third look changed: Decode's stale mark after the rule changes and its
+    compact frontier for FLy (ringed at its measured points), and the Frontier's export after
+    "Find it" (the tuner's measured answer)."""
+    box = page.locator(".st-key-dec_rule").get_by_role("combobox")
+    box.click()
+    box.fill("fly")
+    page.get_by_role("option", name="fly", exact=True).first.click()
+    idle(page)
+    page.evaluate("window.scrollTo(0, 0)")
+    screen(page, out / "10-decode-stale-and-fly.png")
+    page.goto(f"{url}/frontier")
+    idle(page)
+    page.locator("button", has_text="Find it (runs)").first.click()
+    page.get_by_text("measured emitted KL").first.wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    panel = page.get_by_text("Use this setting").first
+    panel.click()
+    idle(page)
+    panel.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.mouse.wheel(0, -80)
+    screen(page, out / "11-frontier-tuned-export.png")
 
 
 def new_rules_shots(page, url: str, out: Path) -> None:

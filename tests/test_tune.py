@@ -97,6 +97,9 @@ def test_the_tuner_view_shows_every_run_and_the_edge() -> None:
     assert sum(r["chosen"] for r in rows) == 1 and range_note(res) is None
     fig = refinement_chart(res)
     assert fig.layout.xaxis.type == "log" and any(t.name == "budget" for t in fig.data)
+    # the answer's label sits on its line: on a log axis an annotation's x is log10 of it
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("answer")]
+    assert label.x == pytest.approx(math.log10(res.value))
     edge = refine("cactus", 5.0, 3.0, run)
     assert "At the edge" in range_note(edge)
 

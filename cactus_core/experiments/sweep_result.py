@@ -15,11 +15,12 @@ from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.estimate import EstimatedCurve, estimable, pool_curves
 from cactus_core.experiments.frontier import Estimate, dominance_check, mean_ci
 from cactus_core.experiments.override_estimate import OverrideSums
+from cactus_core.experiments.quality import loops, paired_difference, share
 from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
 from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord, csv_cell
-from cactus_core.experiments.task_score import TaskScore, task_score
+from cactus_core.experiments.task_score import TaskScore, passes, task_score
 from cactus_core.maths.limit import LimitCurve, LimitSums
-from cactus_core.maths.rules import DEFAULT_RULE
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
 
 @dataclass
@@ -114,6 +115,15 @@ class SettingResult:
         if len(done) == 1:
             return done[0].estimate
         return pool_curves([c.estimate for c in done], [c.estimate_positions for c in done], k)
+
+    def passed(self, answers: Sequence[str]) -> dict[int, float]:
+        """1.0 or 0.0 for each prompt that carries an answer (by prompt index): its output
+        passes, or not."""
+        return {
+            r.index: float(passes(answers[r.index], r.text))
+            for r in self.prompts
+            if r.index < len(answers) and answers[r.index]
+        }
 
     def task_score(self, answers: Sequence[str]) -> TaskScore:
         """The share of its prompts that carry an answer (answers, by prompt index) whose
@@ -225,7 +235,40 @@ class SweepResult:
 
     def rows(self) -> list[dict[str, Any]]:
         answers = self.config.answers
-        return [self.baseline.summary(answers)] + [s.summary(answers) for s in self.settings]
+        results = [self.baseline, *self.settings]
+        rows = [res.summary(answers) for res in results]
+        lossless = self.lossless()
+        for res, row in zip(results, rows, strict=True):
+            row.update(self._quality(res, lossless, answers))
+        return rows
+
+    def lossless(self) -> SettingResult:
+        """What a setting's answers are compared with: sps at this sweep's sampling and k, or,
+        in a sweep without it, verifier-only sampling (the same law, other coins)."""
+        return next((s for s in self.settings if s.setting.rule == LOSSLESS_RULE), self.baseline)
+
+    def _quality(
+        self, res: SettingResult, lossless: SettingResult, answers: Sequence[str]
+    ) -> dict[str, Any]:
+        """The task score's paired difference from `lossless` (verifier-only against sps: the
+        calibration, whose interval should hold 0), and the long answers' eos and loop rates
+        (`experiments.quality`)."""
+        mine, theirs = res.passed(answers), lossless.passed(answers)
+        both = sorted(set(mine) & set(theirs))
+        diff = paired_difference([mine[i] for i in both], [theirs[i] for i in both])
+        ended = [r.tokens < self.config.max_new_tokens for r in res.prompts]
+        looped = [not e and loops(r.text) for e, r in zip(ended, res.prompts, strict=True)]
+        out: dict[str, Any] = {
+            "task_score_diff": diff.mean,
+            "task_score_diff_lo": diff.lo,
+            "task_score_diff_hi": diff.hi,
+            "task_score_detectable": diff.detectable,
+            "task_score_against": lossless.setting.label,
+        }
+        for name, flags in (("eos_rate", ended), ("loop_rate", looped)):
+            rate = share(flags)
+            out[name], out[f"{name}_lo"], out[f"{name}_hi"] = rate.estimate, rate.lo, rate.hi
+        return out
 
     def pooled_limit(self) -> LimitCurve | None:
         """The limit curve over every decided position of every setting's run."""

@@ -329,11 +329,9 @@ def race_figure(
         fig.add_scatter(
             x=[work.speculative_s, work.verifier_only_s],
             y=[work.tokens, work.tokens],
-            mode="lines+markers+text",
+            mode="lines+markers",
             name=f"the same {work.tokens} tokens: {work.speedup:.2f}×",
             meta=EQUAL_WORK,
-            text=[f"{work.speculative_s:.2f} s", f"{work.verifier_only_s:.2f} s"],
-            textposition="top center",
             line={"color": "#333333", "dash": "dot", "width": 1.5},
             marker={"color": "#333333", "size": 9, "symbol": "line-ns-open"},
             hovertemplate=(

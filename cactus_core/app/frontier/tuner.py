@@ -133,13 +133,17 @@ def refinement_chart(res: TuneResult) -> go.Figure:
             hoverinfo="skip",
         )
     if res.value is not None and (res.value > 0 or not log):
-        # the label sits on the line's top, not at the plot's corner
-        fig.add_vline(
-            x=res.value,
-            line={"color": "#2e7d32", "width": 2},
-            annotation_text="answer",
-            annotation_position="top",
-            annotation_font={"color": "#2e7d32"},
+        fig.add_vline(x=res.value, line={"color": "#2e7d32", "width": 2})
+        # Its label by hand: a vline's own is placed at the value itself, which on a log axis
+        # (whose positions are log10 of the value) lands far from the line.
+        fig.add_annotation(
+            x=math.log10(res.value) if log else res.value,
+            y=1,
+            yref="paper",
+            yanchor="bottom",
+            text=f"answer: {res.param} = {res.value:.4g}",
+            showarrow=False,
+            font={"color": "#2e7d32"},
         )
     fig.update_layout(
         height=340,

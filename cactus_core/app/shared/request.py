@@ -78,7 +78,7 @@ class DecodeRequest:
         False leaves a change of rule out (Step through keeps its place across rules)."""
         changes = []
         if rule and self.rule != earlier.rule:
-            changes.append(f"the rule ({earlier.rule.label} → {self.rule.label})")
+            changes.append(f"the rule (from {earlier.rule.label})")
         a, b = earlier.settings.sampling, self.settings.sampling
         for name, label in (("seed", "seed"), ("temperature", "T"), ("top_k", "top-k"),
                             ("top_p", "top-p"), ("k", "k")):  # fmt: skip
