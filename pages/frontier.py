@@ -64,6 +64,7 @@ CHARTS = (
     "fr_chart_limit",
     "fr_chart_model",
     "fr_chart_task",
+    "fr_chart_long",
 )
 ESTIMATED_NOTE = (
     "Open markers on a dotted line: a rule whose emitted pi depends on the whole round (FLy's "
@@ -290,7 +291,9 @@ def trade_off(
     )
     scored = any(r.get("task_prompts") for r in rows)
     names = ["tokens per call", "speedup (predicted)", "tokens/s", "acceptance vs the limit"]
-    tabs = st.tabs([*names, "modelled speedup", *(["task score"] if scored else [])])
+    tabs = st.tabs(
+        [*names, "modelled speedup", "long answers", *(["task score"] if scored else [])]
+    )
     with tabs[0]:
         x = st.radio(
             "Divergence",
@@ -343,18 +346,60 @@ def trade_off(
         )  # fmt: skip
         chart(ff.modelled_speedup_chart(rows, config.sampling.k, c, selected=selected), CHARTS[4])
         st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
+    with tabs[5]:
+        long_answers(rows, selected)
     if scored:
-        with tabs[5]:
-            fig = ff.frontier_chart(
-                rows, "tokens_per_call", "task_score", front=False, selected=selected
+        with tabs[6]:
+            paired = st.radio(
+                "Task score",
+                ["task_score_diff", "task_score"],
+                format_func={
+                    "task_score_diff": "difference from lossless (paired)",
+                    "task_score": "score",
+                }.get,
+                horizontal=True,
+                key="fr_task_view",
             )
+            fig = ff.frontier_chart(rows, "tokens_per_call", paired, front=False, selected=selected)
             chart(fig, CHARTS[5])
-            st.caption(
-                "Each setting's share of checkable answers right (horizontal bars: 95% Wilson "
-                "intervals over prompts; every setting decodes each prompt with the same seed). "
-                "Where the intervals overlap, these prompts do not separate the settings: a "
-                "small verifier answers few of them, so most differences here are within chance."
-            )
+            st.caption(task_caption(rows, paired))
+
+
+def task_caption(rows: list[dict[str, Any]], view: str) -> str:
+    """What the task-score chart shows, with what its prompt set can detect."""
+    if view == "task_score":
+        return (
+            "Each setting's share of checkable answers right (horizontal bars: 95% Wilson "
+            "intervals over prompts). Unpaired intervals overlap easily: the paired difference "
+            "(the other view) compares the same prompts and seeds, and is what decides."
+        )
+    against = next((r["task_score_against"] for r in rows if r.get("task_score_against")), "sps")
+    detect = [r["task_score_detectable"] for r in rows if r.get("task_score_detectable")]
+    can = f" These prompts detect a difference of about ±{max(detect):.2f} (80% power)." if (
+        detect) else ""  # fmt: skip
+    return (
+        f"Each setting's task score minus {against}'s on the same prompts and seeds, with the "
+        "paired 95% interval (t over prompts): an interval wholly below 0 is a real drop." + can
+    )
+
+
+def long_answers(rows: list[dict[str, Any]], selected: str | None) -> None:
+    """How answers end: at the end token, or in a loop that runs to the budget."""
+    view = st.radio(
+        "Answers that",
+        ["eos_rate", "loop_rate"],
+        format_func={"eos_rate": "end at the end token", "loop_rate": "end in a loop"}.get,
+        horizontal=True,
+        key="fr_long_view",
+    )
+    chart(ff.frontier_chart(rows, view, front=False, selected=selected), CHARTS[6])
+    st.caption(
+        "Read from each answer's text, with 95% Wilson intervals over prompts: an answer ends "
+        "at the end token when it stops before Max new tokens; it ends in a loop when it runs "
+        "to the budget and its tail repeats one span of up to 16 words back to back. Lossy "
+        "acceptance on long answers can start loops and leave answers unfinished; raise Max new "
+        "tokens (256) to see it."
+    )
 
 
 TABLE_FORMATS = {

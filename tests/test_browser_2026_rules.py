@@ -103,7 +103,9 @@ def _frontier(page, url: str) -> None:
     assert "learned-judge (estimated π)" in names, names
     (fly,) = [t for t in _traces(page, key) if t["name"] == "fly (estimated π)"]
     assert fly["error_x"] is not None  # its divergence carries the estimate's interval
-    expect(page.get_by_text("Open markers on a dotted line")).to_be_visible()
+    # said under the reference (FLy is in it) and under this sweep's chart
+    expect(page.get_by_text("Open markers on a dotted line").last).to_be_visible()
+    assert page.get_by_text("Open markers on a dotted line").count() == 2
     kl_x = fly["x"]
 
     page.get_by_text("emitted TV(pi, q) per token", exact=True).click()
@@ -121,7 +123,20 @@ def _frontier(page, url: str) -> None:
     page.get_by_role("tab", name="task score").click()
     task = page.locator(".st-key-fr_chart_task .js-plotly-plot")
     task.wait_for(state="visible", timeout=60_000)
-    assert _x_title(page, "fr_chart_task").startswith("task score")
+    # it opens on the paired difference from sps: a setting's score minus sps's, sps at 0
+    assert _x_title(page, "fr_chart_task").startswith("task score − the lossless")
+    xs = [x for t in _traces(page, "fr_chart_task") for x in (t["x"] or [])]
+    assert xs and all(-1 <= x <= 1 for x in xs)
+    (sps,) = [t for t in _traces(page, "fr_chart_task") if t["name"] == "sps"]
+    assert sps["x"] == [0]
+    expect(page.get_by_text("on the same prompts and seeds, with the paired 95%")).to_be_visible()
+    page.get_by_text("score", exact=True).click()
+    wait_idle(page)
+    page.wait_for_function(
+        """() => { const el = document.querySelector('.st-key-fr_chart_task .js-plotly-plot');
+        const t = el && el.layout.xaxis.title;
+        return t && (t.text || t).startsWith('task score (share'); }"""
+    )
     xs = [x for t in _traces(page, "fr_chart_task") for x in (t["x"] or [])]
     assert xs and all(0 <= x <= 1 for x in xs)
     expect(page.get_by_text("share of checkable answers right (horizontal bars")).to_be_visible()

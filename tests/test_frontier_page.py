@@ -66,8 +66,9 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     at.button(key="fr_run").click().run()
     assert not at.exception, at.exception
     # the reference's two, the frontier split by task (the built-in prompts are tagged), then
-    # tokens/call, speedup, tokens/s, limit, modelled
-    assert len(at.get("plotly_chart")) == 8
+    # tokens/call, speedup, tokens/s, limit, modelled, long answers
+    charts = at.get("plotly_chart")
+    assert len(charts) == 9 and any("fr_chart_long" in c.proto.id for c in charts)
     # the sweep's table, its cells as shown: text, "–" where a number is missing
     table = next(d.value for d in at.dataframe if "NLL" in d.value.columns)
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0", "cactus δ=0.5", "interp α=0.5"]
@@ -78,7 +79,7 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     # A new session (a browser reload) with the same form finds everything in the cache.
     again = _small_sweep(_frontier())
     assert not again.exception
-    assert len(again.get("plotly_chart")) == 8
+    assert len(again.get("plotly_chart")) == 9
     assert not any("Run sweep" in i.value for i in again.info)
 
 

@@ -211,6 +211,9 @@ METRIC_LABELS: dict[str, str] = {
     "emitted_reverse_kl": "emitted reverse KL(q ‖ pi) per token (nats)",
     "nll": "verifier NLL per token (nats)",
     "task_score": "task score (share of checkable answers right)",
+    "task_score_diff": "task score − the lossless baseline's (paired)",
+    "eos_rate": "share of answers ending at the end token",
+    "loop_rate": "share of answers ending in a loop",
     "expected_acceptance": "expected acceptance at decided positions",
     "scored_kl": "KL(pi ‖ q) per decided position (nats)",
 }

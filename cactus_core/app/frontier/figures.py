@@ -38,7 +38,7 @@ _LAYOUT = {
 MAX_SHOWN = 5
 FRONT_COLOUR = "#444444"
 # x-axes whose every point carries its own interval (drawn as horizontal bars)
-X_INTERVALS = ("task_score",)
+X_INTERVALS = ("task_score", "task_score_diff", "eos_rate", "loop_rate")
 FRONT_NAME = "Pareto frontier (every rule, shown or hidden)"
 _LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL, "modelled_speedup": "modelled speedup"}
 
