@@ -44,7 +44,7 @@ from cactus_core.app.shared.settings import AppSettings, grid_text, swept_rules
 from cactus_core.app.shared.tables import display_rows
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, rule_class
-from pages.frontier import export_panel, tuner_panel
+from pages.frontier import export_panel, quality_panel, tuner_panel
 from pages.frontier.sweep_file_panel import ray_backend, sweep_file_section
 from pages.shared import k_panel
 from pages.shared.pair import get_pair
@@ -347,59 +347,10 @@ def trade_off(
         chart(ff.modelled_speedup_chart(rows, config.sampling.k, c, selected=selected), CHARTS[4])
         st.caption("Modelled, not measured: " + METRIC_HELP["modelled speedup"])
     with tabs[5]:
-        long_answers(rows, selected)
+        quality_panel.long_answers(rows, selected, chart, CHARTS[6])
     if scored:
         with tabs[6]:
-            paired = st.radio(
-                "Task score",
-                ["task_score_diff", "task_score"],
-                format_func={
-                    "task_score_diff": "difference from lossless (paired)",
-                    "task_score": "score",
-                }.get,
-                horizontal=True,
-                key="fr_task_view",
-            )
-            fig = ff.frontier_chart(rows, "tokens_per_call", paired, front=False, selected=selected)
-            chart(fig, CHARTS[5])
-            st.caption(task_caption(rows, paired))
-
-
-def task_caption(rows: list[dict[str, Any]], view: str) -> str:
-    """What the task-score chart shows, with what its prompt set can detect."""
-    if view == "task_score":
-        return (
-            "Each setting's share of checkable answers right (horizontal bars: 95% Wilson "
-            "intervals over prompts). Unpaired intervals overlap easily: the paired difference "
-            "(the other view) compares the same prompts and seeds, and is what decides."
-        )
-    against = next((r["task_score_against"] for r in rows if r.get("task_score_against")), "sps")
-    detect = [r["task_score_detectable"] for r in rows if r.get("task_score_detectable")]
-    can = f" These prompts detect a difference of about ±{max(detect):.2f} (80% power)." if (
-        detect) else ""  # fmt: skip
-    return (
-        f"Each setting's task score minus {against}'s on the same prompts and seeds, with the "
-        "paired 95% interval (t over prompts): an interval wholly below 0 is a real drop." + can
-    )
-
-
-def long_answers(rows: list[dict[str, Any]], selected: str | None) -> None:
-    """How answers end: at the end token, or in a loop that runs to the budget."""
-    view = st.radio(
-        "Answers that",
-        ["eos_rate", "loop_rate"],
-        format_func={"eos_rate": "end at the end token", "loop_rate": "end in a loop"}.get,
-        horizontal=True,
-        key="fr_long_view",
-    )
-    chart(ff.frontier_chart(rows, view, front=False, selected=selected), CHARTS[6])
-    st.caption(
-        "Read from each answer's text, with 95% Wilson intervals over prompts: an answer ends "
-        "at the end token when it stops before Max new tokens; it ends in a loop when it runs "
-        "to the budget and its tail repeats one span of up to 16 words back to back. Lossy "
-        "acceptance on long answers can start loops and leave answers unfinished; raise Max new "
-        "tokens (256) to see it."
-    )
+            quality_panel.task_scores(rows, selected, chart, CHARTS[5])
 
 
 TABLE_FORMATS = {

@@ -19,7 +19,6 @@ from cactus_core.app.frontier.figures import (
     frontier_chart,
     modelled_speedup_chart,
     modelled_speedup_rows,
-    tuner_chart,
 )
 from cactus_core.app.shared.rule_style import rule_colour
 from cactus_core.experiments.frontier import (
@@ -27,7 +26,6 @@ from cactus_core.experiments.frontier import (
     interpolate_param_for_budget,
     mean_ci,
     pareto_front,
-    ratio_ci,
     t_quantile_975,
 )
 from cactus_core.experiments.sweep_cache import SweepCache
@@ -78,21 +76,6 @@ def test_mean_ci_edge_cases():
     assert mean_ci([1.0, math.nan, 3.0]).n == 2  # NaN = undefined for that unit, left out
     assert mean_ci([1.0, math.inf]).mean == math.inf
     assert mean_ci([1.0, math.inf]).to_dict()["mean"] is None  # JSON has no inf
-
-
-def test_ratio_ci_stays_positive():
-    """Speedups of two chunks, 0.4 and 0.9: the t interval on the ratios reaches -2.5; the
-    log-ratio interval is exp of the t interval on the logs, so it stays above 0."""
-    ratios = [0.4, 0.9]
-    assert mean_ci(ratios).lo < 0
-    est = ratio_ci(ratios)
-    logs = mean_ci([math.log(r) for r in ratios])
-    assert est.mean == pytest.approx(math.sqrt(0.4 * 0.9))  # the geometric mean
-    assert (est.lo, est.hi) == (pytest.approx(math.exp(logs.lo)), pytest.approx(math.exp(logs.hi)))
-    assert 0 < est.lo < est.mean < est.hi
-    assert ratio_ci([0.7]).lo == pytest.approx(0.7)
-    assert ratio_ci([0.0, math.nan, 2.0]).n == 1  # a ratio must be positive and finite
-    assert math.isnan(ratio_ci([]).mean)
 
 
 def test_pareto_front_keeps_only_undominated_points():
@@ -360,9 +343,8 @@ def test_acceptance_chart_draws_the_limit():
     assert "verifier-only" not in names
 
 
-def test_tuner_chart_and_html_export():
-    fig = tuner_chart([0, 0.5, 1], [0, 0.2, 0.5], 0.3, tries=[(0.7, 0.31)], chosen=0.65)
-    assert [t.name for t in fig.data] == ["cactus: measured", "budget", "confirming runs"]
+def test_html_export():
+    fig = acceptance_limit_chart(_fake_rows(), limit_sums(*_rows(10, 12)).curve())
     html = figure_html([fig, frontier_chart(_fake_rows(), "tokens_per_call")])
     assert html.count("plotly-graph-div") >= 2 and "<script src=" not in html  # offline
     with pytest.raises(ValueError, match="no rows"):

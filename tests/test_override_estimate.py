@@ -24,8 +24,14 @@ from cactus_core.experiments.sweep import run_sweep
 from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
 from cactus_core.experiments.sweep_records import ChunkRecord
 from cactus_core.maths.rules import make_rule
-from cactus_core.maths.rules.override import overridden_law, override_mixture
+from cactus_core.maths.rules.override import overridden_law
 from cactus_core.maths.verify import verify
+
+
+def override_mixture(p: torch.Tensor, q: torch.Tensor, omega: float) -> torch.Tensor:
+    """The test's oracle: pi_omega = (1 − omega)·q + omega·p̃ [..., V]."""
+    tilde = overridden_law(p, q)
+    return q.to(tilde.dtype) * (1 - omega) + tilde * omega
 
 
 def _chi2_pvalue(tokens: torch.Tensor, probs: torch.Tensor) -> float:

@@ -76,20 +76,6 @@ def mean_ci(values: Sequence[float]) -> Estimate:
     return Estimate(m, m - half, m + half, int(x.size))
 
 
-def ratio_ci(ratios: Sequence[float]) -> Estimate:
-    """A ratio's (speedup's) geometric mean with a 95% interval that stays positive.
-
-    The t interval is taken on the log ratios and mapped back with exp, so it is asymmetric
-    about the point and never reaches 0 (a t interval on the ratios themselves crossed zero
-    with two chunks). Ratios that are not positive and finite are left out.
-    """
-    logs = [math.log(float(r)) for r in ratios if math.isfinite(float(r)) and float(r) > 0]
-    e = mean_ci(logs)
-    if e.n == 0:
-        return e
-    return Estimate(math.exp(e.mean), math.exp(e.lo), math.exp(e.hi), e.n)
-
-
 def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
     """Indices of the points no other point beats (lower or equal x and strictly higher y).
 

@@ -93,10 +93,6 @@ class PairCosts:
         """The draft step relative to one verifier token, d ÷ v(1)."""
         return self.draft_ms / self.verify_ms[0]
 
-    def relative_verify(self) -> list[float]:
-        """v(w) ÷ v(1) for the measured widths."""
-        return [x / self.verify_ms[0] for x in self.verify_ms]
-
     def draft_round(self, k: int) -> float:
         """The draft's share of a round: f + k·d."""
         return self.draft_round_ms + k * self.draft_ms

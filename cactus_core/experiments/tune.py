@@ -167,10 +167,6 @@ class FirstGuess:
     source: str  # "estimated curve" or "measured points" (interpolated between them)
     at_top: bool  # the whole range fits by the estimate
 
-    @property
-    def at_bottom(self) -> bool:
-        return self.kl > 0 and not self.at_top and self.value <= 0
-
 
 def first_guess(part: ReferenceSweep, rule: str, kl_budget: float) -> FirstGuess:
     """The reference's answer for a budget: read off the rule's estimated curve (every value

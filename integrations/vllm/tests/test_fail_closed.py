@@ -11,7 +11,7 @@ import textwrap
 import types
 
 import pytest
-from cactus_vllm import guard, plugin, request_rules
+from cactus_vllm import guard, patch_status, request_rules
 from cactus_vllm.rules import ENV_VAR, RuleSpecError
 
 CACTUS = {"rule": "cactus", "delta": 0.1}
@@ -27,7 +27,7 @@ def patched(vllm_sampler, monkeypatch):
 
 def force_off(monkeypatch, *names: str) -> None:
     for name in names:
-        monkeypatch.setitem(plugin._STATUS, name, SKIPPED)
+        monkeypatch.setitem(patch_status._STATUS, name, SKIPPED)
 
 
 def test_a_rule_with_its_sampler_patch_forced_off_is_refused():
