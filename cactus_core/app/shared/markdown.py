@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+# What can start markup inside a line: emphasis, code, links and images ([ ]), raw HTML and
+# autolinks (< > and the ":" of a bare URL), tables, strikethrough, LaTeX, Streamlit's
+# :colour[…] and :material/…: directives. A name is one line, so block markup (#, -, +, 1.)
+# cannot start.
+_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|~$:])")
 
 
 def md_text(name: str) -> str:
-    """`name` escaped for Markdown: every character that could start markup backslashed, and
-    newlines as spaces (a name is one line)."""
+    """`name` escaped for Markdown: every character that could start markup in a line
+    backslashed, and newlines as spaces (a name is one line)."""
     return _SPECIAL.sub(r"\\\1", " ".join(name.split()))
 
 
