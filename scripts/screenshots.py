@@ -182,7 +182,11 @@ def new_rules_shots(page, url: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("pages", "steps", "rules"), help="make one set of pictures")
+    ap.add_argument(
+        "--only",
+        choices=("pages", "steps", "rules", "third-look"),
+        help="make one set of pictures (third-look: docs/screens/10-*, 11-* alone)",
+    )
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", CACTUS_LAB_PRELOAD="0")
@@ -199,6 +203,16 @@ def main() -> None:
                 page_shots(page, app.url, out)
             if args.only != "pages":
                 new_rules_shots(page, app.url, out)
+            page.close()
+        if args.only == "third-look":
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{app.url}/decode")
+            idle(page)
+            page.locator("button", has_text="Generate").first.click()
+            page.get_by_text("Run 1:").wait_for(timeout=TIMEOUT_MS)
+            idle(page)
+            the_third_look(page, app.url, args.docs / "screens")
             page.close()
         if args.only in (None, "steps"):
             out = args.docs / "step"

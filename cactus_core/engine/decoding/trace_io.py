@@ -195,9 +195,10 @@ def upgrade_round_v1(
         if not 0 <= m <= k or any(f not in _V1_FATES for f in old["draft_fates"]):
             raise ValueError(f"not a trace: {where} has fates that do not fit num_accepted")
         kept = [p if isinstance(p, dict) else {} for p in positions[:k]]
-        values = [[_as_float(pos.get(f)) for pos in kept] or [math.nan] * k
-                  for f in ("p_n", "q_n", "h_n")]  # fmt: skip
-        if any(x is None for v in values for x in v):
+        read = [[_as_float(pos.get(f)) for pos in kept] or [math.nan] * k
+                for f in ("p_n", "q_n", "h_n")]  # fmt: skip
+        values = [[x for x in v if x is not None] for v in read]
+        if values != read:
             raise ValueError(f"not a trace: {where}.positions hold a p_n, q_n or h_n not a number")
         p_n, q_n, h_n = (v + [math.nan] * (k - len(v)) for v in values)
         try:

@@ -102,10 +102,9 @@ class Judge:
         size, weights, bias = data.get("hidden_size"), data.get("weights"), data.get("bias")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1 << 16:
             raise ValueError(f"{name}: hidden_size must be a positive integer")
-        numbers = isinstance(weights, list) and all(
-            isinstance(w, int | float) and not isinstance(w, bool) for w in weights
-        )
-        if not numbers or len(weights) != 2 * size:
+        if not isinstance(weights, list) or len(weights) != 2 * size:
+            raise ValueError(f"{name}: weights must be 2 × hidden_size = {2 * size} numbers")
+        if not all(isinstance(w, int | float) and not isinstance(w, bool) for w in weights):
             raise ValueError(f"{name}: weights must be 2 × hidden_size = {2 * size} numbers")
         if not isinstance(bias, int | float) or isinstance(bias, bool):
             raise ValueError(f"{name}: bias must be a number")
