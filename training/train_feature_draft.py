@@ -406,7 +406,7 @@ def main() -> None:
                 done = True
                 break
             for g in opt.param_groups:
-                g["lr"] = g["peak"] * lr_scale(run.step, frac, args.warmup)
+                g["lr"] = g["peak"] * lr_scale(run.step - run.warm_from, frac, args.warmup)
             # bfloat16 autocast: the matmuls run 1.5x faster on this CPU (AVX-512 BF16); the
             # softmaxes and losses stay in float32, and so do the weights.
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
@@ -452,6 +452,7 @@ class RunState:
         self.t0 = time.time()
         self.log: list[dict] = []
         self.best = -1.0
+        self.warm_from = 0  # the step the warm-up counts from (a resume without Adam's state)
 
     def minutes(self) -> float:
         return self.before + (time.time() - self.t0) / 60
@@ -465,9 +466,15 @@ class RunState:
             raise SystemExit("--resume continues a step-budget schedule: give its --steps")
         saved = torch.load(args.out / "state.pt", weights_only=False)
         draft.load_state_dict(FeatureDraft.load(args.out / "last", verifier).state_dict())
-        opt.load_state_dict(saved["optimiser"])
         for name in ("step", "epoch", "batch_index", "epoch_rng", "before", "log", "best"):
             setattr(run, name, saved[name])
+        if saved.get("optimiser") is not None:
+            opt.load_state_dict(saved["optimiser"])
+        else:
+            # A compact checkpoint (training.compact_checkpoint) keeps no Adam moments: they
+            # restart from zero, so the learning rate warms up again from this step.
+            run.warm_from = run.step
+            print("no optimiser state saved: Adam restarts, with a new warm-up", flush=True)
         torch.set_rng_state(saved["torch_rng"])
         print(f"resumed at step {run.step} (epoch {run.epoch}, {run.before:.1f} min)", flush=True)
         return run
