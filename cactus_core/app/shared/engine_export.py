@@ -8,7 +8,7 @@ docs/engines.md says the same per engine, with versions.
 Every block runs as pasted on another machine: packages install from this checkout's absolute
 path (`REPO`), models are named by hub id or absolute path, and every name (which may come
 from a link, a sidebar or a sweep file) goes through `shlex.quote` in a shell block and `repr`
-in a Python one, so no name can run a command (tests/test_engine_export.py runs them).
+in a Python one, so no name can run a command (tests/test_export_snippets.py runs them).
 
 - vLLM 0.32 with the plugin (integrations/vllm, distribution `cactus-vllm`): the rule as a
   spec in `CACTUS_VLLM_RULE` or per request in `SamplingParams.extra_args["cactus_rule"]`, the
