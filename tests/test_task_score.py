@@ -14,12 +14,12 @@ from cactus_core.experiments.sweep_config import (
     settings_from_grids,
 )
 from cactus_core.experiments.task_score import (
-    TASK_SET,
     TaskScore,
     check_answer,
     passes,
     task_score,
 )
+from cactus_core.experiments.task_set import FAMILIES, TUNE_FILE
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,9 @@ def test_wilson_interval_of_a_score() -> None:
 
 
 def test_the_built_in_task_set_parses_with_an_answer_for_every_prompt() -> None:
-    prompts, tasks, answers = parse_answered_prompt_file(TASK_SET.name, TASK_SET.read_bytes())
-    assert len(prompts) == len(answers) == 58 and all(answers)
-    assert set(tasks) == {"arithmetic", "facts", "words", "yes-no"}
+    prompts, tasks, answers = parse_answered_prompt_file(TUNE_FILE.name, TUNE_FILE.read_bytes())
+    assert len(prompts) == len(answers) == 324 and all(answers)
+    assert set(tasks) == set(FAMILIES)
     for a in answers:
         check_answer(a)
 
@@ -87,7 +87,7 @@ def test_a_prompt_file_answer_is_checked() -> None:
 
 
 def test_a_sweep_scores_every_setting(tiny_pair) -> None:
-    prompts, _, answers = parse_answered_prompt_file(TASK_SET.name, TASK_SET.read_bytes())
+    prompts, _, answers = parse_answered_prompt_file(TUNE_FILE.name, TUNE_FILE.read_bytes())
     config = SweepConfig(
         prompts=tuple(prompts[:4]),
         settings=tuple(settings_from_grids({"sps": [], "cactus": [1.0]})),

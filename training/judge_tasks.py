@@ -1,7 +1,8 @@
 """Task prompts with checkable answers to mine the learned judge's labels on: the kinds of the
-built-in task set (cactus_core/data/task_prompts.jsonl: arithmetic, one-word facts, yes/no,
-word tasks) with other numbers, places and words, never one of its prompts, so that the judge
-is measured on prompts it was not trained on. Answers are `task_score`'s kind=form specs.
+first built-in task set (now training/judge_excluded_prompts.jsonl: arithmetic, one-word
+facts, yes/no, word tasks) with other numbers, places and words, never one of its prompts,
+so that the judge is measured on prompts it was not trained on. Answers are `task_score`'s
+kind=form specs.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def judge_tasks(seed: int = 0, arithmetic: int = 120) -> list[dict[str, str]]:
 
 
 def _task_set_prompts() -> list[str]:
-    path = Path(__file__).resolve().parents[1] / "cactus_core" / "data" / "task_prompts.jsonl"
+    path = Path(__file__).resolve().parent / "judge_excluded_prompts.jsonl"
     return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
 
 

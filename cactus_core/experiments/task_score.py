@@ -1,7 +1,7 @@
 """Quality beyond divergence: a task score for each setting of a sweep, with its interval.
 
 A prompt can carry a checkable answer (`answer` in a .jsonl prompt file, e.g. the built-in
-task set `cactus_core/data/task_prompts.jsonl`): a kind and the accepted forms, written
+task set, `experiments.task_set`): a kind and the accepted forms, written
 `kind=form|form`:
 
 - `number=63`: the last number the output writes is 63 ("100 − 37 = 63." passes, "100 minus
@@ -23,7 +23,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from cactus_core.experiments.override_estimate import wilson_interval
 
@@ -32,7 +31,6 @@ ANSWER_KINDS = ("number", "word", "yesno")
 # answers from costing seconds per rerun (20,000 forms took 17-24 s a rerun in public mode).
 MAX_FORMS = 32
 MAX_FORM_CHARS = 100
-TASK_SET = Path(__file__).resolve().parents[1] / "data" / "task_prompts.jsonl"
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
