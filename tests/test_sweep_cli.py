@@ -70,3 +70,42 @@ def test_sweep_task_set_scores_every_setting(folders, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(_args(folders, tmp_path / "c", "--task-set", "--prompts", str(out)))
     assert "--task-set is a prompt file of its own" in capsys.readouterr().err
+
+
+def test_sweep_keep_quality_answers_and_confirms_on_the_held_out_split(folders, tmp_path, capsys):
+    out = tmp_path / "q.json"
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text('{"prompt": "What is 5 times 3?", "answer": "number=15"}\n'
+                       '{"prompt": "Is 12 less than 30?", "answer": "yesno=yes"}\n')  # fmt: skip
+    extra = ["--task-set", "--rules", "cactus,sps", "--tune-kl", "100", "--keep-quality",
+             "--max-drop", "0.5", "--confirm-on", str(heldout), "--output", str(out)]  # fmt: skip
+    assert main(_args(folders, tmp_path / "c", *extra)) == 0
+    body = json.loads(out.read_text())["quality_tuned"]
+    assert body["kl_budget"] == 100 and body["max_drop"] == 0.5
+    assert body["answer"]["verdict"] == "keeps quality"
+    assert {c["label"] for c in body["candidates"]} >= {"sps", "cactus δ=0", "cactus δ=1"}
+    err = capsys.readouterr().err
+    assert "keeping quality: " in err
+    if body["answer"]["label"] != "sps":  # lossless needs no confirmation run
+        assert body["heldout_prompts"] == 2 and body["confirmed"] in (True, False)
+        assert "Held out (2 prompts" in body["message"]
+    # two prompts cannot see a 0.5 drop: the answer says so
+    assert body["underpowered"] and "may go unseen" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--keep-quality"], "--keep-quality needs --tune-kl"),
+        (["--tune-kl", "1", "--keep-quality"], "needs prompts with answers"),
+        (["--max-drop", "0.1"], "go with --keep-quality"),
+        (
+            ["--task-set", "--tune-kl", "1", "--keep-quality", "--confirm-on", "/nope.jsonl"],
+            "--confirm-on '/nope.jsonl': cannot read it",
+        ),
+    ],
+)
+def test_keep_quality_flags_are_checked_before_the_sweep(folders, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit):
+        main(_args(folders, tmp_path / "c", *extra))
+    assert message in capsys.readouterr().err

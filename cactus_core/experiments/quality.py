@@ -15,7 +15,10 @@
 - **Long answers' failure modes.** `eos_rate`: the share of answers that end at the end token
   within the budget (fewer new tokens than it allowed). `loop_rate`: the share that ran to the
   budget with a tail that repeats one span back to back (`loops`), each with its 95% Wilson
-  interval over prompts.
+  interval over prompts; the loop rate's paired difference from lossless (`loop_rate_diff`,
+  the same t interval: loops rise detectably where its low end is above 0); `distinct_4`, the
+  share of an answer's word 4-grams that are distinct, averaged over answers (t interval);
+  `length_ratio`, the mean new tokens against lossless's on the same prompts.
 """
 
 from __future__ import annotations
@@ -97,6 +100,27 @@ def loops(text: str) -> bool:
         if all(tail[i] == tail[i - period] for i in range(period, span)):
             return True
     return False
+
+
+def distinct_ngrams(text: str, n: int = 4) -> float:
+    """The share of the text's word n-grams that are distinct (NaN with none): 1 for text that
+    never repeats a phrase, towards 0 for a loop."""
+    words = text.split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else math.nan
+
+
+def mean_interval(values: Sequence[float]) -> Interval:
+    """The mean of the finite values with its 95% t interval (NaN for none)."""
+    xs = [v for v in values if math.isfinite(v)]
+    if not xs:
+        return Interval(math.nan, math.nan, math.nan)
+    mean = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return Interval(mean, -math.inf, math.inf)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    half = t_quantile(Z975, len(xs) - 1) * sd / math.sqrt(len(xs))
+    return Interval(mean, mean - half, mean + half)
 
 
 def share(flags: Sequence[bool]) -> Interval:

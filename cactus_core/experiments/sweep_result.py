@@ -15,7 +15,13 @@ from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.experiments.estimate import EstimatedCurve, estimable, pool_curves
 from cactus_core.experiments.frontier import Estimate, dominance_check, mean_ci
 from cactus_core.experiments.override_estimate import OverrideSums
-from cactus_core.experiments.quality import loops, paired_difference, share
+from cactus_core.experiments.quality import (
+    distinct_ngrams,
+    loops,
+    mean_interval,
+    paired_difference,
+    share,
+)
 from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
 from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord, csv_cell
 from cactus_core.experiments.task_score import TaskScore, passes, task_score
@@ -214,6 +220,9 @@ METRIC_LABELS: dict[str, str] = {
     "task_score_diff": "task score − the lossless baseline's (paired)",
     "eos_rate": "share of answers ending at the end token",
     "loop_rate": "share of answers ending in a loop",
+    "loop_rate_diff": "loop rate − the lossless baseline's (paired)",
+    "distinct_4": "distinct word 4-grams per answer (share)",
+    "length_ratio": "answer length against the lossless baseline's",
     "expected_acceptance": "expected acceptance at decided positions",
     "scored_kl": "KL(pi ‖ q) per decided position (nats)",
 }
@@ -260,7 +269,17 @@ class SweepResult:
         both = sorted(set(mine) & set(theirs))
         diff = paired_difference([mine[i] for i in both], [theirs[i] for i in both])
         ended = [r.tokens < self.config.max_new_tokens for r in res.prompts]
-        looped = [not e and loops(r.text) for e, r in zip(ended, res.prompts, strict=True)]
+        looped = self._looped(res)
+        theirs_looped = dict(zip((r.index for r in lossless.prompts), self._looped(lossless),
+                                 strict=True))  # fmt: skip
+        paired = [(float(f), float(theirs_looped[r.index]))
+                  for f, r in zip(looped, res.prompts, strict=True)
+                  if r.index in theirs_looped]  # fmt: skip
+        loop_diff = paired_difference([a for a, _ in paired], [b for _, b in paired])
+        own_tokens = {r.index: r.tokens for r in res.prompts}
+        base_tokens = [r.tokens for r in lossless.prompts if r.index in own_tokens]
+        mine_tokens = [own_tokens[r.index] for r in lossless.prompts if r.index in own_tokens]
+        distinct = mean_interval([distinct_ngrams(r.text) for r in res.prompts])
         out: dict[str, Any] = {
             "task_score_diff": diff.mean,
             "task_score_diff_lo": diff.lo,
@@ -271,7 +290,16 @@ class SweepResult:
         for name, flags in (("eos_rate", ended), ("loop_rate", looped)):
             rate = share(flags)
             out[name], out[f"{name}_lo"], out[f"{name}_hi"] = rate.estimate, rate.lo, rate.hi
+        out["loop_rate_diff"] = loop_diff.mean
+        out["loop_rate_diff_lo"], out["loop_rate_diff_hi"] = loop_diff.lo, loop_diff.hi
+        out["distinct_4"] = distinct.estimate
+        out["distinct_4_lo"], out["distinct_4_hi"] = distinct.lo, distinct.hi
+        out["length_ratio"] = sum(mine_tokens) / sum(base_tokens) if sum(base_tokens) else math.nan
         return out
+
+    def _looped(self, res: SettingResult) -> list[bool]:
+        """Per prompt of res: it ran to the budget and its tail loops (`quality.loops`)."""
+        return [r.tokens >= self.config.max_new_tokens and loops(r.text) for r in res.prompts]
 
     def pooled_limit(self) -> LimitCurve | None:
         """The limit curve over every decided position of every setting's run."""

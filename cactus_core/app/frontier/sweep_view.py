@@ -28,16 +28,27 @@ from cactus_core.experiments.sweep_config import (
     parse_answered_prompt_file as parse_answered_prompt_file,
 )
 from cactus_core.experiments.sweep_config import parse_grid as parse_grid
-from cactus_core.experiments.task_score import TASK_SET
+from cactus_core.experiments.task_set import HELDOUT_FILE, TUNE_FILE
 
 # The x-axes the tokens-per-call chart offers: three divergences of the same exact pi (a rule
 # whose pi is estimated from the decode carries its interval), and the task score.
 DIVERGENCE_AXES = ("emitted_kl", "emitted_tv", "emitted_reverse_kl")
 
 
-def task_set_prompts() -> tuple[list[str], list[str], list[str]]:
-    """The built-in task set (prompts with checkable answers): (prompts, task tags, answers)."""
-    return parse_answered_prompt_file(TASK_SET.name, TASK_SET.read_bytes())
+def task_set_prompts(split: str = "tune") -> tuple[list[str], list[str], list[str]]:
+    """The built-in task set's tuning (or "heldout") split, prompts with checkable answers:
+    (prompts, task tags, answers)."""
+    path = TUNE_FILE if split == "tune" else HELDOUT_FILE
+    return parse_answered_prompt_file(path.name, path.read_bytes())
+
+
+def heldout_for(config: SweepConfig) -> tuple[list[str], list[str], list[str]] | None:
+    """The held-out split that confirms a quality answer on this sweep: the task set's, when
+    the sweep's prompts are the first of its tuning split; None otherwise."""
+    tune = task_set_prompts("tune")[0]
+    if list(config.prompts) != tune[: len(config.prompts)]:
+        return None
+    return task_set_prompts("heldout")
 
 
 def sweep_config(
