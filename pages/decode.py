@@ -117,7 +117,7 @@ def setting_on_the_frontier(s: AppSettings) -> Rule:
         own = own_curve(run, rule.name)
     fig = compact_frontier(part, rule.name, rule.params, point, own)
     st.plotly_chart(fig, key="dec_frontier", config={"displayModeBar": False})
-    st.caption(compact_caption(point is not None, own is not None, rule.name))
+    st.caption(compact_caption(point is not None, own is not None, rule.name, part.has(rule.name)))
     if note:
         st.caption(note)
     log_timing("decode_marker", (time.perf_counter() - start) * 1000)

@@ -33,10 +33,15 @@ def test_every_rule_both_top_p_with_the_limit(shipped: ref.Reference) -> None:
     assert sorted(shipped.sweeps) == sorted(ref.REFERENCE_TOP_P)
     for top_p, sweep in shipped.sweeps.items():
         assert sweep.limit is not None and sweep.estimate is not None
-        # every rule whose pi follows from one position has a curve; FLy and the learned
-        # judge have measured points only (their pi depends on the whole round)
-        assert set(sweep.estimate.curves) == {n for n in RULES if estimable(n)}
+        # every rule it measured whose pi follows from one position has a curve; FLy and the
+        # learned judge have measured points only (their pi depends on the whole round). A rule
+        # added since it was made is absent until --missing-only adds it (the views say so).
+        measured = {n for n in RULES if sweep.has(n)}
+        assert {"sps", "cactus"} <= measured
+        assert set(sweep.estimate.curves) == {n for n in measured if estimable(n)}
         for name, cls in RULES.items():
+            if name not in measured:
+                continue
             rows = sweep.rule_rows(name)
             want = 1 if cls.swept() is None else ref.MIN_SETTINGS_PER_RULE
             assert len(rows) >= want, (top_p, name)
@@ -135,11 +140,42 @@ def test_builder_on_the_tiny_pair(tiny_pair, tmp_path, monkeypatch) -> None:
     )
 
 
-def test_every_grid_value_is_in_the_reference_at_both_top_p() -> None:
+def test_every_grid_value_of_a_measured_rule_is_in_the_reference_at_both_top_p() -> None:
     """A grid grown since the file was made (cactus' 0.001 and 0.01) fails here until
-    `sweep --reference --missing-only` adds it."""
-    missing = ref.missing_settings(ref.read_reference_data())
-    assert {top_p: [s.id for s in todo] for top_p, todo in missing.items() if todo} == {}
+    `sweep --reference --missing-only` adds it; a rule added since, with no row at all, is
+    said to be not in the reference yet instead (the next test)."""
+    data = ref.read_reference_data()
+    measured = {row["rule"] for part in data["sweeps"] for row in part["rows"]}
+    missing = ref.missing_settings(data)
+    assert {
+        top_p: [s.id for s in todo if s.rule in measured]
+        for top_p, todo in missing.items()
+        if any(s.rule in measured for s in todo)
+    } == {}
+
+
+def test_a_rule_the_reference_lacks_is_said_to_be_not_in_it_yet(shipped) -> None:
+    """Adding a rule needs no regeneration: every view that reads the reference says the
+    rule is not in it yet, and how to add it, instead of failing or drawing nothing."""
+    from dataclasses import replace
+
+    from cactus_core.app.shared.reference import compact_caption, compact_frontier, missing_rules
+    from cactus_core.experiments.tune import first_guess
+
+    part = shipped.for_top_p(1.0)
+    without = replace(part, rows=[r for r in part.rows if r["rule"] != "fly"])
+    assert part.has("fly") and not without.has("fly")
+    assert missing_rules(part) is None
+    line = missing_rules(without)
+    assert line is not None and line.startswith("fly is not in the reference yet: run a sweep")
+    assert "--missing-only" in line
+    with pytest.raises(ValueError, match="fly is not in the reference yet"):
+        first_guess(without, "fly", 0.1)
+    fig = compact_frontier(without, "fly", {"theta": 0.5})  # sps and the limit, no marker
+    assert "current setting" not in [t.name for t in fig.data]
+    assert compact_caption(False, False, "fly", in_reference=False).startswith(
+        "fly is not in the reference yet"
+    )
 
 
 @pytest.mark.parametrize("top_p", ref.REFERENCE_TOP_P)

@@ -112,6 +112,19 @@ class ReferenceSweep:
     def rule_rows(self, rule: str) -> list[dict[str, Any]]:
         return [r for r in self.rows if r["rule"] == rule]
 
+    def has(self, rule: str) -> bool:
+        """Whether the reference measured this rule: a rule added since it was made has no
+        rows until `sweep --reference --missing-only` runs its grid (`not_in_reference`)."""
+        return any(r["rule"] == rule for r in self.rows)
+
+
+def not_in_reference(rule: str) -> str:
+    """What every view reading the reference says of a rule it has not measured yet."""
+    return (
+        f"{rule} is not in the reference yet: run a sweep (`{REFERENCE_COMMAND} --missing-only "
+        "--force` adds its grid to the shipped file, or sweep it on the Frontier)"
+    )
+
 
 @dataclass(frozen=True)
 class Reference:

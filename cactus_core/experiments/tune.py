@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cactus_core.experiments.frontier import Estimate, interpolate_param_for_budget
+from cactus_core.experiments.reference import not_in_reference
 from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
 from cactus_core.experiments.sweep_cache import SweepCache
 from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
@@ -191,7 +192,7 @@ def first_guess(part: ReferenceSweep, rule: str, kl_budget: float) -> FirstGuess
             if r.get("emitted_kl") is not None and r.get("tokens_per_call") is not None
         )
         if not pts:
-            raise ValueError(f"the reference has no measured {rule} points")
+            raise ValueError(not_in_reference(rule))
         xs = [v for v, _, _ in pts]
         value = guess_from_points(xs, [k for _, k, _ in pts], kl_budget)
         kl = float(np.interp(value, xs, [k for _, k, _ in pts]))

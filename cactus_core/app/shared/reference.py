@@ -25,9 +25,9 @@ from cactus_core.experiments.estimate import (
     estimate_frontier,
     rows_from_trace,
 )
-from cactus_core.experiments.reference import Reference, ReferenceSweep
+from cactus_core.experiments.reference import Reference, ReferenceSweep, not_in_reference
 from cactus_core.experiments.reference import load_reference as load_reference
-from cactus_core.maths.rules import LOSSLESS_RULE, rule_class
+from cactus_core.maths.rules import LOSSLESS_RULE, RULES, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 
 if TYPE_CHECKING:
@@ -214,8 +214,20 @@ def compact_frontier(
     return fig
 
 
-def compact_caption(run_point: bool, own_curve: bool, rule: str | None = None) -> str:
+def missing_rules(part: ReferenceSweep) -> str | None:
+    """The rules the reference has not measured yet, in one line; None when it has them all."""
+    missing = [name for name in RULES if not part.has(name)]
+    if not missing:
+        return None
+    return "; ".join(not_in_reference(name) for name in missing) + "."
+
+
+def compact_caption(
+    run_point: bool, own_curve: bool, rule: str | None = None, in_reference: bool = True
+) -> str:
     """What each mark of `compact_frontier` is, said once under it (the chart has no legend)."""
+    if rule is not None and not in_reference:
+        return not_in_reference(rule) + ": its marks appear once it is in."
     parts = [
         "Circles: the reference sweep's measured settings (sps and this rule)",
         "line: the rule's curve estimated from their positions",
