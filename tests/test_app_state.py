@@ -159,12 +159,6 @@ def test_parse_table_normalises_and_says_so():
     assert pos.notices == ("p summed to 4; normalised to 1.",)
 
 
-def test_modelled_speedup():
-    assert M.modelled_speedup(3.0, 4, 0.05) == pytest.approx(2.5)
-    with pytest.raises(ValueError, match="c"):
-        M.modelled_speedup(3.0, 4, -1)
-
-
 def test_speed_comparison_says_plainly_when_slower():
     from cactus_core.experiments.speedup import Spread
 

@@ -17,8 +17,6 @@ from cactus_core.app.frontier.figures import (
     acceptance_limit_chart,
     figure_html,
     frontier_chart,
-    modelled_speedup_chart,
-    modelled_speedup_rows,
 )
 from cactus_core.app.shared.rule_style import rule_colour
 from cactus_core.experiments.frontier import (
@@ -322,16 +320,6 @@ def test_frontier_chart_series_front_and_customdata():
     assert [c[0] for c in corners.customdata] == ["cactus:x=0.0", "cactus:x=0.5", "cactus:x=1.0"]
     assert set(corners.marker.color) == {rule_colour("cactus")}
     assert fig.layout.xaxis.title.text.startswith("emitted KL")
-
-
-def test_modelled_speedup_is_labelled_and_scaled():
-    rows = modelled_speedup_rows(_fake_rows(), k=4, c=0.05)
-    assert rows[0]["modelled_speedup"] == 1.0  # verifier-only
-    assert rows[3]["modelled_speedup"] == pytest.approx(2.9 / 1.2)
-    fig = modelled_speedup_chart(_fake_rows(), k=4, c=0.05)
-    assert "modelled" in fig.layout.title.text and "modelled" in fig.layout.yaxis.title.text
-    with pytest.raises(ValueError, match="cost ratio"):
-        modelled_speedup_rows(_fake_rows(), k=4, c=-1)
 
 
 def test_acceptance_chart_draws_the_limit():

@@ -25,7 +25,11 @@ def panel(setting: ExportSetting | None, key: str, note: str = "") -> None:
         st.markdown(summary(setting))
         for line in setting.notes:
             st.caption(line)
-        exports = export_blocks(setting)
+        # An engine with nothing to paste for this rule gets its one line, not a tab of its own.
+        exports = [e for e in export_blocks(setting) if e.blocks]
+        for engine in export_blocks(setting):
+            if not engine.blocks:
+                st.caption(f"**{engine.engine}**: {engine.caption}")
         for tab, engine in zip(st.tabs([e.engine for e in exports]), exports, strict=True):
             with tab:
                 st.caption(engine.version)

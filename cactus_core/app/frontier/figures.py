@@ -39,7 +39,7 @@ FRONT_COLOUR = "#444444"
 # x-axes whose every point carries its own interval (drawn as horizontal bars)
 X_INTERVALS = ("task_score", "task_score_diff", "eos_rate", "loop_rate")
 FRONT_NAME = "Pareto frontier (every rule, shown or hidden)"
-_LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL, "modelled_speedup": "modelled speedup"}
+_LABELS = {**METRIC_LABELS, "speedup": PREDICTED_LABEL}
 
 
 __all__ = ["rule_colour"]  # re-exported: older callers import it from here
@@ -112,7 +112,6 @@ def frontier_chart(
     front: bool = True,
     limit_curve: LimitCurve | None = None,
     selected: str | None = None,
-    modelled: bool = False,
     reference: Sequence[Row] | None = None,
 ) -> go.Figure:
     """metric (e.g. tokens_per_call) against x (emitted KL per token), one series per rule.
@@ -150,7 +149,7 @@ def frontier_chart(
         _LAYOUT,
         title=title if title is not None else f"{name} vs {_LABELS.get(x, x)}",
         xaxis_title=_LABELS.get(x, x),
-        yaxis_title=f"{name} (modelled)" if modelled else name,
+        yaxis_title=name,
         clickmode="event+select",
     )
     return fig
@@ -337,36 +336,6 @@ def predicted_speedup_chart(
         title=f"{PREDICTED_LABEL} at k = {k}, from the pair's measured costs",
         selected=selected,
     )
-
-
-def modelled_speedup_rows(rows: Sequence[Row], k: int, c: float) -> list[dict[str, Any]]:
-    """Rows with tokens per call ÷ (1 + k·c) as `modelled_speedup` (the baseline stays 1)."""
-    if not (math.isfinite(c) and c >= 0):
-        raise ValueError(f"the draft cost ratio c must be a finite number >= 0, got {c}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    out = []
-    for r in rows:
-        scale = 1.0 if r["rule"] == BASELINE else 1.0 / (1.0 + k * c)
-        row = dict(r)
-        for suffix in ("", "_lo", "_hi"):
-            row[f"modelled_speedup{suffix}"] = _num(r.get(f"tokens_per_call{suffix}")) * scale
-        out.append(row)
-    return out
-
-
-def modelled_speedup_chart(
-    rows: Sequence[Row], k: int, c: float, selected: str | None = None
-) -> go.Figure:
-    """The speedup if a draft step cost c verifier steps: a model, labelled as one."""
-    fig = frontier_chart(
-        modelled_speedup_rows(rows, k, c),
-        "modelled_speedup",
-        title=f"modelled speedup = tokens per call ÷ (1 + k·c), k = {k}, c = {c:g} (modelled)",
-        selected=selected,
-        modelled=True,
-    )
-    return fig
 
 
 def report_figures(result: SweepResult) -> list[go.Figure]:

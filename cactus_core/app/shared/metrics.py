@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +28,6 @@ METRIC_HELP: dict[str, str] = {
         "its pi. A Frontier sweep estimates its KL, with an interval."
     ),
     "speedup": MEASURED_HELP,
-    "modelled speedup": (
-        "Tokens per call ÷ (1 + k·c), c = the cost of a draft step relative to a verifier step. "
-        "A model of other hardware, not a measurement."
-    ),
 }
 
 
@@ -44,15 +39,6 @@ def prob_text(x: float | None) -> str:
     if x == 0 or abs(x) >= 0.001:
         return f"{x:.3f}"
     return f"{x:.2g}"
-
-
-def modelled_speedup(tokens_per_call: float, k: int, c: float) -> float:
-    """tokens per call ÷ (1 + k·c): the speedup if a draft step costs c verifier steps."""
-    if c < 0 or not math.isfinite(c):
-        raise ValueError(f"draft cost ratio c must be a finite number ≥ 0, got {c}")
-    if k < 1:
-        raise ValueError(f"k must be ≥ 1, got {k}")
-    return tokens_per_call / (1.0 + k * c)
 
 
 @dataclass(frozen=True)
