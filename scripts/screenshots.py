@@ -1,8 +1,9 @@
 """Screenshots for the docs: `.venv/bin/python scripts/screenshots.py` writes every page as a
 first-time visitor sees it at 1440×900 (docs/screens/*.png) and every kind of step on the Step
 through page (docs/step/*.png), and a small sweep of the 2026 rules on the task set (the
-Frontier's TV axis and task score, docs/screens/8-*, 9-*); with the pages, the views the
-third look changed (docs/screens/10-*, 11-*). `--only pages`, `--only steps` or `--only rules`
+Frontier's TV axis and task score, docs/screens/8-*, 9-*), the shipped quality reference
+(docs/screens/12-*, 13-*); with the pages, the views the third look changed
+(docs/screens/10-*, 11-*). `--only pages`, `--only steps`, `--only rules` or `--only quality`
 makes one set.
 
 Runs `streamlit run app.py` on a free port with the embedded pair (CPU) and drives headless
@@ -150,6 +151,23 @@ def the_third_look(page, url: str, out: Path) -> None:
     screen(page, out / "11-frontier-tuned-export.png")
 
 
+def quality_shots(page, url: str, out: Path) -> None:
+    """The Frontier's shipped quality reference: the tuner that keeps quality with its held-out
+    confirmation, and the long answers' loop rate against divergence."""
+    page.goto(f"{url}/frontier")
+    idle(page)
+    heading = page.get_by_role("heading", name="Do the answers get worse? (quality reference)")
+    heading.evaluate("el => el.scrollIntoView({block: 'start'})")
+    idle(page)
+    screen(page, out / "12-frontier-keep-quality.png")
+    tabs = page.locator(".stTabs").filter(has=page.get_by_role("tab", name="keep quality"))
+    tabs.get_by_role("tab", name="long answers").click()
+    page.locator(".st-key-fr_qref_long .js-plotly-plot").wait_for(timeout=TIMEOUT_MS)
+    idle(page)
+    heading.evaluate("el => el.scrollIntoView({block: 'start'})")
+    screen(page, out / "13-frontier-long-answers.png")
+
+
 def new_rules_shots(page, url: str, out: Path) -> None:
     """A small sweep of the 2026 rules on the task set: the tokens-per-call chart against total
     variation (FLy drawn as an estimate) and the task score tab."""
@@ -184,8 +202,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--only",
-        choices=("pages", "steps", "rules", "third-look"),
-        help="make one set of pictures (third-look: docs/screens/10-*, 11-* alone)",
+        choices=("pages", "steps", "rules", "third-look", "quality"),
+        help="make one set of pictures (third-look: docs/screens/10-*, 11-* alone; quality: "
+        "12-*, 13-*)",
     )
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
@@ -213,6 +232,11 @@ def main() -> None:
             page.get_by_text("Run 1:").wait_for(timeout=TIMEOUT_MS)
             idle(page)
             the_third_look(page, app.url, args.docs / "screens")
+            page.close()
+        if args.only in (None, "quality"):
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(TIMEOUT_MS)
+            quality_shots(page, app.url, args.docs / "screens")
             page.close()
         if args.only in (None, "steps"):
             out = args.docs / "step"

@@ -101,8 +101,8 @@ def sweep(specs: dict[Setting, SettingResult]) -> SweepResult:
 def tune_sweep() -> SweepResult:
     rng = random.Random(3)
     base = [rng.random() < 0.5 for _ in range(N)]
-    sps, d1, d2, d3 = (Setting.of("sps"), Setting.of("cactus", delta=0.3),
-                       Setting.of("cactus", delta=1.0), Setting.of("cactus", delta=3.0))  # fmt: skip
+    sps, d1 = Setting.of("sps"), Setting.of("cactus", delta=0.3)
+    d2, d3 = Setting.of("cactus", delta=1.0), Setting.of("cactus", delta=3.0)
     return sweep({
         sps: setting_result(sps, base, 0.0, 1.9),
         d1: setting_result(d1, outcome(rng, base, 0.0), 0.2, 2.5),  # keeps every answer
@@ -123,9 +123,9 @@ def test_the_answer_is_the_fastest_setting_that_keeps_quality():
     # a budget below δ = 0.3's KL leaves sps
     tight = quality_answer(result, kl_budget=0.1)
     assert tight.chosen is not None and tight.chosen.setting.rule == "sps"
-    assert "over the budget" in {c.setting.label: c.verdict for c in tight.candidates}[
-        "cactus δ=0.3"
-    ]
+    assert (
+        "over the budget" in {c.setting.label: c.verdict for c in tight.candidates}["cactus δ=0.3"]
+    )
     assert "cactus δ=0.3" in answer.message()
 
 

@@ -85,6 +85,28 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cache-dir", default=None, help="sweep cache (default $CACTUS_CACHE_DIR/sweeps)"
     )
+    add_quality_args(p)
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="PATH",
+        help="also write the frontier charts as one self-contained HTML page",
+    )
+    p.add_argument(
+        "--export",
+        default=None,
+        metavar="FILE",
+        help="also write a portable sweep file (records, prompts with tasks, pair, sampling, "
+        "code version, provenance; gzipped if FILE ends in .gz) that the Frontier page opens",
+    )
+    add_backend_args(p)
+    add_model_args(p)
+    p.set_defaults(handler=cmd_sweep, sweep_parser=p)
+
+
+def add_quality_args(p: argparse.ArgumentParser) -> None:
+    """--tune-kl and --tune-rule (the tuner), and --keep-quality, --max-drop and --confirm-on
+    (the tuner that keeps quality)."""
     p.add_argument(
         "--tune-kl",
         type=float,
@@ -115,22 +137,6 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         help="with --keep-quality: the held-out prompts (with answers) that confirm the answer "
         "(default with --task-set: its held-out split, cactus_core/data/task_set_heldout.jsonl)",
     )
-    p.add_argument(
-        "--html",
-        default=None,
-        metavar="PATH",
-        help="also write the frontier charts as one self-contained HTML page",
-    )
-    p.add_argument(
-        "--export",
-        default=None,
-        metavar="FILE",
-        help="also write a portable sweep file (records, prompts with tasks, pair, sampling, "
-        "code version, provenance; gzipped if FILE ends in .gz) that the Frontier page opens",
-    )
-    add_backend_args(p)
-    add_model_args(p)
-    p.set_defaults(handler=cmd_sweep, sweep_parser=p)
 
 
 def add_reference_args(p: argparse.ArgumentParser) -> None:

@@ -1,35 +1,140 @@
-"""The Frontier's quality tabs: the task score (paired against lossless, or as a share) and the
-long answers' end-token and loop rates against divergence. Layout only: the texts come from
-cactus_core.app.frontier.quality, the charts from its figures."""
+"""The Frontier's quality views: the task score (paired against lossless, or as a share), the
+long answers' loops, end tokens, distinct 4-grams and length against divergence, and the tuner
+that keeps quality, on the shipped quality reference and on the user's own sweep. Layout only:
+the texts come from cactus_core.app.frontier.quality, the charts from its figures."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from cactus_core.app.frontier import figures as ff
-from cactus_core.app.frontier.quality import LONG_CAPTION, LONG_VIEWS, TASK_VIEWS, task_caption
+from cactus_core.app.frontier.quality import (
+    DEFAULT_MAX_DROP,
+    LONG_CAPTION,
+    LONG_VIEWS,
+    TASK_VIEWS,
+    QualityAnswer,
+    SweepResult,
+    candidate_rows,
+    confirm,
+    confirmed_by,
+    load_quality_reference,
+    onset_sentence,
+    quality_answer,
+    task_caption,
+)
+
+if TYPE_CHECKING:
+    from cactus_core.app.frontier.sweep_view import SweepCache
+    from cactus_core.engine.loading.pair import ModelPair
 
 Chart = Callable[[go.Figure, str], None]  # the page's clickable chart
 
 
-def task_scores(rows: list[dict[str, Any]], selected: str | None, chart: Chart, key: str) -> None:
+def _plain(fig: go.Figure, key: str) -> None:
+    st.plotly_chart(fig, key=key)
+
+
+def task_scores(
+    rows: list[dict[str, Any]], selected: str | None, chart: Chart, key: str, prefix: str = "fr"
+) -> None:
     view = st.radio(
         "Task score", list(TASK_VIEWS), format_func=TASK_VIEWS.get, horizontal=True,
-        key="fr_task_view",
+        key=f"{prefix}_task_view",
     )  # fmt: skip
     chart(ff.frontier_chart(rows, "tokens_per_call", view, front=False, selected=selected), key)
     st.caption(task_caption(rows, view))
 
 
-def long_answers(rows: list[dict[str, Any]], selected: str | None, chart: Chart, key: str) -> None:
+def long_answers(
+    rows: list[dict[str, Any]], selected: str | None, chart: Chart, key: str, prefix: str = "fr"
+) -> None:
     """How answers end: at the end token, or in a loop that runs to the budget."""
     view = st.radio(
-        "Answers that", list(LONG_VIEWS), format_func=LONG_VIEWS.get, horizontal=True,
-        key="fr_long_view",
+        "Answers", list(LONG_VIEWS), format_func=LONG_VIEWS.get, horizontal=True,
+        key=f"{prefix}_long_view",
     )  # fmt: skip
     chart(ff.frontier_chart(rows, view, front=False, selected=selected), key)
     st.caption(LONG_CAPTION)
+
+
+def keep_quality(result: SweepResult, prefix: str, confirm: Callable[[QualityAnswer], QualityAnswer]
+                 | None = None) -> None:  # fmt: skip
+    """ "Which setting keeps emitted KL ≤ X, with answers not detectably worse and no more
+    loops?" on a sweep whose prompts carry answers; confirm (if given) checks the answer on
+    held-out prompts."""
+    c1, c2 = st.columns(2)
+    budget = c1.number_input(
+        "Emitted KL ≤ (nats per token)", 0.0, 10.0, 0.5, 0.05, format="%.3f",
+        key=f"{prefix}_q_budget",
+    )  # fmt: skip
+    drop = c2.number_input(
+        "Drop in task score worth catching", 0.01, 0.5, DEFAULT_MAX_DROP, 0.01,
+        key=f"{prefix}_q_drop",
+        help="The answer says when the prompts cannot detect a drop this small.",
+    )  # fmt: skip
+    answer = quality_answer(result, float(budget), float(drop))
+    if confirm is not None:
+        answer = confirm(answer)
+    (st.success if answer.confirmed is not False else st.warning)(answer.message())
+    st.dataframe(candidate_rows(answer), hide_index=True, key=f"{prefix}_q_table")
+
+
+def reference() -> None:
+    """The shipped quality reference: there at once, no model needed."""
+    try:
+        ref = load_quality_reference()
+    except ValueError as err:
+        st.info(f"No quality reference is shipped here: {err}")
+        return
+    st.subheader("Do the answers get worse? (quality reference)")
+    st.caption(ref.caption())
+    st.caption("Where it starts, per rule: " + onset_sentence(ref.tune, ref.long))
+    tabs = st.tabs(["keep quality", "task score", "long answers"])
+    with tabs[0]:
+        keep_quality(ref.tune, "fr_qref", lambda a: confirmed_by(a, ref.heldout))
+    with tabs[1]:
+        task_scores(ref.tune.rows(), None, _plain, "fr_qref_task", prefix="fr_qref")
+    with tabs[2]:
+        long_answers(ref.long.rows(), None, _plain, "fr_qref_long", prefix="fr_qref")
+
+
+def own_confirm(
+    pair: ModelPair, result: SweepResult, cache: SweepCache, heldout: tuple[list[str], ...] | None
+) -> Callable[[QualityAnswer], QualityAnswer]:
+    """The user's sweep's confirmation: a run of the answer and sps on the task set's held-out
+    split, on a click (it decodes), remembered per sweep and setting; heldout None (the sweep's
+    prompts are not the task set's tuning split) says how to confirm instead."""
+    key = "fr_own_q_confirmed"
+
+    def run(answer: QualityAnswer) -> QualityAnswer:
+        if answer.chosen is None or answer.chosen.setting.rule == "sps":
+            return answer
+        if heldout is None:
+            st.caption(
+                "Held-out confirmation: sweep the built-in task set to confirm here, or run "
+                "`python -m cactus_core sweep ... --tune-kl X --keep-quality --confirm-on FILE`."
+            )
+            return answer
+        memo = (result.config, answer.chosen.setting.id)
+        done = st.session_state.get(key)
+        if done is not None and done[0] == memo:
+            return replace(answer, **done[1])
+        if not st.button("Confirm on the held-out split (runs)", key="fr_own_q_run"):
+            return answer
+        bar = st.progress(0.0, text="decoding the held-out split")
+        try:
+            out = confirm(pair, answer, result.config, heldout, cache,
+                          on_progress=lambda p: bar.progress(p.fraction))  # fmt: skip
+        finally:
+            bar.empty()
+        fields = {f: getattr(out, f) for f in ("confirmation", "heldout_prompts", "heldout_kl")}
+        st.session_state[key] = (memo, fields)
+        return out
+
+    return run
