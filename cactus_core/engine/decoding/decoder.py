@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Generator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -97,12 +98,27 @@ OnRound = Callable[[RoundTrace, int], None]
 # probe(row, round, p [d, V], q [d, V]) sees the full rows of the d positions decided in one
 # round of one sequence (instrumentation such as the sweep's limit; it must not keep the rows).
 Probe = Callable[[int, int, torch.Tensor, torch.Tensor], None]
-# What a round hands the loop per row: the round, and its recording (KL(pi ‖ q) at its drafted
-# positions, the trace rows) as the batch's records and this row's index among them.
-RoundEvent = tuple[RoundTrace, Recorded[list[RoundRecord]], int]
-# A committed round: its row, its trace, its recording and the row's index in it, and why the
-# row stops (None: it goes on).
-Committed = tuple[DecodeRow, RoundTrace, Recorded[list[RoundRecord]], int, str | None]
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """What a round hands the loop for one row: the round, and its recording (KL(pi ‖ q) at
+    its drafted positions, the trace rows) as the batch's records and this row's index in them."""
+
+    round: RoundTrace
+    record: Recorded[list[RoundRecord]]
+    index: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A round committed to its row, and why the row stops (None: it goes on)."""
+
+    row: DecodeRow
+    event: RoundEvent
+    stop: str | None
+
+
 # Yields (row index, round) as rounds finish; returns the outputs in prompt order.
 Events = Generator[tuple[int, RoundTrace], None, list[GenerationOutput]]
 
@@ -315,8 +331,8 @@ class SpeculativeDecoder:
         try:
             while active:
                 done = [
-                    (row, rnd, record, b, self._commit(row, rnd, max_new_tokens))
-                    for row, (rnd, record, b) in zip(
+                    Committed(row, ev, self._commit(row, ev.round, max_new_tokens))
+                    for row, ev in zip(
                         active, self._round(active, caches, clock, recorder), strict=True
                     )
                 ]
@@ -324,12 +340,12 @@ class SpeculativeDecoder:
                 # The previous round's recording ran beside this round: hand it out now. This
                 # round's waits for the next one, unless there is nothing left to wait for.
                 ready, waiting = waiting, done
-                if not active or not any(record.pending for _, _, record, _, _ in done):
+                if not active or not any(c.event.record.pending for c in done):
                     ready, waiting = ready + done, []
                 self._settle(ready, clock)
-                for row, rnd, _, _, _ in ready:
+                for c in ready:
                     handed = time.perf_counter()
-                    yield row.index, rnd
+                    yield c.row.index, c.event.round
                     paused += time.perf_counter() - handed
         finally:
             recorder.close()  # however the decode ends: no worker outlives it
@@ -356,17 +372,17 @@ class SpeculativeDecoder:
         events = []
         for b, row in enumerate(active):
             count_round(row.stats, out, b)
-            events.append((round_trace(row.stats.rounds, out, b, self._text), record, b))
+            events.append(RoundEvent(round_trace(row.stats.rounds, out, b, self._text), record, b))
         return events
 
     def _drop_finished(
         self, active: list[DecodeRow], done: list[Committed], caches: Caches
     ) -> list[DecodeRow]:
         """The rows still decoding; the finished ones leave the caches too."""
-        keep = [i for i, (row, _, _, _, stop) in enumerate(done) if not stop]
-        for row, _, _, _, stop in done:
-            if stop:
-                row.stats.stop_reason = stop
+        keep = [i for i, c in enumerate(done) if not c.stop]
+        for c in done:
+            if c.stop:
+                c.row.stats.stop_reason = c.stop
         if len(keep) == len(active):
             return active
         active = [active[i] for i in keep]
@@ -384,8 +400,9 @@ class SpeculativeDecoder:
         KL(pi ‖ q) of the emitted tokens into the row's stats (in round order, as the sum was
         always taken). The wait is recording on the critical path."""
         with clock.record:
-            for row, rnd, record, b, _ in ready:
-                rec = record.get()[b]
+            for c in ready:
+                row, rnd = c.row, c.event.round
+                rec = c.event.record.get()[c.event.index]
                 rnd.positions = rec.positions
                 for j, a in rec.accept_probs.items():
                     rnd.accept_probs[j] = a
@@ -467,7 +484,7 @@ class SpeculativeDecoder:
         for b, (row, h) in enumerate(zip(rows, host, strict=True)):
             rnd = plain_round_trace(row.stats.rounds, h["token"], h["coin"], h["logprob"], [])
             rnd.verify_s = verify_s  # the batch's one verifier step
-            out.append((rnd, record, b))
+            out.append(RoundEvent(rnd, record, b))
         return out
 
     def _commit(self, row: DecodeRow, rnd: RoundTrace, max_new_tokens: int) -> str | None:
