@@ -346,8 +346,8 @@ def trade_off(
         with tabs[5]:
             quality_panel.task_scores(rows, selected, chart, CHARTS[4])
             st.markdown("**Keep quality**")
-            confirm = quality_panel.own_confirm(pair, result, SweepCache(), heldout_for(config))
-            quality_panel.keep_quality(result, "fr_own", confirm)
+            answer = quality_panel.own_answer(pair, result, SweepCache(), heldout_for(config))
+            quality_panel.keep_quality("fr_own", answer)
 
 
 TABLE_FORMATS = {

@@ -17,7 +17,7 @@ times); regenerate them with the reference sweep when the shipped draft changes.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,24 @@ class QualityReference:
     heldout: SweepResult
     long: SweepResult
     provenance: dict[str, Any]  # the tuning sweep's (command, commit, date, machine)
+    # rows and answers, made once per process: the Frontier reads them on every rerun
+    _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def rows(self, part: str) -> list[dict[str, Any]]:
+        """A part's rows (`SweepResult.rows`), computed once."""
+        if part not in PARTS:
+            raise ValueError(f"no part {part!r}; parts: {', '.join(PARTS)}")
+        if part not in self._memo:
+            self._memo[part] = getattr(self, part).rows()
+        return self._memo[part]  # type: ignore[no-any-return]
 
     def answer(self, kl_budget: float, max_drop: float = DEFAULT_MAX_DROP) -> QualityAnswer:
         """The quality-constrained answer on the tuning split, confirmed on the held-out one."""
-        return confirmed_by(quality_answer(self.tune, kl_budget, max_drop), self.heldout)
+        key = ("answer", kl_budget, max_drop)
+        if key not in self._memo:
+            answer = quality_answer(self.tune, kl_budget, max_drop, self.rows("tune"))
+            self._memo[key] = confirmed_by(answer, self.heldout, self.rows("heldout"))
+        return self._memo[key]  # type: ignore[no-any-return]
 
     def caption(self) -> str:
         t, h, long = self.tune.config, self.heldout.config, self.long.config

@@ -156,10 +156,14 @@ class QualityAnswer:
 
 
 def quality_answer(
-    result: SweepResult, kl_budget: float, max_drop: float = DEFAULT_MAX_DROP
+    result: SweepResult,
+    kl_budget: float,
+    max_drop: float = DEFAULT_MAX_DROP,
+    rows: list[dict[str, Any]] | None = None,
 ) -> QualityAnswer:
     """The quality-constrained answer on a sweep whose prompts carry answers (module
-    docstring); ValueError when they carry none or no tunable rule was swept."""
+    docstring; rows: the sweep's `rows()`, where the caller has them already); ValueError when
+    they carry none or no tunable rule was swept."""
     if not any(result.config.answers):
         raise ValueError("the quality tuner needs prompts with checkable answers (the task set)")
     if not (kl_budget >= 0 and math.isfinite(kl_budget)):
@@ -168,7 +172,7 @@ def quality_answer(
         raise ValueError(f"the drop to detect must lie in (0, 1), got {max_drop}")
     results = [result.baseline, *result.settings]
     candidates: list[Candidate] = []
-    for res, row in zip(results, result.rows(), strict=True):
+    for res, row in zip(results, result.rows() if rows is None else rows, strict=True):
         if res.setting.rule not in (*TUNABLE_RULES, LOSSLESS_RULE):
             continue
         diff = _paired(row, "task_score_diff", row["task_prompts"], row["task_score_detectable"])
@@ -220,7 +224,9 @@ def confirm(
     return confirmed_by(answer, run_sweep(pair, config, cache, on_progress=on_progress))
 
 
-def confirmed_by(answer: QualityAnswer, heldout: SweepResult) -> QualityAnswer:
+def confirmed_by(
+    answer: QualityAnswer, heldout: SweepResult, rows: list[dict[str, Any]] | None = None
+) -> QualityAnswer:
     """The answer with the confirmation read off a sweep of held-out prompts that decoded the
     chosen setting and sps (the shipped quality reference's held-out sweep decodes every
     setting of its tuning sweep, so any answer it gives is confirmed without a run)."""
@@ -228,7 +234,8 @@ def confirmed_by(answer: QualityAnswer, heldout: SweepResult) -> QualityAnswer:
         return answer
     if not any(s.setting.rule == LOSSLESS_RULE for s in heldout.settings):
         raise ValueError("the held-out sweep has no sps to pair the answer with")
-    row = next((r for r in heldout.rows() if r["setting"] == answer.chosen.setting.id), None)
+    rows = heldout.rows() if rows is None else rows
+    row = next((r for r in rows if r["setting"] == answer.chosen.setting.id), None)
     if row is None:
         raise ValueError(f"the held-out sweep did not decode {answer.chosen.setting.label}")
     diff = _paired(row, "task_score_diff", row["task_prompts"], row["task_score_detectable"])

@@ -22,7 +22,6 @@ from cactus_core.app.frontier.quality import (
     SweepResult,
     candidate_rows,
     confirm,
-    confirmed_by,
     load_quality_reference,
     onset_sentence,
     quality_answer,
@@ -63,11 +62,10 @@ def long_answers(
     st.caption(LONG_CAPTION)
 
 
-def keep_quality(result: SweepResult, prefix: str, confirm: Callable[[QualityAnswer], QualityAnswer]
-                 | None = None) -> None:  # fmt: skip
-    """ "Which setting keeps emitted KL ≤ X, with answers not detectably worse and no more
-    loops?" on a sweep whose prompts carry answers; confirm (if given) checks the answer on
-    held-out prompts."""
+def keep_quality(prefix: str, answer_for: Callable[[float, float], QualityAnswer]) -> None:
+    """The tuner that keeps quality: answer_for(budget, drop) answers "which setting keeps
+    emitted KL ≤ budget, with answers not detectably worse and no more loops?" (on the
+    reference, or on the user's sweep with its held-out confirmation)."""
     c1, c2 = st.columns(2)
     budget = c1.number_input(
         "Emitted KL ≤ (nats per token)", 0.0, 10.0, 0.5, 0.05, format="%.3f",
@@ -78,9 +76,7 @@ def keep_quality(result: SweepResult, prefix: str, confirm: Callable[[QualityAns
         key=f"{prefix}_q_drop",
         help="The answer says when the prompts cannot detect a drop this small.",
     )  # fmt: skip
-    answer = quality_answer(result, float(budget), float(drop))
-    if confirm is not None:
-        answer = confirm(answer)
+    answer = answer_for(float(budget), float(drop))
     (st.success if answer.confirmed is not False else st.warning)(answer.message())
     st.dataframe(candidate_rows(answer), hide_index=True, key=f"{prefix}_q_table")
 
@@ -97,22 +93,24 @@ def reference() -> None:
     st.caption("Where it starts, per rule: " + onset_sentence(ref.tune, ref.long))
     tabs = st.tabs(["keep quality", "task score", "long answers"])
     with tabs[0]:
-        keep_quality(ref.tune, "fr_qref", lambda a: confirmed_by(a, ref.heldout))
+        keep_quality("fr_qref", ref.answer)  # confirmed by the shipped held-out sweep
     with tabs[1]:
-        task_scores(ref.tune.rows(), None, _plain, "fr_qref_task", prefix="fr_qref")
+        task_scores(ref.rows("tune"), None, _plain, "fr_qref_task", prefix="fr_qref")
     with tabs[2]:
-        long_answers(ref.long.rows(), None, _plain, "fr_qref_long", prefix="fr_qref")
+        long_answers(ref.rows("long"), None, _plain, "fr_qref_long", prefix="fr_qref")
 
 
-def own_confirm(
+def own_answer(
     pair: ModelPair, result: SweepResult, cache: SweepCache, heldout: tuple[list[str], ...] | None
-) -> Callable[[QualityAnswer], QualityAnswer]:
-    """The user's sweep's confirmation: a run of the answer and sps on the task set's held-out
-    split, on a click (it decodes), remembered per sweep and setting; heldout None (the sweep's
-    prompts are not the task set's tuning split) says how to confirm instead."""
+) -> Callable[[float, float], QualityAnswer]:
+    """The user's sweep's answer, and its confirmation: a run of the answer and sps on the task
+    set's held-out split, on a click (it decodes), remembered per sweep and setting; heldout
+    None (the sweep's prompts are not the task set's tuning split) says how to confirm
+    instead."""
     key = "fr_own_q_confirmed"
 
-    def run(answer: QualityAnswer) -> QualityAnswer:
+    def run(budget: float, drop: float) -> QualityAnswer:
+        answer = quality_answer(result, budget, drop)
         if answer.chosen is None or answer.chosen.setting.rule == "sps":
             return answer
         if heldout is None:

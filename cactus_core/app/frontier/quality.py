@@ -13,7 +13,6 @@ from cactus_core.experiments.quality_reference import (
 from cactus_core.experiments.quality_tune import DEFAULT_MAX_DROP as DEFAULT_MAX_DROP
 from cactus_core.experiments.quality_tune import QualityAnswer as QualityAnswer
 from cactus_core.experiments.quality_tune import confirm as confirm
-from cactus_core.experiments.quality_tune import confirmed_by as confirmed_by
 from cactus_core.experiments.quality_tune import onsets
 from cactus_core.experiments.quality_tune import quality_answer as quality_answer
 from cactus_core.experiments.sweep import SweepResult as SweepResult
