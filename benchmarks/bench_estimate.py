@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from cactus_core.experiments.estimate import compact_rows, estimate_frontier, held_out
-from cactus_core.experiments.reference import REFERENCE_SAMPLING, load_reference
+from cactus_core.experiments.estimates.curves import compact_rows, estimate_frontier, held_out
+from cactus_core.experiments.sweeps.reference import REFERENCE_SAMPLING, load_reference
 from cactus_core.maths.rules import RULES
 
 TPC_TOL = 0.10

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 from cactus_core.app.frontier import figures as ff
 from cactus_core.app.shared.reference import compact_frontier
-from cactus_core.experiments.reference import load_reference
+from cactus_core.experiments.sweeps.reference import load_reference
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 
 REPEATS = 20

@@ -34,7 +34,7 @@ MEMORY_CAP = 4 * 2**30
 MEASURE = """
 import resource, sys, time, tracemalloc
 resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
-from cactus_core.experiments import sweep_file as sf
+from cactus_core.experiments.sweeps import file as sf
 data = open(sys.argv[1], "rb").read()
 traced = sys.argv[2] == "traced"
 if traced:

@@ -33,7 +33,7 @@ from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
-from cactus_core.experiments.k_tuner import (
+from cactus_core.experiments.tuning.k_tuner import (
     CostProbe,
     combine_costs,
     cost_sample,

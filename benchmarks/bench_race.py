@@ -4,7 +4,8 @@
 Runs `app.race.Race` (both decoders warmed up untimed, then taking turns by tokens written) on
 the app's default pair, prompt, rule and sampling, `--races` times quiet, then as many times
 with `--load-procs` busy-loop processes spinning beside it, and prints each race's measured
-speedup with its spread (`experiments.speedup.spread`) and the warm-ups, then the medians and
+speedup with its spread (`experiments.estimates.speedup.spread`) and the warm-ups, then the
+medians and
 whether each loaded race's spread holds the quiet median. One torch thread (`--threads`).
 """
 

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from cactus_core.experiments.engine_fit import SGLANG_RULE, fit_on_curves
-from cactus_core.experiments.reference import confirm_config, load_reference
-from cactus_core.experiments.sweep_config import Setting
+from cactus_core.experiments.estimates.engine_fit import SGLANG_RULE, fit_on_curves
+from cactus_core.experiments.sweeps.config import Setting
+from cactus_core.experiments.sweeps.reference import confirm_config, load_reference
 from cactus_core.maths.rules import DEFAULT_RULE, make_rule, rule_class
 
 
@@ -58,8 +58,8 @@ def confirm(ref, rows, delta: float, threads: int) -> None:
         embedded_draft,
     )
     from cactus_core.engine.loading.models import load_pair
-    from cactus_core.experiments.sweep import run_sweep
-    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.sweeps.cache import SweepCache
+    from cactus_core.experiments.sweeps.run import run_sweep
 
     torch.set_num_threads(threads)
     pair = load_pair(device="cpu", **embedded_draft(REFERENCE_EMBEDDED_DRAFT).load_kwargs("cpu"))

@@ -21,10 +21,10 @@ import torch
 
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_ray import RayBackend
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.ray_backend import RayBackend
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.sampling import SamplingSettings
 
 GRIDS = {

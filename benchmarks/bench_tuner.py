@@ -22,12 +22,12 @@ import torch
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts
-from cactus_core.experiments.reference import REFERENCE_SAMPLING, load_reference
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
-from cactus_core.experiments.tune import first_guess, refine
-from cactus_core.experiments.tune_refine import TuneStep
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.reference import REFERENCE_SAMPLING, load_reference
+from cactus_core.experiments.sweeps.run import run_sweep
+from cactus_core.experiments.tuning.refine import TuneStep
+from cactus_core.experiments.tuning.tune import first_guess, refine
 
 BUDGETS = (0.02, 0.05, 0.1, 0.3, 1.0)
 RULE = "cactus"

@@ -24,9 +24,9 @@ import torch
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT, embedded_draft
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts
-from cactus_core.experiments.reference import reference_configs
-from cactus_core.experiments.sweep import SweepResult, run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.reference import reference_configs
+from cactus_core.experiments.sweeps.run import SweepResult, run_sweep
 
 RULES = ("cactus", "interp")
 

@@ -17,14 +17,14 @@ import tempfile
 from pathlib import Path
 
 from cactus_core.app.playground.comparison_figure import rule_comparison_figure
-from cactus_core.experiments.reference import load_reference
-from cactus_core.experiments.rule_comparison import (
+from cactus_core.experiments.estimates.rule_comparison import (
     best_at_budgets,
     comparison_markdown,
     efficiency_markdown,
     matched_kl_markdown,
     rule_points,
 )
+from cactus_core.experiments.sweeps.reference import load_reference
 from cactus_core.maths.rules import DEFAULT_RULE
 
 # Each pair: a rule beside the one it is measured against at matched emitted KL.

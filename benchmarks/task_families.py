@@ -1,5 +1,5 @@
 """How often the embedded verifier alone answers each candidate task family right: the
-measurement that decides which families enter the task set (`experiments/task_set.py`).
+measurement that decides which families enter the task set (`experiments/quality/task_set.py`).
 
     PYTHONPATH=. .venv/bin/python benchmarks/task_families.py [--threads 1] [--max-new-tokens 48]
 
@@ -21,16 +21,16 @@ from pathlib import Path
 from cactus_core.cli import build_parser, load_pair_from_args
 from cactus_core.cli.common import text_progress
 from cactus_core.cli.sweep import sweep_config_from_args
-from cactus_core.experiments.override_estimate import wilson_interval
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.task_set import (
+from cactus_core.experiments.estimates.override import wilson_interval
+from cactus_core.experiments.quality.task_set import (
     CANDIDATES,
     MAX_ACCURACY,
     MIN_ACCURACY,
     draw,
     lines,
 )
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.run import run_sweep
 
 
 def main() -> None:

@@ -35,8 +35,8 @@ _EXPORTS = {
     "GenerationOutput": "cactus_core.engine.decoding.decoder",
     "Trace": "cactus_core.engine.decoding.trace",
     "reverify": "cactus_core.engine.decoding.replay",
-    "estimate_frontier": "cactus_core.experiments.estimate",
-    "EstimatedFrontier": "cactus_core.experiments.estimate",
+    "estimate_frontier": "cactus_core.experiments.estimates.curves",
+    "EstimatedFrontier": "cactus_core.experiments.estimates.curves",
 }
 
 __all__ = sorted(_EXPORTS)

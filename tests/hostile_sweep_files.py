@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gzip
 
-from cactus_core.experiments.sweep_cache import canonical_json, code_version
-from cactus_core.experiments.sweep_config import Setting
-from cactus_core.experiments.sweep_file import frame
+from cactus_core.experiments.sweeps.cache import canonical_json, code_version
+from cactus_core.experiments.sweeps.config import Setting
+from cactus_core.experiments.sweeps.file import frame
 from cactus_core.maths.sampling import SamplingSettings
 
 

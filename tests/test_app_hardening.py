@@ -351,7 +351,7 @@ def test_settings_times_prompts_is_capped_and_said(frontier_env, monkeypatch):
     # Refused before anything is planned or looked up (a million runs made a rerun take 22 s)
     looked_up = []
     monkeypatch.setattr(
-        "cactus_core.experiments.sweep.cached_chunks", lambda *a: looked_up.append(a) or (0, 0)
+        "cactus_core.experiments.sweeps.run.cached_chunks", lambda *a: looked_up.append(a) or (0, 0)
     )
     at.text_input(key="fr_grid_cactus").set_value(grid).run()
     assert not looked_up

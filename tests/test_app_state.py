@@ -160,7 +160,7 @@ def test_parse_table_normalises_and_says_so():
 
 
 def test_speed_comparison_says_plainly_when_slower():
-    from cactus_core.experiments.speedup import Spread
+    from cactus_core.experiments.estimates.speedup import Spread
 
     slow = M.SpeedComparison(5.0, 10.0, 2.0, 4)
     assert slow.speedup == 0.5

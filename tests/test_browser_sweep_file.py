@@ -12,8 +12,8 @@ import pytest
 from streamlit_server import streamlit_app
 from test_sweep_file_page import tagged_sweep
 
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.tasks import MIN_TASK_PROMPTS, answers_by_task, spread
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.tuning.tasks import MIN_TASK_PROMPTS, answers_by_task, spread
 
 pytestmark = pytest.mark.browser
 

@@ -13,8 +13,8 @@ import pytest
 from streamlit_server import fill, slider_from_start, streamlit_app
 
 from cactus_core.app.frontier.sweep_file import PAGE_COMMAND
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.sweep_cache import canonical_json
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import canonical_json
 
 pytestmark = pytest.mark.browser
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from cactus_core import cli
-from cactus_core.experiments import reference as ref
+from cactus_core.experiments.sweeps import reference as ref
 
 
 def _refused(argv: list[str], capsys) -> str:

@@ -12,8 +12,13 @@ from types import SimpleNamespace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.experiments import k_tuner
-from cactus_core.experiments.k_tuner import PairCosts, cached_costs, shared_costs, store_costs
+from cactus_core.experiments.tuning import k_tuner
+from cactus_core.experiments.tuning.k_tuner import (
+    PairCosts,
+    cached_costs,
+    shared_costs,
+    store_costs,
+)
 
 PAIR = SimpleNamespace(identity="fake pair", device="cpu")
 

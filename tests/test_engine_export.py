@@ -27,10 +27,10 @@ from cactus_core.app.shared.export_setting import (
 from cactus_core.app.shared.request import DecodeRequest, DecodeRun
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.experiments.engine_fit import SGLANG_RULE
-from cactus_core.experiments.estimate import estimate_frontier
-from cactus_core.experiments.reference import ReferenceSweep
-from cactus_core.experiments.tune import FirstGuess
+from cactus_core.experiments.estimates.curves import estimate_frontier
+from cactus_core.experiments.estimates.engine_fit import SGLANG_RULE
+from cactus_core.experiments.sweeps.reference import ReferenceSweep
+from cactus_core.experiments.tuning.tune import FirstGuess
 from cactus_core.maths.rules import RULES, make_rule
 from cactus_core.maths.rules.spec import rule_from_spec, rule_spec
 from cactus_core.maths.rules.thresholds import RelaxedTopK

@@ -7,7 +7,8 @@ import pytest
 import torch
 from distributions import dirichlet
 
-from cactus_core.experiments.engine_fit import (
+from cactus_core.experiments.estimates.curves import estimate_frontier
+from cactus_core.experiments.estimates.engine_fit import (
     SGLANG_RULE,
     fit_on_curves,
     fit_on_rows,
@@ -15,7 +16,6 @@ from cactus_core.experiments.engine_fit import (
     sglang_rule,
     written,
 )
-from cactus_core.experiments.estimate import estimate_frontier
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
 from cactus_core.maths.rules import make_rule

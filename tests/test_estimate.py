@@ -10,7 +10,7 @@ import torch
 
 from cactus_core import estimate_frontier
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.experiments.estimate import (
+from cactus_core.experiments.estimates.curves import (
     EstimatedFrontier,
     compact_rows,
     decided_per_token,

@@ -23,7 +23,7 @@ PRELUDES = [
     "",
     "import cactus_core.maths.verify, cactus_core.maths.emitted, cactus_core.maths.rules",
     "import cactus_core.engine.decoding.decoder, cactus_core.engine.decoding.trace",
-    "import cactus_core.cli, cactus_core.experiments.sweep",
+    "import cactus_core.cli, cactus_core.experiments.sweeps.run",
 ]
 
 

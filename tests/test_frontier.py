@@ -19,15 +19,15 @@ from cactus_core.app.frontier.figures import (
     frontier_chart,
 )
 from cactus_core.app.shared.rule_style import rule_colour
-from cactus_core.experiments.frontier import (
+from cactus_core.experiments.estimates.frontier import (
     dominance_check,
     interpolate_param_for_budget,
     mean_ci,
     pareto_front,
     t_quantile_975,
 )
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import (
     MAX_PROMPTS,
     Setting,
     SweepConfig,

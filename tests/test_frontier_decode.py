@@ -11,8 +11,8 @@ import pytest
 from test_app_decode import decode_page, generate
 
 from cactus_core.app.shared.reference import compact_frontier, marker
-from cactus_core.experiments.reference import load_reference
-from cactus_core.experiments.tune import first_guess
+from cactus_core.experiments.sweeps.reference import load_reference
+from cactus_core.experiments.tuning.tune import first_guess
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, rule_class
 
 

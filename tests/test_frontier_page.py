@@ -66,9 +66,10 @@ def test_sweep_runs_renders_and_survives_a_reload(env):
     at.button(key="fr_run").click().run()
     assert not at.exception, at.exception
     # the reference's two, the frontier split by task (the built-in prompts are tagged), then
-    # tokens/call, speedup, tokens/s, limit, modelled, long answers
+    # tokens/call, speedup, tokens/s, limit, long answers
     charts = at.get("plotly_chart")
-    assert len(charts) == 9 and any("fr_chart_long" in c.proto.id for c in charts)
+    # and the quality reference's task score and long answers
+    assert len(charts) == 10 and any("fr_chart_long" in c.proto.id for c in charts)
     # the sweep's table, its cells as shown: text, "–" where a number is missing
     table = next(d.value for d in at.dataframe if "NLL" in d.value.columns)
     assert list(table["setting"]) == ["verifier-only", "cactus δ=0", "cactus δ=0.5", "interp α=0.5"]

@@ -22,16 +22,16 @@ from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.decoding.trace import MAX_VOCAB, Trace
 from cactus_core.engine.loading import weights as cw
 from cactus_core.engine.loading.models import ModelLoadError, load_pair
-from cactus_core.experiments import sweep_cache as sc
-from cactus_core.experiments.sweep import _chunk_payload, cached_chunks, run_sweep
-from cactus_core.experiments.sweep_cache import CacheWarning, SweepCache, code_version
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.sweeps import cache as sc
+from cactus_core.experiments.sweeps.cache import CacheWarning, SweepCache, code_version
+from cactus_core.experiments.sweeps.config import (
     Setting,
     SweepConfig,
     parse_grid,
     parse_prompt_file,
     settings_from_grids,
 )
+from cactus_core.experiments.sweeps.run import _chunk_payload, cached_chunks, run_sweep
 from cactus_core.maths.rules import RULES
 from cactus_core.maths.sampling import SamplingSettings
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cactus_core.experiments.k_tuner import PairCosts, expected_tokens, predict_k
+from cactus_core.experiments.tuning.k_tuner import PairCosts, expected_tokens, predict_k
 
 TRUE_RATES = [0.82, 0.74, 0.70, 0.66] + [0.66] * 8  # constant past 4, so extrapolation holds
 COSTS = PairCosts(
@@ -77,7 +77,7 @@ def test_costs_are_medians_of_interleaved_samples_with_the_draft_split() -> None
     and the draft's time per round against k = 1..12 splits into f + k·d."""
     from types import SimpleNamespace
 
-    from cactus_core.experiments.k_tuner import CostSample, combine_costs
+    from cactus_core.experiments.tuning.k_tuner import CostSample, combine_costs
 
     f, d, o, o1 = 4.0, 1.5, 0.7, 0.4
     v = tuple(10.0 + 0.8 * (w - 1) for w in range(1, 14))
@@ -122,7 +122,7 @@ def test_the_draft_s_per_round_part_moves_the_best_k() -> None:
 
 
 def test_verifier_costs_are_made_non_decreasing_in_the_width() -> None:
-    from cactus_core.experiments.k_tuner import monotone
+    from cactus_core.experiments.tuning.k_tuner import monotone
 
     assert monotone([1.0, 2.0, 3.0]) == (1.0, 2.0, 3.0)
     # a dip is pooled with what it undercuts: least squares under the order

@@ -12,9 +12,9 @@ from scipy import stats
 from cactus_core import SpeculativeDecoder
 from cactus_core.app.shared.round_view import live_stats
 from cactus_core.engine.decoding.replay import reverify
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_plan import plan_chunks
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.plan import plan_chunks
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.rules import learned_judge, make_rule
 from cactus_core.maths.rules.learned_judge import JUDGE_ENV, Judge, loaded_judge
 from cactus_core.maths.tree import verify_tree_batch

@@ -13,16 +13,16 @@ import torch
 from distributions import dirichlet
 from scipy import stats
 
-from cactus_core.experiments.override_estimate import (
+from cactus_core.experiments.estimates.override import (
     OMEGA_GRID,
     OverrideSums,
     estimate_override,
     mean_divergences,
     wilson_interval,
 )
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_records import ChunkRecord
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.records import ChunkRecord
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.rules import make_rule
 from cactus_core.maths.rules.override import overridden_law
 from cactus_core.maths.verify import verify

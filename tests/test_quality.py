@@ -13,7 +13,7 @@ import random
 import pytest
 from scipy import stats
 
-from cactus_core.experiments.quality import (
+from cactus_core.experiments.quality.paired import (
     Z80,
     Z975,
     loops,
@@ -21,10 +21,10 @@ from cactus_core.experiments.quality import (
     share,
     t_quantile,
 )
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
-from cactus_core.experiments.task_score import task_score
+from cactus_core.experiments.quality.task_score import task_score
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.sampling import SamplingSettings
 
 

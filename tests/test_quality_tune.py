@@ -15,12 +15,12 @@ import random
 
 import pytest
 
-from cactus_core.experiments import task_set as ts
-from cactus_core.experiments.quality_tune import KEEPS, confirm, quality_answer
-from cactus_core.experiments.sweep import SettingResult, SweepResult
-from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
-from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord
-from cactus_core.experiments.task_score import check_answer
+from cactus_core.experiments.quality import task_set as ts
+from cactus_core.experiments.quality.task_score import check_answer
+from cactus_core.experiments.quality.tune import KEEPS, confirm, quality_answer
+from cactus_core.experiments.sweeps.config import BASELINE, Setting, SweepConfig
+from cactus_core.experiments.sweeps.records import ChunkRecord, PromptRecord
+from cactus_core.experiments.sweeps.run import SettingResult, SweepResult
 from cactus_core.maths.sampling import SamplingSettings
 
 
@@ -143,8 +143,8 @@ def test_it_says_when_the_set_cannot_see_the_drop_asked_about():
 
 
 def test_the_held_out_confirmation_runs_the_answer_against_sps(tiny_pair, tmp_path):
-    from cactus_core.experiments.sweep import run_sweep
-    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.sweeps.cache import SweepCache
+    from cactus_core.experiments.sweeps.run import run_sweep
 
     prompts = ("What is 2 + 2?", "What is 3 + 4?", "Say yes.", "What is 1 + 1?")
     answers = ("number=4", "number=7", "yesno=yes", "number=2")

@@ -15,9 +15,9 @@ from cactus_core.app.shared.rule_style import SHOWN_FIRST, STYLES, rule_colour, 
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.loading.pair import END_MARKER, token_display
-from cactus_core.experiments.reference import load_reference
-from cactus_core.experiments.rule_comparison import RulePoint
-from cactus_core.experiments.sweep_config import BASELINE
+from cactus_core.experiments.estimates.rule_comparison import RulePoint
+from cactus_core.experiments.sweeps.config import BASELINE
+from cactus_core.experiments.sweeps.reference import load_reference
 from cactus_core.maths.rules import RULE_NAMES, RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 

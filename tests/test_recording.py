@@ -81,7 +81,7 @@ def test_per_position_counts_equal_a_brute_count_of_the_trace(tiny_pair) -> None
 
 
 def test_position_and_k_charts_draw_the_counts() -> None:
-    from cactus_core.experiments.k_tuner import predict_k
+    from cactus_core.experiments.tuning.k_tuner import predict_k
     from tests.test_k_tuner import COSTS
 
     counts = PositionCounts((10, 6, 3), (6, 3, 1), 10)
@@ -219,7 +219,8 @@ def test_a_lean_decoder_starts_no_recording_thread(tiny_pair, monkeypatch) -> No
 
 
 def test_the_race_times_both_decoders_without_recording(tiny_pair) -> None:
-    """The race measures the speedup as `experiments.speedup` defines it, recording outside
+    """The race measures the speedup as `experiments.estimates.speedup` defines it, recording
+    outside
     the clocks: neither lane records (no trace rows, no emitted KL), and no
     recording thread is left behind."""
     before = frozenset(_recorder_threads())

@@ -12,7 +12,7 @@ import pytest
 from test_cli_reference_flags import _refused
 
 from cactus_core import cli
-from cactus_core.experiments import reference as ref
+from cactus_core.experiments.sweeps import reference as ref
 
 
 @pytest.fixture(autouse=True)

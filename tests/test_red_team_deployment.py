@@ -12,7 +12,11 @@ from streamlit.testing.v1 import AppTest
 from cactus_core import cli
 from cactus_core.engine.loading import models
 from cactus_core.engine.loading.deployment import PUBLIC_ENV, DeploymentPolicy
-from cactus_core.experiments.sweep_ray import RAY_ADDRESS_ENV, RAY_ALLOW_PUBLIC_ENV, ray_address
+from cactus_core.experiments.sweeps.ray_backend import (
+    RAY_ADDRESS_ENV,
+    RAY_ALLOW_PUBLIC_ENV,
+    ray_address,
+)
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 UNKNOWN = ("y", "2", "enabled", "public", "tru", "-1", "1 1")

@@ -12,10 +12,10 @@ import pytest
 from cactus_core.app.frontier.sweep_file import PAGE_COMMAND, page_sweep_file, sweep_file_in_words
 from cactus_core.cli import main
 from cactus_core.engine.loading.models import load_pair
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.sampling import SamplingSettings
 
 

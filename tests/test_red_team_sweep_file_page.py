@@ -13,9 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_sweep_file_page import tagged_sweep
 
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.sweep_cache import canonical_json
-from cactus_core.experiments.sweep_ray import RAY_ADDRESS_ENV, RAY_WORKERS_ENV
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import canonical_json
+from cactus_core.experiments.sweeps.ray_backend import RAY_ADDRESS_ENV, RAY_WORKERS_ENV
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 ATTACKER = "attacker.invalid"

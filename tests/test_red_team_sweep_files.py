@@ -15,12 +15,12 @@ from hostile_sweep_files import bomb, empty_body, empty_sweep
 from test_sweep_file_page import tagged_sweep
 
 from cactus_core.engine.loading.deployment import PUBLIC_ENV
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments import sweep_plan
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache, canonical_json
-from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_file import frame
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps import plan as sweep_plan
+from cactus_core.experiments.sweeps.cache import SweepCache, canonical_json
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.file import frame
+from cactus_core.experiments.sweeps.run import run_sweep
 from cactus_core.maths.sampling import SamplingSettings
 
 MB = 2**20
@@ -185,8 +185,8 @@ def test_answers_of_thousands_of_forms_are_refused_and_checks_compile_once():
     """A valid-looking file whose answer lists 20,000 forms (word=w0|…|w19999) took 42-67 s to
     open in public mode and 17-24 s a rerun: one regex compiled per form, prompt, setting and
     rerun. Forms are capped where the file is read, and a spec's test is compiled once."""
-    from cactus_core.experiments import task_score
-    from cactus_core.experiments.sweep_file import SweepFileError, load_sweep_file
+    from cactus_core.experiments.quality import task_score
+    from cactus_core.experiments.sweeps.file import SweepFileError, load_sweep_file
 
     body = empty_body(2, 1)
     body["prompts"] = [

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from cactus_core.experiments import reference as ref
-from cactus_core.experiments.estimate import estimable
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting
+from cactus_core.experiments.estimates.curves import estimable
+from cactus_core.experiments.sweeps import reference as ref
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting
 from cactus_core.maths.rules import RULES
 
 
@@ -160,7 +160,7 @@ def test_a_rule_the_reference_lacks_is_said_to_be_not_in_it_yet(shipped) -> None
     from dataclasses import replace
 
     from cactus_core.app.shared.reference import compact_caption, compact_frontier, missing_rules
-    from cactus_core.experiments.tune import first_guess
+    from cactus_core.experiments.tuning.tune import first_guess
 
     part = shipped.for_top_p(1.0)
     without = replace(part, rows=[r for r in part.rows if r["rule"] != "fly"])
@@ -183,7 +183,7 @@ def test_a_rule_the_reference_lacks_is_said_to_be_not_in_it_yet(shipped) -> None
 def test_small_budgets_are_answered_between_measured_runs(shipped, top_p, budget) -> None:
     """The first guess at a small budget lies between two of the rule's measured positive
     settings, not in the stretch between delta = 0 and the first one that no run measured."""
-    from cactus_core.experiments.tune import first_guess
+    from cactus_core.experiments.tuning.tune import first_guess
 
     part = shipped.for_top_p(top_p)
     guess = first_guess(part, "cactus", budget)

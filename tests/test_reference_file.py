@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.experiments import reference as ref
+from cactus_core.experiments.sweeps import reference as ref
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from cactus_core.app.playground.comparison_figure import rule_comparison_figure
-from cactus_core.experiments.rule_comparison import (
+from cactus_core.experiments.estimates.rule_comparison import (
     best_at_budgets,
     by_rule,
     comparison_markdown,

@@ -1,4 +1,5 @@
-"""One speedup, one definition (`experiments.speedup`), the same number everywhere: for one
+"""One speedup, one definition (`experiments.estimates.speedup`), the same number everywhere: for
+one
 run (a speculative and a verifier-only decode of the same prompt), the race's measured speedup,
 the k tuner's prediction at the run's k, the Frontier's speedup chart and the tuner's table all
 show the same number when the costs are the ones that run measured. And the definition's
@@ -15,17 +16,17 @@ from cactus_core.app.frontier.figures import predicted_speedup_chart
 from cactus_core.app.frontier.tuner import step_rows
 from cactus_core.app.shared.speed import cost_parts
 from cactus_core.engine.decoding.generation import GenerationStats
-from cactus_core.experiments.frontier import Estimate
-from cactus_core.experiments.k_tuner import PairCosts, predict_k
-from cactus_core.experiments.speedup import (
+from cactus_core.experiments.estimates.frontier import Estimate
+from cactus_core.experiments.estimates.speedup import (
     Spread,
     decoding_seconds,
     measured,
     predicted,
     spread,
 )
-from cactus_core.experiments.sweep_config import BASELINE
-from cactus_core.experiments.tune_refine import TuneResult, TuneStep
+from cactus_core.experiments.sweeps.config import BASELINE
+from cactus_core.experiments.tuning.k_tuner import PairCosts, predict_k
+from cactus_core.experiments.tuning.refine import TuneResult, TuneStep
 
 K = 4
 

@@ -11,16 +11,16 @@ from dataclasses import replace
 import pytest
 
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.experiments.sweep import METRICS, SweepCancelled, run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import (
     BASELINE,
     Setting,
     SweepConfig,
     prompt_seed,
     settings_from_grids,
 )
-from cactus_core.experiments.tune import tune
+from cactus_core.experiments.sweeps.run import METRICS, SweepCancelled, run_sweep
+from cactus_core.experiments.tuning.tune import tune
 
 PROMPTS = (
     "Tell me about cacti.",
@@ -260,7 +260,7 @@ def test_own_estimate_is_the_rule_curve_on_the_run_s_own_positions(
     """With own_estimate, each setting keeps its rule's curve on the positions it decoded; with
     every id kept (top-M = the vocabulary) it is exact there: at the setting's own value its
     acceptance and KL are the sweep's exact expectation and KL on the same positions."""
-    import cactus_core.experiments.sweep as sweep_module
+    import cactus_core.experiments.sweeps.run as sweep_module
 
     monkeypatch.setattr(sweep_module, "OWN_ESTIMATE_TOP_M", tiny_pair.verifier.config.vocab_size)
     settings = (Setting.of("interp", alpha=1.0), Setting.of("sps"))

@@ -16,18 +16,18 @@ import pytest
 
 from cactus_core.app.frontier.sweep_file import sweep_file_in_words
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.reference import load_reference
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache, canonical_json
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import SweepCache, canonical_json
+from cactus_core.experiments.sweeps.config import (
     UNTAGGED,
     Setting,
     SweepConfig,
     parse_tagged_prompt_file,
     settings_from_grids,
 )
-from cactus_core.experiments.tasks import (
+from cactus_core.experiments.sweeps.reference import load_reference
+from cactus_core.experiments.sweeps.run import run_sweep
+from cactus_core.experiments.tuning.tasks import (
     ALL_TASKS,
     answers_by_task,
     split_by_task,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.tasks import ALL_TASKS, answers_by_task
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.run import run_sweep
+from cactus_core.experiments.tuning.tasks import ALL_TASKS, answers_by_task
 from cactus_core.maths.sampling import SamplingSettings
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

@@ -13,10 +13,10 @@ import torch
 
 from cactus_core.engine.loading.models import load_pair
 from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
-from cactus_core.experiments.sweep import SweepCancelled, plan_chunks, run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
-from cactus_core.experiments.sweep_ray import RayBackend
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.ray_backend import RayBackend
+from cactus_core.experiments.sweeps.run import SweepCancelled, plan_chunks, run_sweep
 from cactus_core.maths.sampling import SamplingSettings
 
 TIMINGS = ("tokens_per_s",)
@@ -145,7 +145,7 @@ def test_without_ray_the_backend_says_what_to_install(monkeypatch):
     import sys
 
     from cactus_core.cli import main
-    from cactus_core.experiments import sweep_ray
+    from cactus_core.experiments.sweeps import ray_backend as sweep_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     with pytest.raises(sweep_ray.RayBackendError, match=r"pip install ray==2\.60\.0"):
@@ -158,7 +158,7 @@ def test_without_ray_the_backend_says_what_to_install(monkeypatch):
 
 
 def test_the_app_uses_ray_only_where_the_operator_allows_it():
-    from cactus_core.experiments.sweep_ray import ray_address
+    from cactus_core.experiments.sweeps.ray_backend import ray_address
 
     assert ray_address({}) is None
     assert ray_address({"CACTUS_LAB_RAY_ADDRESS": "auto"}) == "auto"
@@ -181,7 +181,7 @@ def test_workers_read_the_drivers_learned_judge(ray_cluster, tiny_backend, tiny_
     """CACTUS_LEARNED_JUDGE reaches the workers (they once ran the shipped judge and the
     driver cached their records under its own judge's key); a worker whose judge differs from
     the driver's is refused before its record is cached."""
-    from cactus_core.experiments.sweep_ray import RayBackendError, check_worker_data
+    from cactus_core.experiments.sweeps.ray_backend import RayBackendError, check_worker_data
 
     tiny_backend.close()  # its workers hold the cluster's 2 CPUs; its next sweep starts anew
     size = tiny_pair.verifier.config.hidden_size

@@ -7,19 +7,19 @@ import math
 
 import pytest
 
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_config import (
-    SweepConfig,
-    parse_answered_prompt_file,
-    settings_from_grids,
-)
-from cactus_core.experiments.task_score import (
+from cactus_core.experiments.quality.task_score import (
     TaskScore,
     check_answer,
     passes,
     task_score,
 )
-from cactus_core.experiments.task_set import FAMILIES, TUNE_FILE
+from cactus_core.experiments.quality.task_set import FAMILIES, TUNE_FILE
+from cactus_core.experiments.sweeps.config import (
+    SweepConfig,
+    parse_answered_prompt_file,
+    settings_from_grids,
+)
+from cactus_core.experiments.sweeps.run import run_sweep
 
 
 @pytest.mark.parametrize(

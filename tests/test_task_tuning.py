@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from cactus_core.app.frontier.tasks import answer_rows, tasks_caption
-from cactus_core.experiments import tasks as T
-from cactus_core.experiments.sweep import PromptRecord, SettingResult
-from cactus_core.experiments.sweep_config import Setting
+from cactus_core.experiments.sweeps.config import Setting
+from cactus_core.experiments.sweeps.run import PromptRecord, SettingResult
+from cactus_core.experiments.tuning import tasks as T
 
 
 def record(i: int, tokens: int, calls: int) -> PromptRecord:

@@ -16,11 +16,11 @@ from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
-from cactus_core.experiments import sweep_file as sf
-from cactus_core.experiments.sweep import run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
-from cactus_core.experiments.tune import tune
+from cactus_core.experiments.sweeps import file as sf
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.run import run_sweep
+from cactus_core.experiments.tuning.tune import tune
 from cactus_core.maths.sampling import SamplingSettings
 
 SHAPE = TreeSettings(nodes=6, depth=3, width=1, branch=2, root_branch=2)

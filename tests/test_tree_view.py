@@ -240,7 +240,7 @@ def test_step_through_page_tells_a_traversal_round(feature_pair, monkeypatch):
 
 
 def test_the_frontier_page_sweeps_with_the_sidebars_tree(feature_pair, monkeypatch, tmp_path):
-    import cactus_core.experiments.sweep as sweep_module
+    import cactus_core.experiments.sweeps.run as sweep_module
 
     monkeypatch.setenv("CACTUS_CACHE_DIR", str(tmp_path))
     configs = []

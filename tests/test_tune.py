@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from cactus_core.experiments.frontier import Estimate
-from cactus_core.experiments.tune import TuneStep, refine
+from cactus_core.experiments.estimates.frontier import Estimate
+from cactus_core.experiments.tuning.tune import TuneStep, refine
 
 
 def power_law(a: float = 0.68, b: float = 0.35, width: float = 0.12, offset: float = 0.0):

@@ -34,7 +34,7 @@ from cactus_core.engine.loading.embedded_drafts import (
     DEFAULT_EMBEDDED_DRAFT,
     embedded_draft,
 )
-from cactus_core.experiments.task_score import passes
+from cactus_core.experiments.quality.task_score import passes
 from training.common import load_verifier_and_tokenizer
 from training.judge_tasks import judge_tasks
 

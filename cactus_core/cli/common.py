@@ -200,7 +200,7 @@ def load_pair_from_args(args: argparse.Namespace) -> ModelPair:
 def read_prompt_file(path: str, flag: str) -> tuple[list[str], list[str], list[str]]:
     """(prompts, task tags, checkable answers) from a .jsonl or .txt prompt file named by
     `flag` ("" where a prompt has no tag or no answer)."""
-    from cactus_core.experiments.sweep_config import (
+    from cactus_core.experiments.sweeps.config import (
         MAX_PROMPT_FILE_BYTES,
         parse_answered_prompt_file,
     )

@@ -1,5 +1,6 @@
 """`python -m cactus_core sweep --reference`: rebuild the shipped reference sweep
-(experiments.reference), with the checks that keep it the reference: the flags it fixes itself
+(experiments.sweeps.reference), with the checks that keep it the reference: the flags it fixes
+itself
 are refused rather than ignored, and the shipped file is overwritten only when asked."""
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from cactus_core.maths.sampling import SamplingSettings
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    """`sweep --reference`: rebuild the shipped reference sweep (experiments.reference)."""
+    """`sweep --reference`: rebuild the shipped reference sweep (experiments.sweeps.reference)."""
     from cactus_core.engine.loading.prompts import builtin_prompts
-    from cactus_core.experiments import reference as ref
-    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.sweeps import reference as ref
+    from cactus_core.experiments.sweeps.cache import SweepCache
 
     check_reference_args(args)
     check_output_path(args.output, "--output")
@@ -100,6 +101,6 @@ def check_reference_args(args: argparse.Namespace) -> None:
 
 
 def _is_shipped(path: str) -> bool:
-    from cactus_core.experiments.reference import REFERENCE_FILE
+    from cactus_core.experiments.sweeps.reference import REFERENCE_FILE
 
     return os.path.realpath(os.path.expanduser(path)) == os.path.realpath(REFERENCE_FILE)

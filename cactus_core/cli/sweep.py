@@ -189,12 +189,12 @@ def _tunable() -> list[str]:
 def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
     """A SweepConfig from parsed `sweep` arguments; ValueError on anything bad."""
     from cactus_core.engine.loading.prompts import builtin_prompts, builtin_tasks
-    from cactus_core.experiments.sweep_config import (
+    from cactus_core.experiments.quality.task_set import TUNE_FILE
+    from cactus_core.experiments.sweeps.config import (
         SweepConfig,
         parse_grid,
         settings_from_grids,
     )
-    from cactus_core.experiments.task_set import TUNE_FILE
 
     names = [r.strip() for r in args.rules.split(",") if r.strip()]
     grids: dict[str, list[float]] = {}
@@ -244,8 +244,8 @@ def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run `python -m cactus_core sweep`; write JSON or CSV to stdout or --output."""
-    from cactus_core.experiments.sweep import run_sweep
-    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.sweeps.cache import SweepCache
+    from cactus_core.experiments.sweeps.run import run_sweep
 
     if args.reference:
         return cmd_reference(args)
@@ -260,7 +260,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     pair = backend = None
     if args.backend == "ray":
-        from cactus_core.experiments.sweep_ray import RayBackend
+        from cactus_core.experiments.sweeps.ray_backend import RayBackend
 
         backend = RayBackend(
             pair_kwargs_from_args(args), workers=args.workers, address=args.ray_address
@@ -291,7 +291,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(figure_html(report_figures(result)))
     if args.export:
-        from cactus_core.experiments.sweep_file import export_sweep, provenance
+        from cactus_core.experiments.sweeps.file import export_sweep, provenance
 
         prov = provenance(
             "python -m cactus_core " + shlex.join(args.argv),
@@ -320,8 +320,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _tune_outputs(args: argparse.Namespace, pair: Any, config: Any, result: Any, cache: Any):
     """--tune-kl: the confirmed tuner on all prompts (with a pair in this process), and the
     answer read off the sweep per task; the JSON fields they add."""
-    from cactus_core.experiments.tasks import answers_by_task, answers_table
-    from cactus_core.experiments.tune import tune
+    from cactus_core.experiments.tuning.tasks import answers_by_task, answers_table
+    from cactus_core.experiments.tuning.tune import tune
 
     if args.tune_kl is None:
         return {}
@@ -347,8 +347,8 @@ def _tune_outputs(args: argparse.Namespace, pair: Any, config: Any, result: Any,
 def _quality_tune(args: argparse.Namespace, pair: Any, config: Any, result: Any, cache: Any):
     """--keep-quality: the quality-constrained answer on the sweep, confirmed on the held-out
     prompts (in this process only: the confirmation decodes)."""
-    from cactus_core.experiments.quality_tune import DEFAULT_MAX_DROP, confirm, quality_answer
-    from cactus_core.experiments.task_set import HELDOUT_FILE
+    from cactus_core.experiments.quality.task_set import HELDOUT_FILE
+    from cactus_core.experiments.quality.tune import DEFAULT_MAX_DROP, confirm, quality_answer
 
     answer = quality_answer(
         result, args.tune_kl, DEFAULT_MAX_DROP if args.max_drop is None else args.max_drop

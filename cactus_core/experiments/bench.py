@@ -25,7 +25,7 @@ import torch
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
 from cactus_core.engine.decoding.generation import PositionCounts, acceptance_by_position
 from cactus_core.engine.drafting.tree_settings import TreeSettings
-from cactus_core.experiments.speedup import ratio
+from cactus_core.experiments.estimates.speedup import ratio
 from cactus_core.maths.rules import (
     DEFAULT_RULE,
     LOSSLESS_RULE,

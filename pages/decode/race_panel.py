@@ -1,7 +1,7 @@
 """The Decode page's race: speculative and verifier-only decoding of the run's prompt streamed
 together on one time axis, then the measured speedup with its spread. Widgets and layout only;
 the lanes and the figure come from cactus_core.app.decode.race, the definition from
-cactus_core.experiments.speedup."""
+cactus_core.experiments.estimates.speedup."""
 
 from __future__ import annotations
 

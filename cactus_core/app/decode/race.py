@@ -2,7 +2,7 @@
 axis, each token at the moment its decoder wrote it. No Streamlit here; pages/decode/race_panel.py
 draws it.
 
-How it is timed (the page says so too; the definition is `experiments.speedup`'s):
+How it is timed (the page says so too; the definition is `experiments.estimates.speedup`'s):
 
 - Before either clock starts, each decoder runs once on the prompt, untimed: the first calls'
   one-time work (kernels chosen for these shapes, caches and packed weights made on first use)
@@ -38,7 +38,7 @@ import plotly.graph_objects as go
 
 from cactus_core.app.shared.figures import FATE_COLOURS
 from cactus_core.app.shared.metrics import SpeedComparison, speed_comparison
-from cactus_core.experiments.speedup import spread
+from cactus_core.experiments.estimates.speedup import spread
 
 if TYPE_CHECKING:
     from cactus_core.app.shared.request import DecodeRequest

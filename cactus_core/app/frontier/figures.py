@@ -16,10 +16,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.app.shared.rule_style import LIMIT_COLOUR, rule_colour, shown_first, style
-from cactus_core.experiments.frontier import Estimate, pareto_front
-from cactus_core.experiments.k_tuner import PairCosts, row_speedup
-from cactus_core.experiments.speedup import PREDICTED_LABEL, predicted_estimate
-from cactus_core.experiments.sweep import BASELINE, METRIC_LABELS, SweepResult
+from cactus_core.experiments.estimates.frontier import Estimate, pareto_front
+from cactus_core.experiments.estimates.speedup import PREDICTED_LABEL, predicted_estimate
+from cactus_core.experiments.sweeps.run import BASELINE, METRIC_LABELS, SweepResult
+from cactus_core.experiments.tuning.k_tuner import PairCosts, row_speedup
 from cactus_core.maths.limit import LimitCurve
 
 Row = Mapping[str, Any]

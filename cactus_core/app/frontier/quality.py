@@ -1,21 +1,21 @@
 """The Frontier's quality views without Streamlit: what the task-score chart shows and what its
-prompt set can detect, and how the long-answers chart reads (`experiments.quality`)."""
+prompt set can detect, and how the long-answers chart reads (`experiments.quality.paired`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from cactus_core.experiments.quality import PairedDifference
-from cactus_core.experiments.quality_reference import (
+from cactus_core.experiments.quality.paired import PairedDifference
+from cactus_core.experiments.quality.reference import (
     load_quality_reference as load_quality_reference,
 )
-from cactus_core.experiments.quality_tune import DEFAULT_MAX_DROP as DEFAULT_MAX_DROP
-from cactus_core.experiments.quality_tune import QualityAnswer as QualityAnswer
-from cactus_core.experiments.quality_tune import confirm as confirm
-from cactus_core.experiments.quality_tune import onsets
-from cactus_core.experiments.quality_tune import quality_answer as quality_answer
-from cactus_core.experiments.sweep import SweepResult as SweepResult
+from cactus_core.experiments.quality.tune import DEFAULT_MAX_DROP as DEFAULT_MAX_DROP
+from cactus_core.experiments.quality.tune import QualityAnswer as QualityAnswer
+from cactus_core.experiments.quality.tune import confirm as confirm
+from cactus_core.experiments.quality.tune import onsets
+from cactus_core.experiments.quality.tune import quality_answer as quality_answer
+from cactus_core.experiments.sweeps.run import SweepResult as SweepResult
 
 TASK_VIEWS = {"task_score_diff": "difference from lossless (paired)", "task_score": "score"}
 LONG_VIEWS = {

@@ -13,15 +13,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.app.shared.reference import pair_in_words
-from cactus_core.experiments.sweep import SweepResult
-from cactus_core.experiments.sweep_file import SweepFile, export_sweep, provenance
+from cactus_core.experiments.sweeps.file import SweepFile, export_sweep, provenance
 
 # What the page reads of sweep files: through this view, never from experiments directly.
-from cactus_core.experiments.sweep_file import SweepFileError as SweepFileError
-from cactus_core.experiments.sweep_file import load_sweep_file as load_sweep_file
+from cactus_core.experiments.sweeps.file import SweepFileError as SweepFileError
+from cactus_core.experiments.sweeps.file import load_sweep_file as load_sweep_file
+from cactus_core.experiments.sweeps.run import SweepResult
 
 if TYPE_CHECKING:
-    from cactus_core.experiments.sweep_ray import RayBackend
+    from cactus_core.experiments.sweeps.ray_backend import RayBackend
 
 PAGE_COMMAND = "the Frontier page's Run sweep"  # what made a file the page's download wrote
 FIELD_CHARS = 200  # the most of one provenance field shown
@@ -58,13 +58,13 @@ def sweep_file_in_words(opened: SweepFile) -> str:
 def operator_ray_address() -> str | None:
     """The Ray cluster the operator named for the app's sweeps (CACTUS_LAB_RAY_ADDRESS), or
     None. Ray is imported only where it is asked for: the app does not need it."""
-    from cactus_core.experiments.sweep_ray import ray_address
+    from cactus_core.experiments.sweeps.ray_backend import ray_address
 
     return ray_address()
 
 
 def operator_ray_backend(pair_kwargs: dict[str, Any]) -> RayBackend | None:
     """The operator's Ray backend for a pair (`sweep_ray.backend_from_env`)."""
-    from cactus_core.experiments.sweep_ray import backend_from_env
+    from cactus_core.experiments.sweeps.ray_backend import backend_from_env
 
     return backend_from_env(pair_kwargs)

@@ -10,25 +10,25 @@ from collections.abc import Mapping, Sequence
 
 from cactus_core.app.shared.limits import check_sweep_size
 from cactus_core.app.shared.settings import AppSettings
-
-# What the page reads of the experiments layer: through this view, never directly.
-from cactus_core.experiments.reference import Reference as Reference
-from cactus_core.experiments.reference import ReferenceSweep as ReferenceSweep
-from cactus_core.experiments.reference import load_reference as load_reference
-from cactus_core.experiments.sweep import METRIC_LABELS as METRIC_LABELS
-from cactus_core.experiments.sweep import Progress
-from cactus_core.experiments.sweep import SweepCancelled as SweepCancelled
-from cactus_core.experiments.sweep import SweepResult as SweepResult
-from cactus_core.experiments.sweep import cached_chunks as cached_chunks
-from cactus_core.experiments.sweep import run_sweep as run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache as SweepCache
-from cactus_core.experiments.sweep_config import BASELINE as BASELINE
-from cactus_core.experiments.sweep_config import SweepConfig, settings_from_grids
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.quality.task_set import HELDOUT_FILE, TUNE_FILE
+from cactus_core.experiments.sweeps.cache import SweepCache as SweepCache
+from cactus_core.experiments.sweeps.config import BASELINE as BASELINE
+from cactus_core.experiments.sweeps.config import SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.config import (
     parse_answered_prompt_file as parse_answered_prompt_file,
 )
-from cactus_core.experiments.sweep_config import parse_grid as parse_grid
-from cactus_core.experiments.task_set import HELDOUT_FILE, TUNE_FILE
+from cactus_core.experiments.sweeps.config import parse_grid as parse_grid
+
+# What the page reads of the experiments layer: through this view, never directly.
+from cactus_core.experiments.sweeps.reference import Reference as Reference
+from cactus_core.experiments.sweeps.reference import ReferenceSweep as ReferenceSweep
+from cactus_core.experiments.sweeps.reference import load_reference as load_reference
+from cactus_core.experiments.sweeps.run import METRIC_LABELS as METRIC_LABELS
+from cactus_core.experiments.sweeps.run import Progress
+from cactus_core.experiments.sweeps.run import SweepCancelled as SweepCancelled
+from cactus_core.experiments.sweeps.run import SweepResult as SweepResult
+from cactus_core.experiments.sweeps.run import cached_chunks as cached_chunks
+from cactus_core.experiments.sweeps.run import run_sweep as run_sweep
 
 # The x-axes the tokens-per-call chart offers: three divergences of the same exact pi (a rule
 # whose pi is estimated from the decode carries its interval), and the task score.

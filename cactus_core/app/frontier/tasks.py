@@ -7,15 +7,15 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from cactus_core.experiments.sweep import METRIC_LABELS, SweepResult
-from cactus_core.experiments.tasks import (
+from cactus_core.experiments.sweeps.run import METRIC_LABELS, SweepResult
+from cactus_core.experiments.tuning.tasks import (
     ALL_TASKS,
     MIN_TASK_PROMPTS,
     BudgetAnswer,
     split_by_task,
     spread,
 )
-from cactus_core.experiments.tasks import answers_by_task as answers_by_task
+from cactus_core.experiments.tuning.tasks import answers_by_task as answers_by_task
 
 # Distinct from the rules' palette: here a colour is a task, and every line is one rule.
 TASK_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")

@@ -15,12 +15,12 @@ import plotly.graph_objects as go
 
 from cactus_core.app.frontier.figures import rule_colour
 from cactus_core.app.shared.settings import AppSettings, tunable_rules
-from cactus_core.experiments.k_tuner import PairCosts, row_speedup
-from cactus_core.experiments.sweep import METRIC_LABELS, SweepResult
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import SweepConfig
-from cactus_core.experiments.tune import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
-from cactus_core.experiments.tune import (
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import SweepConfig
+from cactus_core.experiments.sweeps.run import METRIC_LABELS, SweepResult
+from cactus_core.experiments.tuning.k_tuner import PairCosts, row_speedup
+from cactus_core.experiments.tuning.tune import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
+from cactus_core.experiments.tuning.tune import (
     FirstGuess,
     TuneResult,
     TuneStep,
@@ -32,7 +32,7 @@ from cactus_core.maths.rules import rule_class
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
-    from cactus_core.experiments.reference import Reference, ReferenceSweep
+    from cactus_core.experiments.sweeps.reference import Reference, ReferenceSweep
 
 # on_step(step, runs done, at most): a refinement's progress, one call per finished run
 OnStep = Callable[[TuneStep, int, int], None]

@@ -1,5 +1,5 @@
 """The every-rule frontier figure of docs/rules.md: tokens per call against emitted KL, one
-panel per top-p, from `experiments.rule_comparison` points. Pure: no Streamlit, no I/O."""
+panel per top-p, from `experiments.estimates.rule_comparison` points. Pure: no Streamlit, no I/O."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cactus_core.app.shared.rule_style import style
-from cactus_core.experiments.rule_comparison import RulePoint, by_rule
+from cactus_core.experiments.estimates.rule_comparison import RulePoint, by_rule
 
 
 def rule_comparison_figure(

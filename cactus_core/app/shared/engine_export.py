@@ -17,7 +17,7 @@ in a Python one, so no name can run a command (tests/test_export_snippets.py run
 - transformers 5.24: `model.generate(..., custom_generate=cactus_generate)`, from the lab's
   own distribution (`pip install <repo>`: cactus_core and cactus_transformers).
 - SGLang: another rule; its `--speculative-accept-threshold-acc` fitted to the setting's mean
-  acceptance (`experiments.engine_fit`), with the fit's error and both rules' emitted KL.
+  acceptance (`experiments.estimates.engine_fit`), with the fit's error and both rules' emitted KL.
 - TensorRT-LLM: MTP's relaxed acceptance (thinking tokens only) is the lab's relaxed-topk test.
 - llama.cpp: no relaxed acceptance; the draft length from the k tuner.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cactus_core.app.shared.markdown import md_code
-from cactus_core.experiments.engine_fit import SGLangFit
+from cactus_core.experiments.estimates.engine_fit import SGLangFit
 from cactus_core.maths.rules import Rule
 from cactus_core.maths.rules.spec import rule_spec, rule_spec_json
 from cactus_core.maths.rules.thresholds import RelaxedTopK

@@ -17,17 +17,22 @@ from typing import TYPE_CHECKING
 from cactus_core.app.shared.engine_export import REPO, ExportSetting
 from cactus_core.app.shared.settings import AppSettings
 from cactus_core.engine.loading.embedded_drafts import embedded_draft
-from cactus_core.experiments.engine_fit import SGLANG_RULE, SGLangFit, fit_on_curves, fit_on_rows
-from cactus_core.experiments.estimate import rows_from_trace
+from cactus_core.experiments.estimates.curves import rows_from_trace
+from cactus_core.experiments.estimates.engine_fit import (
+    SGLANG_RULE,
+    SGLangFit,
+    fit_on_curves,
+    fit_on_rows,
+)
 from cactus_core.maths.rules import Rule, make_rule
 
 if TYPE_CHECKING:
     from cactus_core.app.shared.request import DecodeRun
     from cactus_core.engine.loading.pair import ModelPair
-    from cactus_core.experiments.k_tuner import KPrediction
-    from cactus_core.experiments.reference import Reference, ReferenceSweep
-    from cactus_core.experiments.tune import FirstGuess
-    from cactus_core.experiments.tune_refine import TuneResult
+    from cactus_core.experiments.sweeps.reference import Reference, ReferenceSweep
+    from cactus_core.experiments.tuning.k_tuner import KPrediction
+    from cactus_core.experiments.tuning.refine import TuneResult
+    from cactus_core.experiments.tuning.tune import FirstGuess
 
 # What engines load for the embedded pair: the verifier's Hub original (the lab ships it as a
 # Q4_1 GGUF) and the independent 3-layer draft's folder, by absolute path (vLLM gets both as
@@ -201,7 +206,7 @@ def frontier_export(
 def decode_prediction(run: DecodeRun | None, pair: ModelPair | None) -> KPrediction | None:
     """The k tuner's prediction for the last run's acceptance by position, where the pair's
     costs on this machine are cached (None otherwise: nothing is measured here)."""
-    from cactus_core.experiments.k_tuner import cached_costs, predict_k
+    from cactus_core.experiments.tuning.k_tuner import cached_costs, predict_k
 
     counts = run.output.stats.positions if run is not None else None
     costs = cached_costs(pair) if pair is not None and counts and counts.rounds else None
@@ -215,7 +220,7 @@ def frontier_prediction(
 ) -> KPrediction | None:
     """The k tuner's prediction for the reference's row nearest this rule's value, where the
     reference pair's costs on this machine are cached."""
-    from cactus_core.experiments.k_tuner import cached_costs_for, predict_row
+    from cactus_core.experiments.tuning.k_tuner import cached_costs_for, predict_row
 
     costs = cached_costs_for(ref.model, "cpu") if ref is not None else None
     rows = [] if part is None else part.rule_rows(rule.name)

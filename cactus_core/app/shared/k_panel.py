@@ -13,15 +13,15 @@ import plotly.graph_objects as go
 from cactus_core.app.shared.rule_style import rule_colour, rule_of_label
 from cactus_core.engine.decoding.generation import PositionCounts
 from cactus_core.engine.decoding.trace import RoundTrace
-from cactus_core.experiments.k_tuner import KPrediction, PairCosts, cost_runs
+from cactus_core.experiments.tuning.k_tuner import KPrediction, PairCosts, cost_runs
 
 # What the pages read of the k tuner: through this view, never from experiments directly.
-from cactus_core.experiments.k_tuner import cached_costs as cached_costs
-from cactus_core.experiments.k_tuner import cached_costs_for as cached_costs_for
-from cactus_core.experiments.k_tuner import measuring_now as measuring_now
-from cactus_core.experiments.k_tuner import predict_k as predict_k
-from cactus_core.experiments.k_tuner import predict_row as predict_row
-from cactus_core.experiments.k_tuner import shared_costs as shared_costs
+from cactus_core.experiments.tuning.k_tuner import cached_costs as cached_costs
+from cactus_core.experiments.tuning.k_tuner import cached_costs_for as cached_costs_for
+from cactus_core.experiments.tuning.k_tuner import measuring_now as measuring_now
+from cactus_core.experiments.tuning.k_tuner import predict_k as predict_k
+from cactus_core.experiments.tuning.k_tuner import predict_row as predict_row
+from cactus_core.experiments.tuning.k_tuner import shared_costs as shared_costs
 
 MEASURE_LABEL = "Measure the pair's costs"
 COSTS_NEEDED = (

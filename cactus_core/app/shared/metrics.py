@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cactus_core.experiments.speedup import MEASURED_HELP, Spread, decoding_rate
-from cactus_core.experiments.speedup import PREDICTED_HELP as PREDICTED_HELP
+from cactus_core.experiments.estimates.speedup import MEASURED_HELP, Spread, decoding_rate
+from cactus_core.experiments.estimates.speedup import PREDICTED_HELP as PREDICTED_HELP
 
 METRIC_HELP: dict[str, str] = {
     "tokens per call": (
@@ -54,7 +54,7 @@ class Headline:
 @dataclass
 class SpeedComparison:
     """Speculative against verifier-only decoding, same prompt and settings, in one race: the
-    measured speedup (`experiments.speedup`) and its spread over stretches of the race."""
+    measured speedup (`experiments.estimates.speedup`) and its spread over stretches of the race."""
 
     speculative_tokens_per_s: float  # decoding tokens/s, the prefill apart
     verifier_only_tokens_per_s: float

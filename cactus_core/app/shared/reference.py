@@ -2,7 +2,8 @@
 compact frontier with its marker, a run's own estimated curve, and the Frontier page's answer
 to "which setting keeps emitted KL ≤ X?" read off the reference's measured curve.
 
-The marker sits on the rule's estimated curve (`experiments.estimate.from_own_runs`, from the
+The marker sits on the rule's estimated curve
+(`experiments.estimates.curves.from_own_runs`, from the
 positions of the reference's own runs of that rule), which covers every parameter value; the
 reference's measured points are drawn beside it, so the gap between the two is in view.
 """
@@ -19,14 +20,14 @@ import plotly.graph_objects as go
 
 from cactus_core.app.shared.rule_style import LIMIT_COLOUR, rule_colour
 from cactus_core.engine.loading.embedded_drafts import REFERENCE_EMBEDDED_DRAFT
-from cactus_core.experiments.estimate import (
+from cactus_core.experiments.estimates.curves import (
     EstimatedCurve,
     estimable,
     estimate_frontier,
     rows_from_trace,
 )
-from cactus_core.experiments.reference import Reference, ReferenceSweep, not_in_reference
-from cactus_core.experiments.reference import load_reference as load_reference
+from cactus_core.experiments.sweeps.reference import Reference, ReferenceSweep, not_in_reference
+from cactus_core.experiments.sweeps.reference import load_reference as load_reference
 from cactus_core.maths.rules import LOSSLESS_RULE, RULES, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 

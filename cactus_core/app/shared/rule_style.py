@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cactus_core.experiments.sweep_config import BASELINE
+from cactus_core.experiments.sweeps.config import BASELINE
 from cactus_core.maths.rules import RULES
 
 LIMIT_COLOUR = "#000000"  # the limit's curve, on every chart

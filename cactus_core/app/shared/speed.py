@@ -1,6 +1,6 @@
 """Why the measured speedup is what it is: a speculative round's cost in verifier-only steps.
 
-The speedup (`experiments.speedup`) is tokens per round ÷ a round's cost in verifier-only
+The speedup (`experiments.estimates.speedup`) is tokens per round ÷ a round's cost in verifier-only
 steps, every time taken over the decoding (the prefill apart). A round's cost is the verify
 pass over k + 1 tokens (more than one step's worth on a CPU, where a forward's cost grows with
 its width), k draft steps, and the rest of the loop (coins, the host sync, Python). The
@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from cactus_core.app.shared.metrics import SpeedComparison
-from cactus_core.experiments.speedup import decoding_seconds
+from cactus_core.experiments.estimates.speedup import decoding_seconds
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,7 @@ class Rule:
     # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted
     # token, on evidence a position does not hold (later drafts, hidden states): its
     # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a
-    # decode is estimated (`experiments.override_estimate`), not read off `emitted`
+    # decode is estimated (`experiments.estimates.override`), not read off `emitted`
     overrides_sps: ClassVar[bool] = False
     # a round-level rule that decides from the verifier's hidden states at the drafts
     # (`verify_round`'s hidden), which only a decoder's verify pass has: a trace's replay, vLLM

@@ -37,7 +37,7 @@ own: where the gate is open, the drafted token is kept whenever q allows it, so 
 (`override.overridden_law`: p on q's support, its mass off the support redrawn from sps's
 residual); where it is closed, pi = q. `emitted_inner` gives it. For W ≥ 2 whether a draft is
 overridden depends on the later drafts, which one position does not have: pi is estimated from
-a decode (`experiments.override_estimate`).
+a decode (`experiments.estimates.override`).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class FLy(SPS):
         if int(self.W) != 1:
             raise ValueError(
                 f"rule {self.name!r}: a draft's own law exists only for W = 1 (got W = "
-                f"{self.W}); estimate it from a decode (experiments.override_estimate)"
+                f"{self.W}); estimate it from a decode (experiments.estimates.override)"
             )
         check_pair(p, q)
         dtype = torch.promote_types(work_dtype(p), work_dtype(q))

@@ -24,7 +24,7 @@ AutoJudge's: 0 is sps, 1 keeps every draft q allows.
 
 The judge reads the drafted token's hidden state, which exists for the drafted token only, so
 no formula over one position's p and q gives the emitted law: pi is estimated from a decode
-(`experiments.override_estimate`). The per-position methods (Playground, exact KL of a
+(`experiments.estimates.override`). The per-position methods (Playground, exact KL of a
 position) are sps's, the law at threshold 0.
 """
 

@@ -8,7 +8,7 @@ never accepted: every rule's invariant), the emitted law there is
     pi_omega = (1 − omega)·q + omega·p̃,   p̃ = p·1[q > 0] + p(q = 0)·normalise((q − p)+),
 
 which is (1 − omega)·q + omega·p when q is not truncated (p(q = 0) = 0, so p̃ = p). The
-derivation is in `cactus_core.experiments.override_estimate`'s docstring, which estimates
+derivation is in `cactus_core.experiments.estimates.override`'s docstring, which estimates
 omega from a decode. p̃ is the law at omega = 1: the draft as the verifier lets it out, its mass
 off q's support redrawn from the sps residual.
 """

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from cactus_core.experiments.estimate import EstimatedCurve
-from cactus_core.experiments.override_estimate import OverrideSums
-from cactus_core.experiments.sweep_config import Setting
+from cactus_core.experiments.estimates.curves import EstimatedCurve
+from cactus_core.experiments.estimates.override import OverrideSums
+from cactus_core.experiments.sweeps.config import Setting
 from cactus_core.maths.limit import LimitSums
 
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cactus_core.experiments.frontier import Estimate
+from cactus_core.experiments.estimates.frontier import Estimate
 
 MEASURED_HELP = (
     "Tokens/s of speculative decoding ÷ tokens/s of verifier-only sampling: the same prompt, "

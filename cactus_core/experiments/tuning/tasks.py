@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cactus_core.experiments.frontier import Estimate, interpolate_param_for_budget
-from cactus_core.experiments.sweep import ChunkRecord, SettingResult, SweepResult
+from cactus_core.experiments.estimates.frontier import Estimate, interpolate_param_for_budget
+from cactus_core.experiments.sweeps.run import ChunkRecord, SettingResult, SweepResult
 from cactus_core.maths.rules import rule_class
 
 ALL_TASKS = "all prompts"

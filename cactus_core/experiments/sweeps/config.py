@@ -14,7 +14,7 @@ from pathlib import PurePath
 from typing import Any
 
 from cactus_core.engine.drafting.tree_settings import TreeSettings
-from cactus_core.experiments.task_score import check_answer
+from cactus_core.experiments.quality.task_score import check_answer
 from cactus_core.maths.rules import Rule, make_rule, rule_class
 from cactus_core.maths.sampling import SamplingSettings
 

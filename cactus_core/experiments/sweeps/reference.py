@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cactus_core.experiments.estimate import (
+from cactus_core.experiments.estimates.curves import (
     CURVE_ARRAYS,
     EstimatedCurve,
     EstimatedFrontier,
@@ -37,9 +37,9 @@ from cactus_core.experiments.estimate import (
     estimable,
     from_own_runs,
 )
-from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.run import Progress, SweepResult, run_sweep
 from cactus_core.maths.limit import LimitCurve
 from cactus_core.maths.rules import RULES, rule_class
 from cactus_core.maths.sampling import SamplingSettings
@@ -47,7 +47,7 @@ from cactus_core.maths.sampling import SamplingSettings
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
-REFERENCE_FILE = Path(__file__).resolve().parents[1] / "data" / "reference_sweep.json.gz"
+REFERENCE_FILE = Path(__file__).resolve().parents[2] / "data" / "reference_sweep.json.gz"
 REFERENCE_COMMAND = "python -m cactus_core sweep --reference"  # + --force or --output PATH
 REFERENCE_TOP_P: tuple[float, ...] = (1.0, 0.95)
 REFERENCE_SAMPLING = SamplingSettings(k=4, temperature=0.7, top_k=0, top_p=1.0, seed=0)
@@ -361,7 +361,7 @@ def _limit(d: dict[str, Any]) -> LimitCurve:
 
 
 def _commit() -> str:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from cactus_core.experiments.estimate import EstimatedCurve
+from cactus_core.experiments.estimates.curves import EstimatedCurve
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.rules import LOSSLESS_RULE, Rule, make_rule, rule_class
 from cactus_core.maths.rules.sglang import SGLangThresholds

@@ -32,15 +32,15 @@ CACHE_VERSION = 2
 # Bump when the numbers a chunk holds change for a reason the hashed sources below do not show
 # (a change of method in a file outside them, a data file the decoder reads).
 NUMBERS_VERSION = 1
-_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parents[2]
 # The sources whose code decides a chunk's numbers: every rule and all the maths, the engine
 # (models, decoder, caches, sampling of rows) and the sweep's own accounting.
 NUMBERS_SOURCES = (
     "maths",
     "engine",
-    "experiments/sweep.py",
-    "experiments/sweep_config.py",
-    "experiments/scoring.py",
+    "experiments/sweeps/run.py",
+    "experiments/sweeps/config.py",
+    "experiments/estimates/scoring.py",
 )
 
 

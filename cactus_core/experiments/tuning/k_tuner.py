@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cactus_core.experiments.speedup import decoding_seconds, predicted
-from cactus_core.experiments.sweep_config import BASELINE
+from cactus_core.experiments.estimates.speedup import decoding_seconds, predicted
+from cactus_core.experiments.sweeps.config import BASELINE
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair

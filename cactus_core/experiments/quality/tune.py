@@ -24,15 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cactus_core.experiments.quality import PairedDifference
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
-from cactus_core.experiments.tune_refine import TUNABLE_RULES
+from cactus_core.experiments.quality.paired import PairedDifference
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.tuning.refine import TUNABLE_RULES
 from cactus_core.maths.rules import LOSSLESS_RULE
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.models import ModelPair
-    from cactus_core.experiments.sweep import Progress, SweepResult
-    from cactus_core.experiments.sweep_cache import SweepCache
+    from cactus_core.experiments.sweeps.cache import SweepCache
+    from cactus_core.experiments.sweeps.run import Progress, SweepResult
 
 DEFAULT_MAX_DROP = 0.05  # a drop in task score worth catching: 5 points of answers
 
@@ -206,7 +206,7 @@ def confirm(
     """The answer with its held-out confirmation: the held-out prompts (prompts, tasks,
     answers) decoded with the chosen setting and sps at the tuning sweep's sampling, k and
     budget. An answer of sps itself (or none) needs no run: it is lossless."""
-    from cactus_core.experiments.sweep import run_sweep
+    from cactus_core.experiments.sweeps.run import run_sweep
 
     prompts, tasks, answers = heldout
     if not any(answers):

@@ -25,24 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cactus_core.experiments.override_estimate import OverrideSums
-from cactus_core.experiments.scoring import PositionScores
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.estimates.override import OverrideSums
+from cactus_core.experiments.estimates.scoring import PositionScores
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import (
     BASELINE,
     Setting,
     SweepConfig,
     prompt_seed,
 )
-from cactus_core.experiments.sweep_plan import (  # noqa: F401 - the sweep's public names
+from cactus_core.experiments.sweeps.plan import (  # noqa: F401 - the sweep's public names
     ChunkTask,
     SweepBackend,
     _chunk_payload,
     cached_chunks,
     plan_chunks,
 )
-from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord
-from cactus_core.experiments.sweep_result import (  # noqa: F401 - the sweep's public names
+from cactus_core.experiments.sweeps.records import ChunkRecord, PromptRecord
+from cactus_core.experiments.sweeps.result import (  # noqa: F401 - the sweep's public names
     METRIC_LABELS,
     METRICS,
     SettingResult,

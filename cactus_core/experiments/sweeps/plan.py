@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from cactus_core.experiments.sweep_cache import SweepCache, code_version
-from cactus_core.experiments.sweep_config import (
+from cactus_core.experiments.sweeps.cache import SweepCache, code_version
+from cactus_core.experiments.sweeps.config import (
     BASELINE,
     Setting,
     SweepConfig,

@@ -25,7 +25,7 @@ from pathlib import Path
 SEED = 20261207
 HELDOUT_EVERY = 4
 MIN_ACCURACY, MAX_ACCURACY = 0.2, 0.8
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 TUNE_FILE = DATA / "task_set_tune.jsonl"
 HELDOUT_FILE = DATA / "task_set_heldout.jsonl"
 

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cactus_core.experiments.quality_tune import (
+from cactus_core.experiments.quality.tune import (
     DEFAULT_MAX_DROP,
     QualityAnswer,
     confirmed_by,
     quality_answer,
 )
-from cactus_core.experiments.sweep import SweepResult
-from cactus_core.experiments.sweep_file import load_sweep_file
+from cactus_core.experiments.sweeps.file import load_sweep_file
+from cactus_core.experiments.sweeps.run import SweepResult
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 PARTS = ("tune", "heldout", "long")
 FILES = {part: DATA / f"quality_reference_{part}.json.gz" for part in PARTS}
 _RULES = (

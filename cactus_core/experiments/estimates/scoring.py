@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from cactus_core.experiments.estimate import compact_rows, estimable, estimate_frontier
-from cactus_core.experiments.override_estimate import OverrideSums
+from cactus_core.experiments.estimates.curves import compact_rows, estimable, estimate_frontier
+from cactus_core.experiments.estimates.override import OverrideSums
 from cactus_core.maths.divergence import kl, reverse_kl, total_variation
 from cactus_core.maths.limit import LimitSums, limit_sums_per_row
 from cactus_core.maths.rules import Rule

@@ -1,7 +1,7 @@
 """Quality beyond divergence: a task score for each setting of a sweep, with its interval.
 
 A prompt can carry a checkable answer (`answer` in a .jsonl prompt file, e.g. the built-in
-task set, `experiments.task_set`): a kind and the accepted forms, written
+task set, `experiments.quality.task_set`): a kind and the accepted forms, written
 `kind=form|form`:
 
 - `number=63`: the last number the output writes is 63 ("100 − 37 = 63." passes, "100 minus
@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cactus_core.experiments.override_estimate import wilson_interval
+from cactus_core.experiments.estimates.override import wilson_interval
 
 ANSWER_KINDS = ("number", "word", "yesno")
 # An answer is a few accepted spellings, not a list to search: caps that keep a sweep file's

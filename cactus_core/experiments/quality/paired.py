@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cactus_core.experiments.override_estimate import Interval, wilson_interval
+from cactus_core.experiments.estimates.override import Interval, wilson_interval
 
 Z975, Z80 = 1.959964, 0.841621
 LOOP_MAX_PERIOD = 16  # words in the longest span counted as a loop

@@ -34,24 +34,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from cactus_core.engine.drafting.tree_settings import TreeSettings
-from cactus_core.experiments.estimate import CURVE_ARRAYS, EstimatedCurve
-from cactus_core.experiments.override_estimate import OMEGA_GRID, OverrideSums
-from cactus_core.experiments.sweep import (
+from cactus_core.experiments.estimates.curves import CURVE_ARRAYS, EstimatedCurve
+from cactus_core.experiments.estimates.override import OMEGA_GRID, OverrideSums
+from cactus_core.experiments.quality.task_score import check_answer
+from cactus_core.experiments.sweeps.cache import canonical_json, code_version
+from cactus_core.experiments.sweeps.config import (
+    MAX_PROMPTS,
+    Setting,
+    SweepConfig,
+    check_task,
+)
+from cactus_core.experiments.sweeps.plan import chunk_count, iter_chunks
+from cactus_core.experiments.sweeps.run import (
     ChunkRecord,
     PromptRecord,
     SweepResult,
     assemble,
     plan_chunks,
 )
-from cactus_core.experiments.sweep_cache import canonical_json, code_version
-from cactus_core.experiments.sweep_config import (
-    MAX_PROMPTS,
-    Setting,
-    SweepConfig,
-    check_task,
-)
-from cactus_core.experiments.sweep_plan import chunk_count, iter_chunks
-from cactus_core.experiments.task_score import check_answer
 from cactus_core.maths.limit import LIMIT_T_GRID, LimitSums
 from cactus_core.maths.sampling import SamplingSettings
 
@@ -97,7 +97,7 @@ class SweepFile:
 
 def provenance(command: str, device: str, backend: str, workers: int) -> dict[str, Any]:
     """Where and how a sweep was made (the commit is the lab's, "unknown" outside a checkout)."""
-    from cactus_core.experiments.reference import _commit
+    from cactus_core.experiments.sweeps.reference import _commit
 
     return {
         "command": command,

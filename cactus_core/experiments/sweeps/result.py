@@ -12,19 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from cactus_core.engine.decoding.generation import PositionCounts
-from cactus_core.experiments.estimate import EstimatedCurve, estimable, pool_curves
-from cactus_core.experiments.frontier import Estimate, dominance_check, mean_ci
-from cactus_core.experiments.override_estimate import OverrideSums
-from cactus_core.experiments.quality import (
+from cactus_core.experiments.estimates.curves import EstimatedCurve, estimable, pool_curves
+from cactus_core.experiments.estimates.frontier import Estimate, dominance_check, mean_ci
+from cactus_core.experiments.estimates.override import OverrideSums
+from cactus_core.experiments.quality.paired import (
     distinct_ngrams,
     loops,
     mean_interval,
     paired_difference,
     share,
 )
-from cactus_core.experiments.sweep_config import BASELINE, Setting, SweepConfig
-from cactus_core.experiments.sweep_records import ChunkRecord, PromptRecord, csv_cell
-from cactus_core.experiments.task_score import TaskScore, passes, task_score
+from cactus_core.experiments.quality.task_score import TaskScore, passes, task_score
+from cactus_core.experiments.sweeps.config import BASELINE, Setting, SweepConfig
+from cactus_core.experiments.sweeps.records import ChunkRecord, PromptRecord, csv_cell
 from cactus_core.maths.limit import LimitCurve, LimitSums
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE
 
@@ -264,7 +264,7 @@ class SweepResult:
     ) -> dict[str, Any]:
         """The task score's paired difference from `lossless` (verifier-only against sps: the
         calibration, whose interval should hold 0), and the long answers' eos and loop rates
-        (`experiments.quality`)."""
+        (`experiments.quality.paired`)."""
         mine, theirs = res.passed(answers), lossless.passed(answers)
         both = sorted(set(mine) & set(theirs))
         diff = paired_difference([mine[i] for i in both], [theirs[i] for i in both])

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cactus_core.experiments.frontier import Estimate, interpolate_param_for_budget
-from cactus_core.experiments.reference import not_in_reference
-from cactus_core.experiments.sweep import Progress, SweepResult, run_sweep
-from cactus_core.experiments.sweep_cache import SweepCache
-from cactus_core.experiments.sweep_config import Setting, SweepConfig, settings_from_grids
-from cactus_core.experiments.tune_refine import (
+from cactus_core.experiments.estimates.frontier import Estimate, interpolate_param_for_budget
+from cactus_core.experiments.sweeps.cache import SweepCache
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig, settings_from_grids
+from cactus_core.experiments.sweeps.reference import not_in_reference
+from cactus_core.experiments.sweeps.run import Progress, SweepResult, run_sweep
+from cactus_core.experiments.tuning.refine import (
     DEFAULT_MAX_RUNS,
     STATUSES,
     TUNABLE_RULES,
@@ -28,8 +28,8 @@ from cactus_core.maths.rules import DEFAULT_RULE, rule_class
 
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
-    from cactus_core.experiments.estimate import EstimatedCurve
-    from cactus_core.experiments.reference import Reference, ReferenceSweep
+    from cactus_core.experiments.estimates.curves import EstimatedCurve
+    from cactus_core.experiments.sweeps.reference import Reference, ReferenceSweep
 
 __all__ = [
     "DEFAULT_MAX_RUNS",
@@ -215,7 +215,7 @@ def reference_tune(
     """The tuner on the reference's prompts, seeds and sampling: the first guess from the
     rule's estimated curve (or its measured points), refined by runs on the reference's
     prompts (`reference.confirm_config`)."""
-    from cactus_core.experiments.reference import confirm_config
+    from cactus_core.experiments.sweeps.reference import confirm_config
 
     spec = rule_class(rule).swept()
     if spec is None or rule not in TUNABLE_RULES:

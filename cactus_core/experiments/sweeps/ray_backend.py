@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cactus_core.experiments.sweep import (
+from cactus_core.experiments.sweeps.cache import code_version
+from cactus_core.experiments.sweeps.config import Setting, SweepConfig
+from cactus_core.experiments.sweeps.run import (
     ChunkRecord,
     ChunkTask,
     SweepCancelled,
     run_chunk,
 )
-from cactus_core.experiments.sweep_cache import code_version
-from cactus_core.experiments.sweep_config import Setting, SweepConfig
 
 RAY_VERSION = "2.60.0"  # what requirements-dev.txt pins and docs/scale.md installs
 # The operator's setting that turns the Ray backend on in the app (an address as `--ray-address`
@@ -45,7 +45,7 @@ RAY_WORKERS_ENV = "CACTUS_LAB_RAY_WORKERS"
 DEFAULT_WORKERS = 2
 # How often the driver looks at should_stop while chunks run.
 POLL_S = 0.25
-_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parents[2]
 
 
 class RayBackendError(ValueError):

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cactus_core.engine.drafting.tree_settings import TreeSettings
-from cactus_core.experiments.frontier import Estimate
-from cactus_core.experiments.sweep_config import Setting
+from cactus_core.experiments.estimates.frontier import Estimate
+from cactus_core.experiments.sweeps.config import Setting
 from cactus_core.maths.rules import RULES, Param, Rule, make_rule, rule_class
 
 if TYPE_CHECKING:
-    from cactus_core.experiments.sweep import SettingResult
+    from cactus_core.experiments.sweeps.run import SettingResult
 
 # Rules whose swept parameter trades emitted KL for acceptance monotonically.
 TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.tunable)

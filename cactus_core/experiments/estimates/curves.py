@@ -260,7 +260,7 @@ def estimable(rule: str) -> bool:
     """Whether rows give the rule's curve: its pi at a position follows from that position's p
     and q. A rule that overrides sps on what the rows do not hold (FLy's later drafts, the
     learned judge's hidden states) has none; a sweep estimates its pi from its decode instead
-    (`experiments.override_estimate`), and its measured points stand for it."""
+    (`experiments.estimates.override`), and its measured points stand for it."""
     return not rule_class(rule).overrides_sps
 
 
