@@ -219,6 +219,10 @@ def sweep(
     backend gives the operator's Ray backend (or None: this process), asked for only on Run
     sweep, so an operator's Ray setting that does not work stops that and nothing else."""
     done, total = cached_chunks(pair.identity, config, cache)
+    # One slot for the progress bar in every run, drawn or not: a bar only in the run that
+    # clicked Run sweep would shift every element below it on the next run, and Streamlit
+    # would redraw the results' tabs and reopen the first.
+    slot = st.empty()
     if run:
         try:
             chosen = backend() if backend is not None else None
@@ -227,7 +231,7 @@ def sweep(
             return None
         ran_on = ("ray", chosen.n_workers) if chosen is not None else ("local", 1)
         st.session_state[BACKEND_KEY] = (config, *ran_on)
-        bar = st.progress(done / total, text=f"{done} / {total} chunks already cached")
+        bar = slot.progress(done / total, text=f"{done} / {total} chunks already cached")
         try:
             return run_sweep(
                 pair,
