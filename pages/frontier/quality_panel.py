@@ -77,7 +77,8 @@ def keep_quality(prefix: str, answer_for: Callable[[float, float], QualityAnswer
         help="The answer says when the prompts cannot detect a drop this small.",
     )  # fmt: skip
     answer = answer_for(float(budget), float(drop))
-    (st.success if answer.confirmed is not False else st.warning)(answer.message())
+    with st.container(key=f"{prefix}_q_answer"):
+        (st.success if answer.confirmed is not False else st.warning)(answer.message())
     st.dataframe(candidate_rows(answer), hide_index=True, key=f"{prefix}_q_table")
 
 
@@ -90,7 +91,7 @@ def reference() -> None:
         return
     st.subheader("Do the answers get worse? (quality reference)")
     st.caption(ref.caption())
-    st.caption("Where it starts, per rule: " + onset_sentence(ref.tune, ref.long))
+    st.caption("Where it starts, per rule: " + onset_sentence(ref))
     tabs = st.tabs(["keep quality", "task score", "long answers"])
     with tabs[0]:
         keep_quality("fr_qref", ref.answer)  # confirmed by the shipped held-out sweep

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cactus_core.experiments.quality.paired import PairedDifference
+from cactus_core.experiments.quality.reference import QualityReference
 from cactus_core.experiments.quality.reference import (
     load_quality_reference as load_quality_reference,
 )
@@ -72,10 +73,11 @@ def candidate_rows(answer: QualityAnswer) -> list[dict[str, Any]]:
     return rows
 
 
-def onset_sentence(tasks: SweepResult, long: SweepResult) -> str:
+def onset_sentence(ref: QualityReference) -> str:
     """Per rule, the smallest swept value at which answers get detectably worse (on the task
-    sweep) and at which loops rise (on the long-answer sweep), in words."""
-    worse, loops = onsets(tasks, "task_score_diff"), onsets(long, "loop_rate_diff")
+    set's tuning split) and at which loops rise (on the long answers), in words."""
+    worse = onsets(ref.tune, "task_score_diff", ref.rows("tune"))
+    loops = onsets(ref.long, "loop_rate_diff", ref.rows("long"))
     parts = []
     for rule in worse | loops:
         w, lp = worse.get(rule), loops.get(rule)

@@ -247,14 +247,17 @@ def confirmed_by(
     )
 
 
-def onsets(result: SweepResult, metric: str) -> dict[str, float | None]:
+def onsets(
+    result: SweepResult, metric: str, rows: list[dict[str, Any]] | None = None
+) -> dict[str, float | None]:
     """Per tunable rule of the sweep, the smallest swept value at which `metric`'s paired
     difference from lossless is detectable: "task_score_diff" wholly below 0 (answers get
     worse), "loop_rate_diff" wholly above 0 (loops rise); None where no swept value shows it."""
     if metric not in ("task_score_diff", "loop_rate_diff"):
         raise ValueError(f"no onset for {metric!r}")
     out: dict[str, float | None] = {}
-    for res, row in zip([result.baseline, *result.settings], result.rows(), strict=True):
+    rows = result.rows() if rows is None else rows
+    for res, row in zip([result.baseline, *result.settings], rows, strict=True):
         rule, value = res.setting.rule, res.setting.value
         if rule not in TUNABLE_RULES or value is None:
             continue
