@@ -192,7 +192,7 @@ def new_rules_shots(page, url: str, out: Path) -> None:
         "el => el.scrollIntoView({block: 'start'})"
     )
     screen(page, out / "8-frontier-tv.png")
-    page.get_by_role("tab", name="task score").click()
+    page.get_by_role("tab", name="task score").last.click()  # the sweep's, below the reference's
     page.locator(".st-key-fr_chart_task .js-plotly-plot").wait_for(timeout=TIMEOUT_MS)
     idle(page)
     screen(page, out / "9-frontier-task-score.png")

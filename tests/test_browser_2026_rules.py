@@ -82,7 +82,9 @@ def _frontier(page, url: str) -> None:
     page.goto(f"{url}/frontier")
     page.get_by_role("heading", name="Frontier", exact=True).wait_for()
     page.get_by_text("Built-in task set", exact=True).click()
-    page.wait_for_timeout(600)
+    # the task set's slider is a new widget (its key names the prompt count): wait for it
+    page.get_by_text("of 324 prompts; the first:").wait_for()
+    wait_idle(page)
     slider_from_start(page, "Prompts to use", right=2)  # 3 prompts, each with an answer
     slider_from_start(page, "Max new tokens", right=1)  # 16 tokens
     pick_rule(page, "fly")
@@ -120,7 +122,7 @@ def _frontier(page, url: str) -> None:
     assert _x_title(page, key).startswith("emitted TV")
 
     wait_idle(page)  # a rerun in flight shows the old tabs beside the new ones
-    page.get_by_role("tab", name="task score").click()
+    page.get_by_role("tab", name="task score").last.click()  # the sweep's, below the reference's
     task = page.locator(".st-key-fr_chart_task .js-plotly-plot")
     task.wait_for(state="visible", timeout=60_000)
     # it opens on the paired difference from sps: a setting's score minus sps's, sps at 0
@@ -129,8 +131,11 @@ def _frontier(page, url: str) -> None:
     assert xs and all(-1 <= x <= 1 for x in xs)
     (sps,) = [t for t in _traces(page, "fr_chart_task") if t["name"] == "sps"]
     assert sps["x"] == [0]
-    expect(page.get_by_text("on the same prompts and seeds, with the paired 95%")).to_be_visible()
-    page.get_by_text("score", exact=True).click()
+    # the sweep's task tab sits below the quality reference's, which says the same: the last
+    expect(
+        page.get_by_text("on the same prompts and seeds, with the paired 95%").last
+    ).to_be_visible()
+    page.get_by_text("score", exact=True).last.click()
     wait_idle(page)
     page.wait_for_function(
         """() => { const el = document.querySelector('.st-key-fr_chart_task .js-plotly-plot');

@@ -114,7 +114,9 @@ def _reference(page, url: str) -> None:
 
 def _own_sweep(page) -> None:
     page.get_by_text("Built-in task set", exact=True).click()
-    page.wait_for_timeout(600)
+    # the task set's slider is a new widget (its key names the prompt count): wait for it
+    page.get_by_text("of 324 prompts; the first:").wait_for()
+    wait_idle(page)
     slider_from_start(page, "Prompts to use", right=2)  # 3 prompts of the tuning split
     slider_from_start(page, "Max new tokens", right=1)  # 16 tokens
     fill(page, "cactus: values of delta", "3")
