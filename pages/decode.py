@@ -246,7 +246,7 @@ def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun
     start = time.perf_counter()
     for rnd in stream:
         rounds.append(rnd)
-        live = live_stats(rounds, time.perf_counter() - start, not request.rule.overrides_sps)
+        live = live_stats(rounds, time.perf_counter() - start, not request.rule.caps.overrides_sps)
         show_counters(slots.counters, live)
         slots.transcript.html(transcript_html("", transcript_tokens(rounds), slots.annotated))
     run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1

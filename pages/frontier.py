@@ -130,7 +130,7 @@ def grid_widgets() -> tuple[dict[str, list[float]], str | None]:
         "Rules",
         swept_rules(),
         default=DEFAULT_SWEEP,
-        format_func=lambda n: f"{n} — {RULES[n].description}",
+        format_func=lambda n: f"{n} — {RULES[n].card.description}",
         key="fr_rules",
     )
     grids: dict[str, list[float]] = {}

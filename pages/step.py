@@ -297,7 +297,7 @@ def main() -> None:
             f"{run.judge.label} decides here, whatever rule is picked."
         )
     elif round_level(run.judge):
-        st.info(round_level_sentence(run.judge.label, run.judge.round_in_words))
+        st.info(round_level_sentence(run.judge.label, run.judge.card.round_in_words))
     show_step(steps[i], run.judge.label)
     # The round's own tokens join the text at its summary, so earlier steps do not give away
     # how it ends.

@@ -14,7 +14,9 @@
 - no function in app.py, pages/ or cactus_core/ is longer than 80 lines, no module longer than
   600;
 - the names of the rules other than the defaults (sps, cactus) appear as string literals only
-  in the rules package: everything else reads them from the rules' metadata.
+  in the rules package: everything else reads them from the rules' metadata;
+- a rule's metadata is four class variables (`name`, its `Param`s, one `RuleCard`, one
+  `Capabilities`), and `Rule` stays at most RULE_MEMBERS members.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULE_NAMES, RULES, Param, Rule
+from cactus_core.maths.rules.base import Capabilities, RuleCard
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cactus_core"
@@ -33,6 +36,9 @@ PAGES = ROOT / "pages"
 SOURCES = [ROOT / "app.py", *sorted(PAGES.rglob("*.py")), *sorted(PACKAGE.rglob("*.py"))]
 PAGE_GROUPS = ["overview", "decode", "step", "playground", "frontier"]
 INTEGRATIONS = ("cactus_vllm", "cactus_transformers")  # packages under integrations/
+# Rule's class variables and methods, dunders included (33 when this was written: name, card,
+# caps, params_spec and 29 methods, of which 5 are the validated whole-row view of DESIGN.md).
+RULE_MEMBERS = 34
 
 
 def _tree(path: Path) -> ast.Module:
@@ -235,3 +241,20 @@ def test_the_integrations_have_no_import_cycles(package: str) -> None:
     cycle = _cycle(sorted(folder.rglob("*.py")), base=folder.parent)
     assert _module_name(folder / "__init__.py", folder.parent) == folder.name  # names resolve
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _members(cls: type) -> set[str]:
+    plumbing = {"__module__", "__doc__", "__dict__", "__weakref__", "__qualname__"}
+    plumbing |= {"__firstlineno__", "__static_attributes__", "__hash__", "__annotations__"}
+    return (set(vars(cls)) | set(vars(cls).get("__annotations__", {}))) - plumbing
+
+
+def test_rule_protocol_is_small() -> None:
+    assert len(_members(Rule)) <= RULE_MEMBERS, sorted(_members(Rule))
+    for cls in {c for rule in RULES.values() for c in rule.__mro__ if issubclass(c, Rule)}:
+        data = {k for k in _members(cls) if not callable(vars(cls).get(k, print))}
+        data -= {k for k, v in vars(cls).items() if isinstance(v, (Param, property, classmethod))}
+        assert data <= {"name", "card", "caps", "params_spec"}, (cls.__name__, data)
+        assert isinstance(cls.caps, Capabilities)
+    for name, cls in RULES.items():
+        assert isinstance(cls.card, RuleCard) and cls.card.description and cls.card.colour, name

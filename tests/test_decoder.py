@@ -460,7 +460,7 @@ def test_sampling_settings_value_drives_the_decoder(tiny_pair):
 def test_greedy_judges_with_the_lossless_rule(tiny_pair):
     for rule in ("cactus", "tas", "interp"):
         dec = SpeculativeDecoder(tiny_pair, rule, temperature=0.0)
-        assert dec.judge.lossless and dec.judge.name == LOSSLESS_RULE
+        assert dec.judge.caps.lossless and dec.judge.name == LOSSLESS_RULE
         assert dec.rule.name == rule  # the trace still names the rule asked for
         warm = SpeculativeDecoder(tiny_pair, rule, temperature=0.5)
         assert warm.judge is warm.rule

@@ -52,7 +52,7 @@ def test_every_rule_judges_greedy_as_exact_match(tiny_pair):
         for rule in RULE_NAMES
     }
     assert {type(j) for j in judges.values()} == {type(lossless_rule())}
-    assert all(j.lossless for j in judges.values())
+    assert all(j.caps.lossless for j in judges.values())
 
 
 def _assert_greedy(pair, dec, prompts, refs) -> list:

@@ -27,9 +27,9 @@ def test_every_rule_has_its_own_sentence_and_a_docs_heading():
     docs = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
     sentences = set()
     for name, cls in RULES.items():
-        assert "in_words" in vars(cls), f"{name} inherits its sentence"
-        assert cls.in_words.endswith(".") and 40 < len(cls.in_words) < 260, name
-        sentences.add(cls.in_words)
+        assert "card" in vars(cls), f"{name} inherits its card"
+        assert cls.card.in_words.endswith(".") and 40 < len(cls.card.in_words) < 260, name
+        sentences.add(cls.card.in_words)
         assert f"### `{name}`" in docs and rule_anchor(name) == f"docs/rules.md#{name}"
     assert len(sentences) == len(RULES)
 
@@ -83,10 +83,12 @@ def test_the_page_shows_the_sentence_and_one_alert():
     at.switch_page("pages/playground.py").run()
     assert not at.exception
     captions = " ".join(c.value for c in at.caption)
-    assert RULES["cactus"].in_words in captions and "docs/rules.md#cactus" in captions
+    assert RULES["cactus"].card.in_words in captions and "docs/rules.md#cactus" in captions
     at.segmented_control(key="pg_focus").set_value("tas").run()
     captions = " ".join(c.value for c in at.caption)
-    assert RULES["tas"].in_words in captions and RULES["tas"].residual_in_words in captions
+    assert (
+        RULES["tas"].card.in_words in captions and RULES["tas"].card.residual_in_words in captions
+    )
     at.selectbox(key="pg_preset").set_value("Flat verifier, peaky draft").run()
     at.select_slider(key="pg_delta").set_value(1.5).run()
     assert [i.value for i in at.info if "KL(π ‖ q)" in i.value] == [_note(FLAT, 1.5).text]

@@ -115,7 +115,7 @@ def test_every_rule_has_its_own_colour_everywhere():
         # a rule whose pi is estimated (FLy, the learned judge) says so in its name and with
         # an open marker
         estimated = t.name == f"{t.meta} (estimated π)"
-        assert estimated == RULES[t.meta].overrides_sps or t.name == t.meta
+        assert estimated == RULES[t.meta].caps.overrides_sps or t.name == t.meta
         own = style(t.meta).symbol
         assert t.marker.symbol == (f"{own}-open" if estimated else own)
         # a few rules first, the rest one legend click away

@@ -1,5 +1,5 @@
 """A rule that decodes measurably slower says so where it is picked, from its own metadata
-(`Rule.speed_note`), with the benchmark that measured it."""
+(`Rule.card.speed_note`), with the benchmark that measured it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def picker_app() -> None:
 
 
 def test_cactus_budget_says_it_is_slower_where_it_is_picked():
-    note = RULES["cactus-budget"].speed_note
+    note = RULES["cactus-budget"].card.speed_note
     assert "docs/benchmarks.md" in note and "Slower" in note
     at = AppTest.from_function(picker_app).run()
     assert not at.exception

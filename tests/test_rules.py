@@ -266,4 +266,4 @@ def test_cactus_exact_root_reaches_float64_rounding():
 
 def test_every_round_level_rule_says_which_drafts_its_round_keeps() -> None:
     for name, cls in RULES.items():
-        assert bool(cls.round_in_words) == cls.round_level, name
+        assert bool(cls.card.round_in_words) == cls.caps.round_level, name

@@ -186,7 +186,7 @@ def test_greedy_and_round_level_rules_say_how_they_decide(pair_dirs):
     at = open_page(pair_dirs, sb_temperature=0.0)
     assert any("At T = 0" in i.value for i in at.info)  # exact match, whatever the rule
     step_through_round(at)
-    whole = [name for name, cls in RULES.items() if cls.round_level]
+    whole = [name for name, cls in RULES.items() if cls.caps.round_level]
     if whole:
         at = open_page(pair_dirs, step_rule=whole[0])
         assert any("decides on the whole draft" in i.value for i in at.info)

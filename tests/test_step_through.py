@@ -88,7 +88,7 @@ def check_round(run: StepRun, r: int) -> None:
             continue
         assert accepted == (rnd.accept_coins[j] < rnd.accept_probs[j])
         assert ("accepted" if accepted else "rejected") in step.narration.split("u = ")[1]
-        if not run.judge.lossless and pos.q_n > 0:
+        if not run.judge.caps.lossless and pos.q_n > 0:
             assert step.numbers["h_n"] == pos.h_n and step.numbers["a"] == rnd.accept_probs[j]
         # the bars' exact values agree with the trace at the drafted token (shown first)
         assert step.bars.series["p"][0] == pytest.approx(pos.p_n, rel=1e-6)
@@ -123,7 +123,7 @@ def test_a_lossless_run_and_greedy(tiny_pair):
     assert "h_n" not in step.numbers and "h" not in step.bars.series
     greedy = StepRun.start(tiny_pair, request(DEFAULT_RULE, temperature=0.0, delta=1.0))
     greedy.ensure(0)
-    assert greedy.judge.lossless  # exact match at T = 0, whatever rule was picked
+    assert greedy.judge.caps.lossless  # exact match at T = 0, whatever rule was picked
     check_round(greedy, 0)
 
 
@@ -179,7 +179,7 @@ def test_the_probe_keeps_no_rows(cactus_run):
 
 
 def test_a_round_level_rule_is_narrated_as_one(tiny_pair):
-    names = [name for name, cls in RULES.items() if cls.round_level]
+    names = [name for name, cls in RULES.items() if cls.caps.round_level]
     if not names:
         pytest.skip("no rule decides on the whole draft")
     run = StepRun.start(tiny_pair, request(names[0], seed=0))

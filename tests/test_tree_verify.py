@@ -47,7 +47,7 @@ RELAXED = {
     "optimal-price": {"t": 1.0},
     "sglang": {"threshold_acc": 0.3, "threshold_single": 0.6},
 }
-assert set(RELAXED) == {n for n in RULE_NAMES if not RULES[n].round_level}
+assert set(RELAXED) == {n for n in RULE_NAMES if not RULES[n].caps.round_level}
 
 
 def markov_pair(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,7 +32,7 @@ RULES = {
     "fly": {"theta": 0.8, "W": 1},  # the gate open at some positions, shut at others
 }
 # a rule that reads the verifier's hidden states has no rows-only verify: test_learned_judge.py
-assert set(RULES) == {name for name in RULE_NAMES if not rule_class(name).reads_hidden}
+assert set(RULES) == {name for name in RULE_NAMES if not rule_class(name).caps.reads_hidden}
 
 N_DRAWS = 100_000
 
@@ -198,7 +198,7 @@ def test_sequential_verify_matches_verify(name: str, batch: int) -> None:
         assert torch.equal(lazy.output_token_ids, full.output_token_ids)
         assert torch.equal(lazy.num_accepted, full.num_accepted)
         last = int(full.num_accepted.max())
-        if rule.round_level:  # block decides from the back: it needs every row
+        if rule.caps.round_level:  # block decides from the back: it needs every row
             assert asked == list(range(k + 1)) and torch.equal(rows, q)
             assert torch.equal(lazy.accept_probs, full.accept_probs)
             seen.update(full.num_accepted.tolist())

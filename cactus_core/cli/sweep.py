@@ -183,7 +183,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 
 def _tunable() -> list[str]:
-    return [name for name, cls in RULES.items() if cls.tunable]
+    return [name for name, cls in RULES.items() if cls.caps.tunable]
 
 
 def sweep_config_from_args(args: argparse.Namespace):  # -> SweepConfig

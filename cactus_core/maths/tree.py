@@ -201,7 +201,7 @@ def sample_without_replacement(
 def _check_rule(rule: Rule) -> None:
     if not isinstance(rule, Rule):
         raise ValueError(f"rule must come from make_rule(...), got {type(rule).__name__}")
-    if rule.round_level and not rule.judges_trees_by_traversal:
+    if rule.caps.round_level and not rule.caps.judges_trees_by_traversal:
         raise ValueError(
             f"rule {rule.name!r} decides on a whole chain at once and cannot judge a tree; "
             "use a per-token rule (any rule but the round-level ones)"
@@ -248,7 +248,7 @@ def verify_tree_batch(
         raise_if_any(checks)
         _sibling_check(tokens, parents)
     dtype = torch.promote_types(work_dtype(draft_probs), work_dtype(target_probs))
-    if rule.judges_trees_by_traversal:
+    if rule.caps.judges_trees_by_traversal:
         return traverse_batch(
             tokens.long(), parents, draft_probs.to(dtype), target_probs.to(dtype), uniforms
         )
@@ -368,7 +368,7 @@ def expected_accepted(
     [B, N], p and q [B, N + 1, V]): the walk's chance of accepting each child given the ones
     before it were rejected, summed up the tree; `block`'s traversal (`maths.traversal`)."""
     _check_rule(rule)
-    if rule.judges_trees_by_traversal:
+    if rule.caps.judges_trees_by_traversal:
         return traversal_expected_accepted(tokens.long(), parents, p, q)
     b, n = tokens.shape
     kids = children_of(parents)
@@ -509,7 +509,7 @@ def unjudged_first_accepts(
     A row's later candidates are judged against residuals, never by a(n): they keep NaN."""
     firsts = {kids[0] for kids in verdict.children if kids}
     missing = [i for i, a in enumerate(verdict.accept_probs) if math.isnan(a) and i in firsts]
-    if not missing or rule.round_level:  # a round-level rule has no per-node a(n)
+    if not missing or rule.caps.round_level:  # a round-level rule has no per-node a(n)
         return {}
     dev = target_probs.device
     rows = torch.tensor([verdict.parents[i] + 1 for i in missing], dtype=torch.long, device=dev)

@@ -146,14 +146,14 @@ def verify(
 
     n = draft_token_ids.long()  # [B, k]
     p = draft_probs  # [B, k, V]
-    if rule.round_level:
+    if rule.caps.round_level:
         return _verify_round(rule, p, n, target_probs, uniforms, sample_uniforms, dtype, hidden)
     q_k = target_probs[:, :k]  # [B, k, V] view
     pn = p.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
     qn = q_k.gather(-1, n.unsqueeze(-1)).squeeze(-1).to(dtype)  # [B, k]
     # What a(n) needs from whole rows (thresholds, per-position delta, clip bounds): () for
     # pointwise rules, else tensors [B, k].
-    st = rule.position_stats(q_k.to(dtype), p.to(dtype)) if rule.needs_rows else NO_STATS
+    st = rule.position_stats(q_k.to(dtype), p.to(dtype)) if rule.caps.needs_rows else NO_STATS
     decided = Drafted(qn, pn, st)  # [B, k]; the whole rows only at the residual's one row
 
     a = rule.accept(decided)  # [B, k]
@@ -175,7 +175,7 @@ def _verify_round(
 ) -> VerifyResult:
     """A rule that decides on the whole draft (`block`): its accept_probs are its own
     per-draft chances, and a draft before num_accepted may be accepted whatever its coin."""
-    extra = {"hidden": hidden} if rule.reads_hidden else {}
+    extra = {"hidden": hidden} if rule.caps.reads_hidden else {}
     num_accepted, chances, last = rule.verify_round(
         p.to(dtype), n, target_probs.to(dtype), uniforms, sample_uniforms, **extra
     )
@@ -214,7 +214,7 @@ def verify_sequential(
     check_shape("draft_token_ids", draft_token_ids, (b, k))
     check_shape("uniforms", uniforms, (b, k))
     check_shape("sample_uniforms", sample_uniforms, (b,))
-    if rule.round_level:  # it decides on all k + 1 rows at once
+    if rule.caps.round_level:  # it decides on all k + 1 rows at once
         target = torch.stack([target_row(j) for j in range(k + 1)], 1)  # [B, k+1, V]
         args = (draft_probs, draft_token_ids, target, uniforms, None, sample_uniforms)
         return verify(rule, *args, validate=False, hidden=hidden), target
@@ -237,7 +237,7 @@ def verify_sequential(
         qn = q_j.gather(-1, n_j).to(dtype)  # [B, 1]
         st = (
             rule.position_stats(q_j[:, None].to(dtype), p[:, j : j + 1].to(dtype))
-            if rule.needs_rows
+            if rule.caps.needs_rows
             else NO_STATS
         )  # each [B, 1]
         a = rule.accept(Drafted(qn, pn, st))  # [B, 1]

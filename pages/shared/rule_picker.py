@@ -53,9 +53,9 @@ def rule_picker(
     if st.session_state[key] not in names:  # a run's rule that this picker leaves out
         st.session_state[key] = names[0]
     name = st.selectbox(label, names, key=key, help=rules_markdown())
-    st.caption(RULES[name].description)
-    if RULES[name].speed_note:
-        st.caption(f":material/timer: {RULES[name].speed_note}")
+    st.caption(RULES[name].card.description)
+    if RULES[name].card.speed_note:
+        st.caption(f":material/timer: {RULES[name].card.speed_note}")
     params = {
         param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
         for param in RULES[name].params_spec

@@ -137,9 +137,9 @@ def rule_words(position: Position, row: RuleRow) -> list[str]:
     """What the focused rule does, in words (its own sentence and where docs/rules.md says
     more), and why its residual sits on the drafted token, when it does at this position."""
     cls = RULES[row.name]
-    lines = [f"**{row.name}**: {cls.in_words} More in `{rule_anchor(row.name)}`."]
-    if cls.residual_in_words and float(row.residual[position.drafted]) > 0:
-        lines.append(cls.residual_in_words)
+    lines = [f"**{row.name}**: {cls.card.in_words} More in `{rule_anchor(row.name)}`."]
+    if cls.card.residual_in_words and float(row.residual[position.drafted]) > 0:
+        lines.append(cls.card.residual_in_words)
     return lines
 
 

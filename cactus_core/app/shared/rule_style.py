@@ -24,7 +24,7 @@ class RuleStyle:
     family: str
 
 
-# Each family's marker; a rule's family and colour are on the rule (`Rule.family`, `colour`).
+# Each family's marker; a rule's family and colour are on the rule (`Rule.card`).
 _MARKERS: dict[str, str] = {
     "lossless": "diamond",
     "Cactus": "circle",
@@ -38,13 +38,14 @@ BASELINE_STYLE = RuleStyle("#5a5a5a", "x", "baseline")
 # What a chart of every rule shows before a legend click: the rules marked `shown_first`
 # (the baseline, the default rule, its exact and budgeted variants, the limit-reaching rule).
 # The rest are one click away.
-SHOWN_FIRST: tuple[str, ...] = tuple(n for n, cls in RULES.items() if cls.shown_first)
+SHOWN_FIRST: tuple[str, ...] = tuple(n for n, cls in RULES.items() if cls.card.shown_first)
 
 STYLES: dict[str, RuleStyle] = {
-    name: RuleStyle(cls.colour, _MARKERS[cls.family], cls.family) for name, cls in RULES.items()
+    name: RuleStyle(cls.card.colour, _MARKERS[cls.card.family], cls.card.family)
+    for name, cls in RULES.items()
 }
 if len({s.colour for s in STYLES.values()}) != len(STYLES):
-    raise RuntimeError("two rules share a colour (the rules' `colour`)")
+    raise RuntimeError("two rules share a colour (the rules' `card.colour`)")
 
 
 def style(rule: str) -> RuleStyle:

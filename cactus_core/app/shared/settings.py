@@ -146,7 +146,7 @@ def available_devices() -> list[str]:
 
 def rules_markdown() -> str:
     """A bullet list of every rule and what it verifies against."""
-    return "\n".join(f"- **{name}**: {cls.description}" for name, cls in RULES.items())
+    return "\n".join(f"- **{name}**: {cls.card.description}" for name, cls in RULES.items())
 
 
 def param_value(param: Param, value: float) -> float | int:
@@ -167,12 +167,12 @@ def swept_rules() -> list[str]:
 def replayable_rules() -> list[str]:
     """The rules a trace can be replayed under: all but those that read the verifier's hidden
     states, which a trace does not keep."""
-    return [name for name, cls in RULES.items() if not cls.reads_hidden]
+    return [name for name, cls in RULES.items() if not cls.caps.reads_hidden]
 
 
 def tunable_rules() -> list[str]:
     """The rules whose first parameter trades KL for acceptance monotonically (the tuner's)."""
-    return [name for name, cls in RULES.items() if cls.tunable]
+    return [name for name, cls in RULES.items() if cls.caps.tunable]
 
 
 def grid_text(name: str) -> str | None:

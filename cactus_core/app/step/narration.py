@@ -131,7 +131,7 @@ def summary_sentence(
 
 
 def round_level_sentence(rule: str, keeps: str) -> str:
-    """keeps: which drafts the rule's round keeps (`Rule.round_in_words`)."""
+    """keeps: which drafts the rule's round keeps (`Rule.card.round_in_words`)."""
     return (
         f"{rule} decides on the whole draft at once: every draft gets a coin, and {keeps}. The "
         "per-token view of h does not apply; each step shows the rule's chance at that token "
@@ -151,8 +151,8 @@ def round_level_decide_sentence(
     sps_accepted: bool,
     keeps: str,
 ) -> str:
-    """One token of a rule that decides on the whole draft (`Rule.round_level`); keeps: which
-    drafts its round keeps (`Rule.round_in_words`)."""
+    """One token of a rule that decides on the whole draft (`Rule.caps.round_level`); keeps: which
+    drafts its round keeps (`Rule.card.round_in_words`)."""
     passes = "passes" if u < a else "fails"
     fate = "kept" if kept else "not kept"
     sps = "accepted" if sps_accepted else "rejected"

@@ -220,7 +220,7 @@ class StepRun:
                 first = v.tokens[kids[row][0]]
                 rows.positions[row] = position_rows(self.judge, p[j], q[j], first)
             # A round-level rule's residual is its own, for the whole draft, not this one's.
-            if v.last == "recovered" and not self.judge.round_level:
+            if v.last == "recovered" and not self.judge.caps.round_level:
                 row = v.path_rows[-1]
                 rejected = [v.tokens[i] for i in kids[row] if v.fates[i] == "rejected"]
                 j = len(v.decided_rows) - 1

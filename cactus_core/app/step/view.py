@@ -36,9 +36,9 @@ TOP_P_BARS = 8  # tokens in a draft step's picture of p
 
 
 def round_level(rule: Rule) -> bool:
-    """Whether the rule decides on the whole draft at once (`Rule.round_level`): then every
+    """Whether the rule decides on the whole draft at once (`Rule.caps.round_level`): then every
     draft's coin counts, and a token's fate is the round's outcome, not its own coin's."""
-    return rule.round_level
+    return rule.caps.round_level
 
 
 def lossless_accept(q_n: float, p_n: float) -> float:
@@ -162,7 +162,7 @@ def _decide_line(r: _Round, row: int, judge: Rule) -> tuple[str, dict[str, float
     accepted = r.fates[first] == "accepted"
     token = r.text(r.v.tokens[first])
     numbers = {"p_n": p_n, "q_n": q_n, "a_sps": a_sps, "u": u}
-    rule = None if judge.lossless else judge.label
+    rule = None if judge.caps.lossless else judge.label
     if r.rnd.branching:
         after = None if row == 0 else r.text(r.v.tokens[row - 1])
         cands = _candidates(r, row)
@@ -179,8 +179,9 @@ def _decide_line(r: _Round, row: int, judge: Rule) -> tuple[str, dict[str, float
         return line, numbers, a_sps
     if round_level(judge):
         numbers["a"] = a
+        keeps = judge.card.round_in_words
         line = say.round_level_decide_sentence(
-            token, p_n, q_n, a_sps, judge.label, a, u, accepted, u < a_sps, judge.round_in_words
+            token, p_n, q_n, a_sps, judge.label, a, u, accepted, u < a_sps, keeps
         )
         return line, numbers, a_sps
     pos = r.position(row)
@@ -199,7 +200,7 @@ def _decide_step(r: _Round, depth: int, row: int, judge: Rule) -> Step:
     exact = r.rows.positions.get(row)
     if exact is not None:
         series = {"p": exact.p, "q": exact.q}
-        series |= {} if judge.lossless else {"h": exact.h}
+        series |= {} if judge.caps.lossless else {"h": exact.h}
         bars: Bars | None = Bars([r.text(i) for i in exact.ids], series, 0, title)
     else:
         bars = _trace_bars(r.position(row), r.text, title)
@@ -284,7 +285,7 @@ def _residual_step(r: _Round, judge: Rule) -> Step:
 
 
 def _summary_step(r: _Round) -> Step:
-    live = live_stats(r.run.rounds[: r.index + 1], 0.0, not r.run.judge.overrides_sps)
+    live = live_stats(r.run.rounds[: r.index + 1], 0.0, not r.run.judge.caps.overrides_sps)
     emitted, m = len(r.rnd.emitted_ids), len(r.v.path)
     if r.rnd.branching:  # a rule that overrides sps judges no tree: its KL is measured here
         assert live.emitted_kl is not None
@@ -355,7 +356,7 @@ def _build_steps(run: StepRun, index: int) -> list[Step]:
         return [_sampled_step(r), _summary_step(r)]
     steps = [_draft_step(r, d) for d in range(1, max(r.v.depths) + 1)]
     steps.append(_verify_step(r))
-    if r.rnd.branching and run.judge.judges_trees_by_traversal:
+    if r.rnd.branching and run.judge.caps.judges_trees_by_traversal:
         steps += [_traversal_step(r, c) for c in post_order(r.v.parents) if r.v.coin_judged(c)]
     else:
         # A round-level rule draws a coin for every draft, and each one counts.

@@ -121,7 +121,7 @@ def verify_draft(
             head_rows.append(cache.logits(hidden[:, j : j + 1]))
             return probs(head_rows[-1])[:, 0]
 
-        judged = hidden if judge.reads_hidden else None
+        judged = hidden if judge.caps.reads_hidden else None
         res, q = verify_sequential(
             judge, draft.probs, draft.ids, q_row, coins.accept, coins.sample, judged
         )
@@ -133,7 +133,7 @@ def verify_draft(
 
         return res, q, torch.cat(head_rows, 1), q_rest if rest.shape[1] else None
     judged = None
-    if judge.reads_hidden:  # the judge reads the hidden states the head turns into q
+    if judge.caps.reads_hidden:  # the judge reads the hidden states the head turns into q
         judged = cache.step_hidden(ids)  # [B, k+1, H]
         logits = cache.logits(judged)
     else:

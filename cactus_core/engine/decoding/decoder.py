@@ -189,7 +189,7 @@ class SpeculativeDecoder:
         self.eos_ids = pair_eos_ids(pair) if eos_ids is None else {int(t) for t in eos_ids}
         # At T = 0 every rule verifies by exact match (see the module docstring).
         self.judge = lossless_rule() if self.sampling.greedy else self.rule
-        if self.judge.reads_hidden:  # at T = 0 the judge is exact match, which reads none
+        if self.judge.caps.reads_hidden:  # at T = 0 the judge is exact match, which reads none
             self.judge.check_hidden(pair.verifier.config.hidden_size)
         if tree is not None and not isinstance(tree, TreeSettings):
             raise ValueError(f"tree must be a TreeSettings or None, got {tree!r}")
@@ -424,10 +424,10 @@ class SpeculativeDecoder:
         for r in rows:
             s = r.stats
             s.batch_size, s.batch_new_tokens = len(rows), total
-            exact_zero = not speculative or self.judge.lossless
+            exact_zero = not speculative or self.judge.caps.lossless
             # a rule that overrides sps has no per-position law (its pi depends on the round:
             # later drafts, hidden states): its KL is estimated by a sweep, not measured here
-            s.kl_measured = (self.measure_kl and not self.judge.overrides_sps) or exact_zero
+            s.kl_measured = (self.measure_kl and not self.judge.caps.overrides_sps) or exact_zero
             s.wall_s, s.prefill_s = wall, prefill_s
             s.draft_s, s.verify_s = clock.draft.total, clock.verify.total
             s.record_s = clock.record.total
@@ -446,7 +446,7 @@ class SpeculativeDecoder:
             for b, row in enumerate(rows):
                 self.probe(row.index, row.stats.rounds, *out.path_rows(b))
         trace = (self.trace_top_n, self.replay_top_m) if self.record_trace else None
-        if trace is None and (self.judge.lossless or not self.measure_kl):
+        if trace is None and (self.judge.caps.lossless or not self.measure_kl):
             # zeros only: nothing worth a thread
             return Recorded(record_round(self.judge, out, self.measure_kl, trace))
         # The worker reads the round's own tensors, which no later round writes to.

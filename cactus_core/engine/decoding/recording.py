@@ -161,7 +161,7 @@ def row_kl(
     (p, q) (`maths.tree`). 0 for a lossless judge; {} when not measured."""
     if not measure:
         return [{} for _ in rows]
-    if judge.lossless:
+    if judge.caps.lossless:
         return [dict.fromkeys(r, 0.0) for r in rows]
     seq = torch.tensor([b for b, r in enumerate(rows) for _ in r], dtype=torch.long)
     row = torch.tensor([j for r in rows for j in r], dtype=torch.long)

@@ -8,7 +8,7 @@ spread evenly over the other tokens when the rows are rebuilt. Hence:
 - the replay is exact whenever the tails are empty (top-k ≤ M, or a top-p nucleus of ≤ M
   tokens), which `RoundReplay.exact` reports;
 - otherwise accept decisions are still exact for the rules whose a(n) needs only p_n and q_n
-  (`Rule.needs_rows` False) and for those whose rows-statistic survives the cut (a rule says
+  (`Rule.caps.needs_rows` False) and for those whose rows-statistic survives the cut (a rule says
   so in `Rule.decisions_replay_exactly`); the others are approximate, and so is every
   recovered token (the residual's tail is smeared). `python -m cactus_core rules` lists which.
 Replay judges each round on its own: the later rounds keep the drafts that were actually made.
@@ -17,7 +17,7 @@ Every round is replayed the same way: its rows rebuilt (p at the rows with child
 every row), then its tree walked again with its own coins (`maths.tree.verify_tree`): the tree
 and q at every node do not depend on the rule, only the walk does, and a chain is the one-child
 tree it is (the walk of a one-child tree is `verify` on the chain, coin for coin: tested). A
-rule that decides on a whole draft at once (`Rule.round_level`, which has no per-node form)
+rule that decides on a whole draft at once (`Rule.caps.round_level`, which has no per-node form)
 judges a chain through `verify`, and `block` a tree by its traversal (`maths.traversal`).
 With a tail, a node's first child is judged from values the cut keeps (p_n, q_n); a later
 candidate's decision and the last token read residuals, which need whole rows.
@@ -156,7 +156,7 @@ def reverify(trace: Trace, rule: Rule | str) -> Replay:
     """
     if isinstance(rule, str):
         rule = make_rule(rule)
-    if rule.reads_hidden:
+    if rule.caps.reads_hidden:
         raise ValueError(
             f"rule {rule.name!r} reads the verifier's hidden states, which a trace does not "
             "keep: decode with it instead of replaying"
@@ -181,7 +181,7 @@ def replay_round(judge: Rule, rnd: RoundTrace, vocab: int) -> RoundReplay:
     before = _checked_verdict(rnd, vocab)
     kids = before.children
     p_rows, q_rows, exact = _rows(rnd, kids, vocab)
-    if judge.round_level and not (before.branching and judge.judges_trees_by_traversal):
+    if judge.caps.round_level and not (before.branching and judge.caps.judges_trees_by_traversal):
         after = _judge_chain(judge, before, p_rows, q_rows)
     else:
         tree = DraftTree(

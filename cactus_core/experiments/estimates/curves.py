@@ -261,7 +261,7 @@ def estimable(rule: str) -> bool:
     and q. A rule that overrides sps on what the rows do not hold (FLy's later drafts, the
     learned judge's hidden states) has none; a sweep estimates its pi from its decode instead
     (`experiments.estimates.override`), and its measured points stand for it."""
-    return not rule_class(rule).overrides_sps
+    return not rule_class(rule).caps.overrides_sps
 
 
 def estimate_frontier(
@@ -308,10 +308,10 @@ def _curve(
         rule = make_rule(name) if spec is None else make_rule(name, **{spec.name: _as(spec, v)})
         # A round-level rule (block verification) decides on the whole draft; per position
         # it is judged here by the per-position lossless acceptance, a lower bound on it.
-        judge = make_rule(LOSSLESS_RULE) if getattr(cls, "round_level", False) else rule
+        judge = make_rule(LOSSLESS_RULE) if cls.caps.round_level else rule
         a, pi = judge.accept_probs_all_and_emitted(p, q, validate=False)
         acc.append(float((p * a.double()).sum(-1).mean()))
-        div.append(0.0 if rule.lossless else float(kl(pi.double(), q).mean()))
+        div.append(0.0 if rule.caps.lossless else float(kl(pi.double(), q).mean()))
     return _modelled(
         name,
         None if spec is None else spec.name,

@@ -78,10 +78,10 @@ def written(value: float) -> float:
 def rule_means(rule: Rule, p: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
     """(mean expected acceptance sum_n p(n)·a(n), mean KL(pi ‖ q)) over rows p, q [N, W]; a
     rule that decides on the whole round is judged per position as lossless (a lower bound)."""
-    judge = make_rule(LOSSLESS_RULE) if type(rule).round_level else rule
+    judge = make_rule(LOSSLESS_RULE) if type(rule).caps.round_level else rule
     a, pi = judge.accept_probs_all_and_emitted(p, q, validate=False)
     acceptance = float((p * a.to(p.dtype)).sum(-1).mean())
-    divergence = 0.0 if rule.lossless else float(kl(pi.to(q.dtype), q).mean())
+    divergence = 0.0 if rule.caps.lossless else float(kl(pi.to(q.dtype), q).mean())
     return acceptance, divergence
 
 

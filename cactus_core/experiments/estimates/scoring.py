@@ -54,7 +54,9 @@ class PositionScores:
         # a rule that overrides sps is scored from the decode (`override_sums`), which reads
         # compact rows and where each decided draft could have been overridden (k drafts a round)
         self.k = k
-        self.rows_top_m = max(rows_top_m, OVERRIDE_TOP_M) if judge.overrides_sps else rows_top_m
+        self.rows_top_m = (
+            max(rows_top_m, OVERRIDE_TOP_M) if judge.caps.overrides_sps else rows_top_m
+        )
         self.eligible: dict[tuple[int, int], torch.Tensor] = {}
         self.rounds: dict[tuple[int, int], list[Score]] = {}
         # (row, round) -> compact p and q, [decided, 2·rows_top_m + 1] each
@@ -86,7 +88,7 @@ class PositionScores:
         zeros = [0.0] * p.shape[0]
         # the three divergences read the one pi already computed: O(V) passes each, beside
         # the O(V log V) of pi itself
-        lossless = self.judge.lossless
+        lossless = self.judge.caps.lossless
         div = zeros if lossless else kl(pi, q).tolist()
         tv = zeros if lossless else total_variation(pi, q).tolist()
         rev = zeros if lossless else reverse_kl(pi, q).tolist()
@@ -98,7 +100,7 @@ class PositionScores:
         ]
         if self.rows_top_m:
             self.rows[(row, rnd)] = compact_rows(p, q, self.rows_top_m)
-        if self.judge.overrides_sps:
+        if self.judge.caps.overrides_sps:
             self.eligible[(row, rnd)] = self.judge.could_override(q, self.k)
 
     def finish(self) -> None:

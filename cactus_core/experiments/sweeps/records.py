@@ -75,7 +75,7 @@ class ChunkRecord:
     # the rule's estimated curve on this chunk's decided positions (SweepConfig.own_estimate)
     estimate: EstimatedCurve | None = None
     estimate_positions: int = 0
-    # a rule that overrides sps (`Rule.overrides_sps`): its trials and divergence sums, from
+    # a rule that overrides sps (`Rule.caps.overrides_sps`): its trials and divergence sums, from
     # which the setting's pi is estimated (`override_estimate`)
     override: OverrideSums | None = None
 

@@ -209,7 +209,7 @@ def run_chunk(
     records, total = _prompt_records(config, idx, outs, probe)
     curve, positions = probe.own_curve(outs, setting.rule, config.sampling.k) if own else (None, 0)
     override = None
-    if probe is not None and judge.overrides_sps:
+    if probe is not None and judge.caps.overrides_sps:
         # its pi depends on more than a position's rows: estimated from this decode
         parts = [probe.override_sums(row, out.trace) for row, out in enumerate(outs)]
         override = sum(parts, OverrideSums.empty())

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from cactus_core.experiments.sweeps.run import SettingResult
 
 # Rules whose swept parameter trades emitted KL for acceptance monotonically.
-TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.tunable)
+TUNABLE_RULES: tuple[str, ...] = tuple(name for name, cls in RULES.items() if cls.caps.tunable)
 
 DEFAULT_MAX_RUNS = 6
 # Half-widths of room left above a run's upper bound for a re-measurement on fresh seeds

@@ -1,4 +1,4 @@
-"""What a rule is: its metadata (`Param`, the `Rule` class variables) and its protocol.
+"""What a rule is: its metadata (`Param`, `RuleCard`, `Capabilities`) and its protocol.
 
 Notation (the paper's): p is the draft's distribution, q the verifier's, n the drafted token,
 h the distribution the rule verifies against, pi the emitted distribution. Hugging Face and
@@ -17,7 +17,7 @@ The protocol every rule implements, in two layers:
 - Decode-loop view (what `verify` uses, with no validation and no Python loop over positions):
   `position_stats(q, p)` -> RowStats, a tuple of tensors shaped like the positions [...]
   holding what a(n) needs from whole rows (a threshold, a per-position delta, clip bounds),
-  empty for pointwise rules (`needs_rows = False`); a `Drafted` value holds what one decision
+  empty for pointwise rules (`caps.needs_rows` False); a `Drafted` value holds what one decision
   reads (q_n, p_n, those stats, and the whole rows and n where the caller has them);
   `accept(drafted)` a(n) [...], `target(drafted)` h^(n) [..., V] and
   `residual_weights(drafted)` the unnormalised residual [..., V], a fresh tensor the caller
@@ -241,50 +241,67 @@ class Drafted:
         return Rows(self.q, self.p, self.n)
 
 
+@dataclass(frozen=True)
+class RuleCard:
+    """How a rule is shown and cited: everything the pages, the charts and docs/rules.md say
+    about it, none of which the maths reads. A family sets what its members share and each
+    member `replace`s the rest."""
+
+    description: str = ""  # one line: what it verifies against
+    # One plain sentence for a student: what the rule does, without symbols it does not explain
+    # (the Playground shows it beside a focused rule; docs/rules.md lists it under the rule).
+    in_words: str = ""
+    citation: str = ""
+    guarantee: str = ""  # what it promises about pi or acceptance, in one line
+    # How charts draw it: its family (one marker each) and its own colour, none shared.
+    family: str = ""
+    colour: str = ""
+    shown_first: bool = False  # a chart of every rule opens with it shown
+    # Said where the rule is picked when it decodes measurably slower than its family (a
+    # search per position): what it costs, with the benchmark that measured it.
+    speed_note: str = ""
+    # Said where the rule's residual puts mass on the drafted token itself, which no rule of the
+    # form a(n) = min(1, h_n / p_n) does: why it can.
+    residual_in_words: str = ""
+    # a round-level rule: which of a round's drafts it keeps, as a clause for the Step page
+    round_in_words: str = ""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a rule can do beyond a(n) = min(1, h_n / p_n) position by position: the flags
+    `verify`, the tree verifier, the sweeps and the pages branch on."""
+
+    lossless: bool = False  # pi = q for every p
+    needs_rows: bool = False  # a(n) needs whole rows, not only (p_n, q_n)
+    # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
+    # its per-position methods then describe a round with k = 1
+    round_level: bool = False
+    # a round-level rule that has a tree form: it judges a draft tree by traversal verification
+    # (`maths.traversal`) instead of being refused there
+    judges_trees_by_traversal: bool = False
+    # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted
+    # token, on evidence a position does not hold (later drafts, hidden states): its
+    # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a
+    # decode is estimated (`experiments.estimates.override`), not read off `emitted`
+    overrides_sps: bool = False
+    # a round-level rule that decides from the verifier's hidden states at the drafts
+    # (`verify_round`'s hidden), which only a decoder's verify pass has: a trace's replay, vLLM
+    # and the Playground's rows cannot run it
+    reads_hidden: bool = False
+    tunable: bool = False  # its first parameter trades KL for acceptance monotonically
+
+
 class Rule:
     """An acceptance rule with its parameters. Subclasses set the class variables and the
     underscore hooks; everything else (validation, q_n = 0, labels) lives here."""
 
     name: ClassVar[str]
-    description: ClassVar[str]  # one line: what it verifies against
-    # One plain sentence for a student: what the rule does, without symbols it does not explain
-    # (the Playground shows it beside a focused rule; docs/rules.md lists it under the rule).
-    in_words: ClassVar[str]
-    # Said where the rule's residual puts mass on the drafted token itself, which no rule of the
-    # form a(n) = min(1, h_n / p_n) does: why it can.
-    residual_in_words: ClassVar[str] = ""
-    citation: ClassVar[str]
-    guarantee: ClassVar[str]  # what it promises about pi or acceptance, in one line
-    lossless: ClassVar[bool] = False  # pi = q for every p
-    needs_rows: ClassVar[bool] = False  # a(n) needs whole rows, not only (p_n, q_n)
-    # decides on the whole round (`verify` hands it all k + 1 rows), not position by position;
-    # its per-position methods then describe a round with k = 1
-    round_level: ClassVar[bool] = False
-    # a round-level rule that has a tree form: it judges a draft tree by traversal verification
-    # (`maths.traversal`) instead of being refused there
-    judges_trees_by_traversal: ClassVar[bool] = False
-    # a round-level rule: which of a round's drafts it keeps, as a clause for the Step page
-    round_in_words: ClassVar[str] = ""
-    # keeps sps's coin and only ever turns an sps rejection into an acceptance of the drafted
-    # token, on evidence a position does not hold (later drafts, hidden states): its
-    # `verify_round` reports sps's a(n) as the per-draft chances, and its emitted law on a
-    # decode is estimated (`experiments.estimates.override`), not read off `emitted`
-    overrides_sps: ClassVar[bool] = False
-    # a round-level rule that decides from the verifier's hidden states at the drafts
-    # (`verify_round`'s hidden), which only a decoder's verify pass has: a trace's replay, vLLM
-    # and the Playground's rows cannot run it
-    reads_hidden: ClassVar[bool] = False
-    tunable: ClassVar[bool] = False  # its first parameter trades KL for acceptance monotonically
+    card: ClassVar[RuleCard]  # how it is shown and cited
+    caps: ClassVar[Capabilities] = Capabilities()  # what verify and the app may ask of it
     # Its parameters (`Param` class attributes), in declaration order, inherited ones first:
     # set by __init_subclass__, never by hand.
     params_spec: ClassVar[tuple[Param[Any], ...]] = ()
-    # How charts draw it: its family (one marker each) and its own colour, none shared.
-    family: ClassVar[str]
-    colour: ClassVar[str]
-    shown_first: ClassVar[bool] = False  # a chart of every rule opens with it shown
-    # Said where the rule is picked when it decodes measurably slower than its family (a
-    # search per position): what it costs, with the benchmark that measured it. "" when not.
-    speed_note: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -324,7 +341,7 @@ class Rule:
     def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:
         """Whether a(n) is the same from rows that keep only the top `kept` entries (a trace's
         replay rows): yes for pointwise rules, whatever the tail."""
-        return not cls.needs_rows
+        return not cls.caps.needs_rows
 
     @property
     def label(self) -> str:
@@ -348,7 +365,7 @@ class Rule:
 
     def drafted(self, q: torch.Tensor, p: torch.Tensor, n: torch.Tensor) -> Drafted:
         """The `Drafted` value of rows q, p [..., V] (work dtype) at drafted ids n [...]."""
-        stats = self.position_stats(q, p) if self.needs_rows else NO_STATS
+        stats = self.position_stats(q, p) if self.caps.needs_rows else NO_STATS
         return Drafted(gather(q, n), gather(p, n), stats, q, p, n)
 
     def h_n(self, d: Drafted) -> torch.Tensor:

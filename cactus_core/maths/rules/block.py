@@ -20,6 +20,8 @@ verification (`maths.traversal`), which is this on a one-child tree, coin for co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cactus_core.maths.rules.sps import SPS
@@ -30,26 +32,34 @@ class Block(SPS):
     """Lossless block verification: decides on the whole draft; pi = q at every position."""
 
     name = "block"
-    family = "lossless"
-    colour = "#B3446C"
-    shown_first = False
-    description = (
-        "block verification: lossless, decides on the whole draft (sps when k = 1); on a tree, "
-        "traversal verification"
+    card = replace(
+        SPS.card,
+        family="lossless",
+        colour="#B3446C",
+        shown_first=False,
+        description=(
+            "block verification: lossless, decides on the whole draft (sps when k = 1); on a tree, "
+            "traversal verification"
+        ),
+        round_in_words="the round keeps the drafts up to the last coin that passes",
+        in_words=(
+            "Lossless like sps, but it judges the whole draft at once instead of token by token, "
+            "so on average it keeps at least as many drafted tokens. On a draft tree it judges "
+            "from the leaves up (traversal verification), accepting a whole path at once."
+        ),
+        citation=(
+            "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv "
+            "2403.10444); on trees Weng et al., Traversal Verification, 2025 (arXiv 2505.12398)"
+        ),
+        guarantee=(
+            "pi = q over whole sequences; expected accepted drafts ≥ sps's for the same draft"
+        ),
     )
-    round_in_words = "the round keeps the drafts up to the last coin that passes"
-    in_words = (
-        "Lossless like sps, but it judges the whole draft at once instead of token by token, so"
-        " on average it keeps at least as many drafted tokens. On a draft tree it judges from"
-        " the leaves up (traversal verification), accepting a whole path at once."
+    caps = replace(
+        SPS.caps,
+        round_level=True,
+        judges_trees_by_traversal=True,
     )
-    citation = (
-        "Sun et al., Block Verification Accelerates Speculative Decoding, 2024 (arXiv 2403.10444);"
-        " on trees Weng et al., Traversal Verification, 2025 (arXiv 2505.12398)"
-    )
-    guarantee = "pi = q over whole sequences; expected accepted drafts ≥ sps's for the same draft"
-    round_level = True
-    judges_trees_by_traversal = True
 
     @classmethod
     def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:

@@ -10,6 +10,7 @@ the verifier's entropy at the position (`cactus-adaptive`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -17,10 +18,12 @@ from cactus_core.maths.divergence import entropy, kl
 from cactus_core.maths.row_memo import RowMemo
 from cactus_core.maths.rules.base import (
     UNBOUNDED,
+    Capabilities,
     Drafted,
     Param,
     RowStats,
     Rule,
+    RuleCard,
     fallback_,
     min1_ratio,
 )
@@ -113,9 +116,13 @@ class CactusFamily(Rule):
     `raise_(q, stats)`, elementwise in q, with the position's `position_stats` (shaped to
     broadcast against q); h_n is that at q_n."""
 
-    family = "Cactus"
-    citation = CITATION
-    tunable = True
+    card = RuleCard(
+        family="Cactus",
+        citation=CITATION,
+    )
+    caps = Capabilities(
+        tunable=True,
+    )
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         raise NotImplementedError
@@ -175,15 +182,18 @@ class Cactus(CactusFamily):
     """Cactus with the paper's closed-form (second-order) h_n."""
 
     name = "cactus"
-    colour = "#008856"
-    shown_first = True
-    description = "Cactus, the paper's closed form (second-order Taylor) for h_n"
-    in_words = (
-        "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
-        "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
-        "the text drifts a little from the verifier's."
+    card = replace(
+        CactusFamily.card,
+        colour="#008856",
+        shown_first=True,
+        description="Cactus, the paper's closed form (second-order Taylor) for h_n",
+        in_words=(
+            "Like sps, but it first lets the verifier's probability of the drafted token rise by a "
+            "budgeted amount (δ nats, by the paper's approximate formula), so more drafts pass and "
+            "the text drifts a little from the verifier's."
+        ),
+        guarantee="KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta",
     )
-    guarantee = "KL(h_n ‖ q_n) ≤ delta only to second order; KL(pi ‖ q) is not bounded by delta"
     delta = DELTA
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
@@ -194,15 +204,18 @@ class CactusExact(Cactus):
     """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
 
     name = "cactus-exact"
-    colour = "#0067A5"
-    shown_first = True
-    description = "Cactus with the exact binary-KL root for h_n (never exceeds delta)"
-    in_words = (
-        "Cactus with the raise of the drafted token's probability solved exactly, so that it "
-        "never spends more than δ nats on the drafted token (the paper's formula can "
-        "overshoot)."
+    card = replace(
+        Cactus.card,
+        colour="#0067A5",
+        shown_first=True,
+        description="Cactus with the exact binary-KL root for h_n (never exceeds delta)",
+        in_words=(
+            "Cactus with the raise of the drafted token's probability solved exactly, so that it "
+            "never spends more than δ nats on the drafted token (the paper's formula can "
+            "overshoot)."
+        ),
+        guarantee="binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta",
     )
-    guarantee = "binary KL(h_n ‖ q_n) ≤ delta exactly; KL(pi ‖ q) is not bounded by delta"
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return cactus_exact_h(q, self.delta)
@@ -220,21 +233,27 @@ class CactusBudget(CactusFamily):
     """
 
     name = "cactus-budget"
-    colour = "#875692"
-    shown_first = True
-    description = "Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget"
-    in_words = (
-        "Cactus that picks δ afresh at every position, as large as it can while the "
-        "distribution actually written stays within the KL budget of the verifier's."
+    card = replace(
+        CactusFamily.card,
+        colour="#875692",
+        shown_first=True,
+        description="Cactus with a per-position delta so that KL(pi ‖ q) ≤ budget",
+        in_words=(
+            "Cactus that picks δ afresh at every position, as large as it can while the "
+            "distribution actually written stays within the KL budget of the verifier's."
+        ),
+        guarantee="KL(pi ‖ q) ≤ budget at every position",
+        speed_note=(
+            "Slower per token: it searches δ' at every position, each step an exact KL(π ‖ q) over "
+            "the whole vocabulary; on the embedded pair on a CPU it decodes at 0.39–0.44 of cactus "
+            "δ = 1's speed (docs/benchmarks.md, “cactus-budget”), so it loses races that cactus "
+            "wins."
+        ),
     )
-    guarantee = "KL(pi ‖ q) ≤ budget at every position"
-    speed_note = (
-        "Slower per token: it searches δ' at every position, each step an exact KL(π ‖ q) "
-        "over the whole vocabulary; on the embedded pair on a CPU it decodes at 0.39–0.44 of "
-        "cactus δ = 1's speed (docs/benchmarks.md, “cactus-budget”), so it loses races that "
-        "cactus wins."
+    caps = replace(
+        CactusFamily.caps,
+        needs_rows=True,
     )
-    needs_rows = True
     budget = BUDGET
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
@@ -259,16 +278,20 @@ class CactusAdaptive(Cactus):
     """
 
     name = "cactus-adaptive"
-    colour = "#A1CAF1"
-    shown_first = False
-    description = "Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)"
-    in_words = (
-        "Cactus with a budget that grows with the verifier's uncertainty: where the verifier is"
-        " sure it is plain sps, where it hesitates it lets more drafts through."
+    card = replace(
+        Cactus.card,
+        colour="#A1CAF1",
+        shown_first=False,
+        description="Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)",
+        in_words=(
+            "Cactus with a budget that grows with the verifier's uncertainty: where the verifier "
+            "is sure it is plain sps, where it hesitates it lets more drafts through."
+        ),
+        citation=CITATION + "; the adaptive budget is this lab's form of the paper's future work",
+        guarantee="as cactus with delta·H(q) at each position; sps where the verifier is certain",
     )
-    citation = CITATION + "; the adaptive budget is this lab's form of the paper's future work"
-    guarantee = "as cactus with delta·H(q) at each position; sps where the verifier is certain"
-    needs_rows = True  # its delta is cactus's own (and Playground slider), rescaled
+    # its delta is cactus's own (and Playground slider), rescaled
+    caps = replace(Cactus.caps, needs_rows=True)
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return cactus_h(q, stats[0])  # delta_t at the position

@@ -9,15 +9,19 @@ the position cannot defer (h = q).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cactus_core.maths.divergence import js_divergence, support_kl
 from cactus_core.maths.rules.base import (
     UNBOUNDED,
+    Capabilities,
     Drafted,
     Param,
     RowStats,
     Rule,
+    RuleCard,
     fallback_,
     min1_ratio,
     where_q_positive,
@@ -31,7 +35,9 @@ _TINY = 1e-30
 class Deferral(Rule):
     """Verify against p (on q's support) where `_defers`, else against q."""
 
-    needs_rows = True
+    caps = Capabilities(
+        needs_rows=True,
+    )
 
     def _defers(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Whether each position trusts the draft: p, q [..., V] -> bool [...]."""
@@ -75,16 +81,21 @@ class Cascade(Deferral):
     max p ≥ 1 − alpha, else the verifier."""
 
     name = "cascade"
-    family = "deferral"
-    colour = "#BE0032"
-    description = "speculative cascade: h = p where max p ≥ 1 − alpha (Chow's rule), else q"
-    in_words = (
-        "Trusts the draft outright where the draft is confident (its top token has probability "
-        "at least 1 − α) and checks it against the verifier everywhere else."
+    card = RuleCard(
+        family="deferral",
+        colour="#BE0032",
+        description="speculative cascade: h = p where max p ≥ 1 − alpha (Chow's rule), else q",
+        in_words=(
+            "Trusts the draft outright where the draft is confident (its top token has probability "
+            "at least 1 − α) and checks it against the verifier everywhere else."
+        ),
+        citation="Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025",
+        guarantee="pi = q at every position where the draft is unsure (max p < 1 − alpha)",
     )
-    citation = "Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025"
-    guarantee = "pi = q at every position where the draft is unsure (max p < 1 − alpha)"
-    tunable = True
+    caps = replace(
+        Deferral.caps,
+        tunable=True,
+    )
     alpha = Param(
         "alpha",
         "α",
@@ -110,18 +121,24 @@ class Fuzzy(Deferral):
     """Fuzzy speculative decoding: trust the draft where JS(p, q) ≤ T, else the verifier."""
 
     name = "fuzzy"
-    family = "deferral"
-    colour = "#8DB600"
-    description = "fuzzy speculative decoding: h = p where JS(p, q) ≤ T nats, else q"
-    in_words = (
-        "Trusts the draft where the draft and the verifier roughly agree (Jensen–Shannon "
-        "divergence at most T nats) and checks it against the verifier everywhere else."
+    card = RuleCard(
+        family="deferral",
+        colour="#8DB600",
+        description="fuzzy speculative decoding: h = p where JS(p, q) ≤ T nats, else q",
+        in_words=(
+            "Trusts the draft where the draft and the verifier roughly agree (Jensen–Shannon "
+            "divergence at most T nats) and checks it against the verifier everywhere else."
+        ),
+        citation=(
+            "Holsman et al., Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff, "
+            "2025"
+        ),
+        guarantee="pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)",
     )
-    citation = (
-        "Holsman et al., Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff, 2025"
+    caps = replace(
+        Deferral.caps,
+        tunable=True,
     )
-    guarantee = "pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)"
-    tunable = True
     T = Param(
         "T",
         "JS≤",
@@ -154,25 +171,31 @@ class KLJudge(Deferral):
     """
 
     name = "kl-judge"
-    family = "deferral"
-    colour = "#F99379"
-    description = (
-        "KL judge: h = p̂ (p on q's support) where KL(p̂ ‖ q) < tau and max q ≤ top1, else q (sps)"
+    card = RuleCard(
+        family="deferral",
+        colour="#F99379",
+        description=(
+            "KL judge: h = p̂ (p on q's support) where KL(p̂ ‖ q) < tau and max q ≤ top1, else q "
+            "(sps)"
+        ),
+        in_words=(
+            "Trusts the draft where its distribution is close to the verifier's (KL divergence "
+            "below τ nats), unless the verifier is nearly sure of one token, and checks it against "
+            "the verifier everywhere else."
+        ),
+        citation=(
+            "Sun, Li et al., Revisiting Judge Decoding from First Principles via Training-Free "
+            "Distributional Divergence, 2026 (arXiv 2601.04766)"
+        ),
+        guarantee=(
+            "pi = q wherever max q > top1 or KL(p̂ ‖ q) ≥ tau; pi = p̂ with KL(pi ‖ q) < tau "
+            "elsewhere (p̂ = p without truncation)"
+        ),
     )
-    in_words = (
-        "Trusts the draft where its distribution is close to the verifier's (KL divergence below "
-        "τ nats), unless the verifier is nearly sure of one token, and checks it against the "
-        "verifier everywhere else."
+    caps = replace(
+        Deferral.caps,
+        tunable=True,
     )
-    citation = (
-        "Sun, Li et al., Revisiting Judge Decoding from First Principles via Training-Free "
-        "Distributional Divergence, 2026 (arXiv 2601.04766)"
-    )
-    guarantee = (
-        "pi = q wherever max q > top1 or KL(p̂ ‖ q) ≥ tau; pi = p̂ with KL(pi ‖ q) < tau "
-        "elsewhere (p̂ = p without truncation)"
-    )
-    tunable = True
     tau = Param(
         "tau",
         "KL<",

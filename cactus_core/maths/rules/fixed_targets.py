@@ -6,14 +6,18 @@ q = 0, so these rules never emit a token the verifier rules out.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cactus_core.maths.limit import clip_target, optimal_params, price_params
 from cactus_core.maths.rules.base import (
+    Capabilities,
     Drafted,
     Param,
     RowStats,
     Rule,
+    RuleCard,
     fallback_,
     min1_ratio,
 )
@@ -39,24 +43,29 @@ class Interp(Rule):
     """
 
     name = "interp"
-    family = "fixed target"
-    colour = "#E68FAC"
-    description = (
-        "verify against h = alpha·p + (1 − alpha)·q on q's support (DIVERSED's static mixture, "
-        "w = alpha)"
+    card = RuleCard(
+        family="fixed target",
+        colour="#E68FAC",
+        description=(
+            "verify against h = alpha·p + (1 − alpha)·q on q's support (DIVERSED's static mixture, "
+            "w = alpha)"
+        ),
+        in_words=(
+            "Checks the draft against a blend of the two models (a share α of the draft, the rest "
+            "verifier), so the text moves part of the way toward the draft's."
+        ),
+        citation=(
+            "DIVERSED's static ensemble, w = alpha (DIVERSED: Dynamic Verification for Speculative "
+            "Decoding, arXiv 2604.07622; code comeusr/diversed); the Cactus paper's interp "
+            "baseline"
+        ),
+        guarantee=(
+            "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
+        ),
     )
-    in_words = (
-        "Checks the draft against a blend of the two models (a share α of the draft, the rest "
-        "verifier), so the text moves part of the way toward the draft's."
+    caps = Capabilities(
+        tunable=True,
     )
-    citation = (
-        "DIVERSED's static ensemble, w = alpha (DIVERSED: Dynamic Verification for Speculative "
-        "Decoding, arXiv 2604.07622; code comeusr/diversed); the Cactus paper's interp baseline"
-    )
-    guarantee = (
-        "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
-    )
-    tunable = True
     alpha = Param(
         "alpha",
         "α",
@@ -109,9 +118,13 @@ class ClipTarget(Rule):
     """What the limit's rules share: verify against pi* = clip(p, B·q, A·q), with (B, A) per
     position from `position_stats`; the same h for every n, so pi = pi*."""
 
-    family = "fixed target"
-    needs_rows = True
-    tunable = True
+    card = RuleCard(
+        family="fixed target",
+    )
+    caps = Capabilities(
+        needs_rows=True,
+        tunable=True,
+    )
 
     def h_n(self, d: Drafted) -> torch.Tensor:
         lower, upper = d.stats
@@ -135,16 +148,19 @@ class Optimal(ClipTarget):
     (see `cactus_core.maths.limit`). The same h for every n, so pi = pi*."""
 
     name = "optimal"
-    colour = "#882D17"
-    shown_first = True
-    description = "verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position"
-    in_words = (
-        "The most any rule can accept at one position: it checks the draft against the "
-        "distribution that lets the most drafts through while staying within the KL budget of "
-        "the verifier's."
+    card = replace(
+        ClipTarget.card,
+        colour="#882D17",
+        shown_first=True,
+        description="verify against pi*, the best acceptance at KL(pi ‖ q) = budget per position",
+        in_words=(
+            "The most any rule can accept at one position: it checks the draft against the "
+            "distribution that lets the most drafts through while staying within the KL budget of "
+            "the verifier's."
+        ),
+        citation="this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position",
+        guarantee="the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position",
     )
-    citation = "this lab's limit (DESIGN.md, 'The limit'): the KKT solution per position"
-    guarantee = "the most acceptance any rule can reach with KL(pi ‖ q) ≤ budget, per position"
     budget = BUDGET
 
     def position_stats(self, q: torch.Tensor, p: torch.Tensor) -> RowStats:
@@ -161,15 +177,18 @@ class OptimalPrice(ClipTarget):
     """
 
     name = "optimal-price"
-    colour = "#2B3D26"
-    shown_first = False
-    description = "verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t"
-    in_words = (
-        "Like optimal, but with one exchange rate t between acceptance and divergence at every "
-        "position, which makes the best trade over a whole text rather than per position."
+    card = replace(
+        ClipTarget.card,
+        colour="#2B3D26",
+        shown_first=False,
+        description="verify against q·clip(p/q, B, B·e^t): the limit's optimiser at one price t",
+        in_words=(
+            "Like optimal, but with one exchange rate t between acceptance and divergence at every "
+            "position, which makes the best trade over a whole text rather than per position."
+        ),
+        citation="this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions",
+        guarantee="on the positions it decodes, the limit curve's acceptance at its own mean KL",
     )
-    citation = "this lab's limit (DESIGN.md, 'The limit'): one price per nat for all positions"
-    guarantee = "on the positions it decodes, the limit curve's acceptance at its own mean KL"
     t = Param(
         "t",
         "t",

@@ -42,6 +42,8 @@ a decode (`experiments.estimates.override`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cactus_core.maths.divergence import top_entropy
@@ -75,31 +77,37 @@ class FLy(SPS):
     next W − 1 drafts pass; decides on the whole round (module docstring)."""
 
     name = "fly"
-    family = "deferral"
-    colour = "#E25822"
-    shown_first = False
-    lossless = False
-    round_level = True
-    overrides_sps = True
-    description = (
-        "FLy: an sps mismatch is kept where q's top-3 entropy ≥ theta and the next W − 1 drafts "
-        "pass sps (sps when k = 1)"
+    card = replace(
+        SPS.card,
+        family="deferral",
+        colour="#E25822",
+        shown_first=False,
+        description=(
+            "FLy: an sps mismatch is kept where q's top-3 entropy ≥ theta and the next W − 1 "
+            "drafts pass sps (sps when k = 1)"
+        ),
+        round_in_words=(
+            "the round also keeps a draft whose coin fails where the verifier's top-3 entropy is "
+            "at least θ and the next W − 1 drafts pass, and stops at the first other failure"
+        ),
+        in_words=(
+            "Checks each draft like sps, but keeps a rejected one when the verifier was unsure "
+            "there (its top-3 entropy at least θ) and the next W − 1 drafts all pass the check."
+        ),
+        citation=(
+            "Li et al., Training-Free Loosely Speculative Decoding (FLy), ICLR 2026 (arXiv "
+            "2511.22972; code AMD-AGI/FLy)"
+        ),
+        guarantee=(
+            "none on the divergence; sps on a round's last W drafts (so at k = 1); pi depends on "
+            "later drafts and is estimated from a decode"
+        ),
     )
-    round_in_words = (
-        "the round also keeps a draft whose coin fails where the verifier's top-3 entropy is at "
-        "least θ and the next W − 1 drafts pass, and stops at the first other failure"
-    )
-    in_words = (
-        "Checks each draft like sps, but keeps a rejected one when the verifier was unsure "
-        "there (its top-3 entropy at least θ) and the next W − 1 drafts all pass the check."
-    )
-    citation = (
-        "Li et al., Training-Free Loosely Speculative Decoding (FLy), ICLR 2026 "
-        "(arXiv 2511.22972; code AMD-AGI/FLy)"
-    )
-    guarantee = (
-        "none on the divergence; sps on a round's last W drafts (so at k = 1); pi depends on "
-        "later drafts and is estimated from a decode"
+    caps = replace(
+        SPS.caps,
+        lossless=False,
+        round_level=True,
+        overrides_sps=True,
     )
     theta = Param(
         "theta",

@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -156,32 +156,38 @@ class LearnedJudge(SPS):
     hidden states predicts it does not change the answer (module docstring)."""
 
     name = "learned-judge"
-    family = "deferral"
-    colour = "#DCD300"
-    shown_first = False
-    lossless = False
-    round_level = True
-    overrides_sps = True
-    reads_hidden = True
-    description = (
-        "AutoJudge: an sps mismatch is kept where a classifier on the verifier's hidden states "
-        "gives P(important) < threshold"
+    card = replace(
+        SPS.card,
+        family="deferral",
+        colour="#DCD300",
+        shown_first=False,
+        description=(
+            "AutoJudge: an sps mismatch is kept where a classifier on the verifier's hidden states "
+            "gives P(important) < threshold"
+        ),
+        round_in_words=(
+            "the round also keeps a draft whose coin fails where the learned judge predicts it "
+            "does not change the answer, and stops at the first other failure"
+        ),
+        in_words=(
+            "Checks each draft like sps, but keeps a rejected one when a small classifier, trained "
+            "on the verifier's hidden states, predicts the mismatch would not change the answer."
+        ),
+        citation=(
+            "Garipov et al., AutoJudge: Judge Decoding Without Manual Annotation (arXiv "
+            "2504.20039; code garipovroma/autojudge)"
+        ),
+        guarantee=(
+            "none on the divergence; sps at threshold 0; pi depends on hidden states and is "
+            "estimated from a decode"
+        ),
     )
-    round_in_words = (
-        "the round also keeps a draft whose coin fails where the learned judge predicts it does "
-        "not change the answer, and stops at the first other failure"
-    )
-    in_words = (
-        "Checks each draft like sps, but keeps a rejected one when a small classifier, trained "
-        "on the verifier's hidden states, predicts the mismatch would not change the answer."
-    )
-    citation = (
-        "Garipov et al., AutoJudge: Judge Decoding Without Manual Annotation (arXiv 2504.20039; "
-        "code garipovroma/autojudge)"
-    )
-    guarantee = (
-        "none on the divergence; sps at threshold 0; pi depends on hidden states and is "
-        "estimated from a decode"
+    caps = replace(
+        SPS.caps,
+        lossless=False,
+        round_level=True,
+        overrides_sps=True,
+        reads_hidden=True,
     )
     threshold = Param(
         "threshold",

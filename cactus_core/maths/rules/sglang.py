@@ -27,7 +27,15 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.rules.base import Drafted, Param, RowStats, Rule, fallback_, where_q_positive
+from cactus_core.maths.rules.base import (
+    Drafted,
+    Param,
+    RowStats,
+    Rule,
+    RuleCard,
+    fallback_,
+    where_q_positive,
+)
 from cactus_core.maths.validation import work_dtype
 
 # SGLang raises a smaller threshold_acc to this before dividing by it.
@@ -38,22 +46,27 @@ class SGLangThresholds(Rule):
     """a(n) = 1 if q_n ≥ t_single else min(1, q_n / t_acc); on rejection draw from q without n."""
 
     name = "sglang"
-    family = "thresholds"
-    colour = "#604E97"
-    description = (
-        "SGLang's target-only test on a chain: a(n) = 1 if q_n ≥ t_single, else "
-        "min(1, q_n / t_acc); reject: q without n"
+    card = RuleCard(
+        family="thresholds",
+        colour="#604E97",
+        description=(
+            "SGLang's target-only test on a chain: a(n) = 1 if q_n ≥ t_single, else min(1, q_n / "
+            "t_acc); reject: q without n"
+        ),
+        in_words=(
+            "Keeps the drafted token with a chance that depends only on the verifier's probability "
+            "of it (raised by dividing by t_acc, certain above t_single), never on the draft's, "
+            "and on a rejection draws a replacement from the verifier with the rejected token left "
+            "out."
+        ),
+        citation=(
+            "SGLang (sgl-project/sglang): --speculative-accept-threshold-single/-acc, "
+            "tree_speculative_sampling_target_only"
+        ),
+        guarantee=(
+            "pi = q at t_single = t_acc = 1 (accepting sum p·q, never reading p); none below"
+        ),
     )
-    in_words = (
-        "Keeps the drafted token with a chance that depends only on the verifier's probability "
-        "of it (raised by dividing by t_acc, certain above t_single), never on the draft's, and "
-        "on a rejection draws a replacement from the verifier with the rejected token left out."
-    )
-    citation = (
-        "SGLang (sgl-project/sglang): --speculative-accept-threshold-single/-acc, "
-        "tree_speculative_sampling_target_only"
-    )
-    guarantee = "pi = q at t_single = t_acc = 1 (accepting sum p·q, never reading p); none below"
     threshold_acc = Param(
         "threshold_acc",
         "t_acc",

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from cactus_core.maths.rules.base import Drafted, RowStats, Rule, fallback_, min1_ratio
+from cactus_core.maths.rules.base import (
+    Capabilities,
+    Drafted,
+    RowStats,
+    Rule,
+    RuleCard,
+    fallback_,
+    min1_ratio,
+)
 from cactus_core.maths.validation import work_dtype
 
 
@@ -12,18 +20,22 @@ class SPS(Rule):
     """h = q: a(n) = min(1, q_n / p_n), residual normalise(max(0, q − p)), so pi = q."""
 
     name = "sps"
-    family = "lossless"
-    colour = "#848482"
-    shown_first = True
-    description = "lossless speculative sampling: a(n) = min(1, q_n / p_n)"
-    in_words = (
-        "Keeps the drafted token with probability q_n / p_n (always when the verifier likes it "
-        "at least as much as the draft does) and otherwise draws a replacement from where the "
-        "verifier wants more than the draft gave, so the text is exactly the verifier's."
+    card = RuleCard(
+        family="lossless",
+        colour="#848482",
+        shown_first=True,
+        description="lossless speculative sampling: a(n) = min(1, q_n / p_n)",
+        in_words=(
+            "Keeps the drafted token with probability q_n / p_n (always when the verifier likes it "
+            "at least as much as the draft does) and otherwise draws a replacement from where the "
+            "verifier wants more than the draft gave, so the text is exactly the verifier's."
+        ),
+        citation="Leviathan et al., ICML 2023; Chen et al., 2023",
+        guarantee="pi = q exactly, whatever the draft",
     )
-    citation = "Leviathan et al., ICML 2023; Chen et al., 2023"
-    guarantee = "pi = q exactly, whatever the draft"
-    lossless = True
+    caps = Capabilities(
+        lossless=True,
+    )
 
     def h_n(self, d: Drafted) -> torch.Tensor:
         return d.qn

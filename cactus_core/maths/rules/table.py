@@ -30,13 +30,13 @@ def rules_markdown(rules: dict[str, type[Rule]]) -> str:
     ]
     for name, cls in rules.items():
         params = "<br>".join(_param_cell(p, i == 0) for i, p in enumerate(cls.params_spec))
-        needs = "whole rows" if cls.needs_rows else "p_n, q_n only"
-        needs = "the whole round" if cls.round_level else needs
-        lossless = "yes" if cls.lossless else "no"
+        needs = "whole rows" if cls.caps.needs_rows else "p_n, q_n only"
+        needs = "the whole round" if cls.caps.round_level else needs
+        lossless = "yes" if cls.caps.lossless else "no"
+        card = cls.card
         lines.append(
-            f"| `{name}` | {cls.description} | {params or '–'} | {lossless} | {cls.guarantee} "
-            f"| {needs} "
-            f"| {cls.citation} |"
+            f"| `{name}` | {card.description} | {params or '–'} | {lossless} | {card.guarantee} "
+            f"| {needs} | {card.citation} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -55,8 +55,8 @@ def rules_in_words(rules: dict[str, type[Rule]]) -> str:
     token, where it differs from every min(1, h_n / p_n) rule)."""
     parts = []
     for name, cls in rules.items():
-        text = cls.in_words
-        if cls.residual_in_words:
-            text += f" {cls.residual_in_words}"
+        text = cls.card.in_words
+        if cls.card.residual_in_words:
+            text += f" {cls.card.residual_in_words}"
         parts.append(f"### `{name}`\n\n{text}\n")
     return "\n".join(parts)

@@ -8,14 +8,18 @@ KL(h ‖ q) is defined), and a(n) = min(1, h_n / p_n) still holds (h_n is 1 or 0
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cactus_core.maths.divergence import entropy
 from cactus_core.maths.rules.base import (
+    Capabilities,
     Drafted,
     Param,
     RowStats,
     Rule,
+    RuleCard,
     fallback_,
     where_q_positive,
 )
@@ -50,7 +54,9 @@ class _QThreshold(Rule):
     draws from the normalised `residual_weights`. Subclasses set the threshold, the test and
     the residual."""
 
-    needs_rows = True
+    caps = Capabilities(
+        needs_rows=True,
+    )
 
     @staticmethod
     def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -92,20 +98,22 @@ class TAS(_QThreshold):
     emit argmax q."""
 
     name = "tas"
-    family = "thresholds"
-    colour = "#F38400"
-    description = "typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))"
-    in_words = (
-        "Keeps the drafted token whenever the verifier gives it more than a small threshold "
-        "probability, and otherwise writes the verifier's single most likely token."
+    card = RuleCard(
+        family="thresholds",
+        colour="#F38400",
+        description="typical acceptance: a threshold on q_n (epsilon, alpha·exp(−H(q)))",
+        in_words=(
+            "Keeps the drafted token whenever the verifier gives it more than a small threshold "
+            "probability, and otherwise writes the verifier's single most likely token."
+        ),
+        residual_in_words=(
+            "tas's residual ignores the draft: a rejection writes q's most likely token, so when "
+            "the drafted token is that token the residual sits on the drafted token itself. With "
+            "alpha below 1 that token always passes, so this residual is never drawn."
+        ),
+        citation="Cai et al., Medusa, ICML 2024 (typical acceptance)",
+        guarantee="none on the divergence; a rejection emits argmax q",
     )
-    residual_in_words = (
-        "tas's residual ignores the draft: a rejection writes q's most likely token, so when "
-        "the drafted token is that token the residual sits on the drafted token itself. With "
-        "alpha below 1 that token always passes, so this residual is never drawn."
-    )
-    citation = "Cai et al., Medusa, ICML 2024 (typical acceptance)"
-    guarantee = "none on the divergence; a rejection emits argmax q"
     epsilon = Param(
         "epsilon",
         "ε",
@@ -145,15 +153,17 @@ class TopK(_QThreshold):
     rejection sample normalise(max(0, 1[passes] − p))."""
 
     name = "topk"
-    family = "thresholds"
-    colour = "#654522"
-    description = "accept a draft in q's top k_top"
-    in_words = (
-        "Keeps the drafted token when it is among the verifier's k_top most likely tokens, and "
-        "otherwise draws a replacement from among those top tokens."
+    card = RuleCard(
+        family="thresholds",
+        colour="#654522",
+        description="accept a draft in q's top k_top",
+        in_words=(
+            "Keeps the drafted token when it is among the verifier's k_top most likely tokens, and "
+            "otherwise draws a replacement from among those top tokens."
+        ),
+        citation="a common lossy baseline: top-k membership under the verifier",
+        guarantee="emits only tokens in q's top k_top",
     )
-    citation = "a common lossy baseline: top-k membership under the verifier"
-    guarantee = "emits only tokens in q's top k_top"
     k_top = Param(
         "k_top",
         "k_top",
@@ -190,21 +200,30 @@ class RelaxedTopK(_QThreshold):
     """
 
     name = "relaxed-topk"
-    family = "thresholds"
-    colour = "#C2B280"
-    description = "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
-    in_words = (
-        "Keeps the drafted token when it is among the verifier's K favourites and nearly as "
-        "likely as the verifier's top choice (within δ_r), and otherwise draws a fresh token "
-        "from the verifier."
+    card = RuleCard(
+        family="thresholds",
+        colour="#C2B280",
+        description=(
+            "relaxed acceptance: n in q's top K with q_n ≥ max q − delta_r, else draw from q"
+        ),
+        in_words=(
+            "Keeps the drafted token when it is among the verifier's K favourites and nearly as "
+            "likely as the verifier's top choice (within δ_r), and otherwise draws a fresh token "
+            "from the verifier."
+        ),
+        residual_in_words=(
+            "relaxed-topk's residual is q itself, drafted token included: a rejected draft can be "
+            "written again."
+        ),
+        citation=(
+            "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
+        ),
+        guarantee="pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability",
     )
-    residual_in_words = (
-        "relaxed-topk's residual is q itself, drafted token included: a rejected draft can be "
-        "written again."
+    caps = replace(
+        _QThreshold.caps,
+        tunable=True,
     )
-    citation = "NVIDIA TensorRT-LLM, relaxed acceptance for multi-token prediction (DeepSeek-R1)"
-    guarantee = "pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability"
-    tunable = True
     delta_r = Param(
         "delta_r",
         "δ_r",

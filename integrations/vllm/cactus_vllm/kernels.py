@@ -129,7 +129,7 @@ def emitted_kl(
     form (rules.LOG_H). Then pi is h^(n) itself (accept n with h_n, else draw from h without
     n), an O(V) row instead of the rule's general pi (a sort per row for the Cactus family).
     """
-    if rule.lossless or p.shape[0] == 0:
+    if rule.caps.lossless or p.shape[0] == 0:
         return q.new_zeros(q.shape[0])
     q = q.float()
     if one_hot_n is not None:

@@ -71,7 +71,7 @@ class PlannedRule:
 
     @property
     def stock_lossless(self) -> bool:
-        return self.path == STOCK and self.rule.lossless
+        return self.path == STOCK and self.rule.caps.lossless
 
 
 def parse_spec(spec: object, where: str) -> PlannedRule:
@@ -134,18 +134,18 @@ def _parse_canonical(text: str, where: str) -> PlannedRule:
 @functools.lru_cache(maxsize=256)
 def plan(rule: Rule) -> PlannedRule:
     """The path a rule runs on in vLLM (module docstring); RuleSpecError for a refused one."""
-    if rule.reads_hidden:
+    if rule.caps.reads_hidden:
         raise RuleSpecError(
             f"rule {rule.name!r} reads the verifier's hidden states, which vLLM's rejection "
             "sampler is not handed; decode it with cactus_core's SpeculativeDecoder"
         )
-    if rule.round_level:
+    if rule.caps.round_level:
         raise RuleSpecError(
             f"rule {rule.name!r} decides on the whole draft, which vLLM's per-token rejection "
             "sampler cannot express; vLLM has block verification of its own: "
             "speculative_config={'rejection_sample_method': 'block'}"
         )
-    if rule.lossless or _h_is_q(rule):
+    if rule.caps.lossless or _h_is_q(rule):
         return PlannedRule(rule, STOCK)
     return PlannedRule(rule, LOG_H if _ratio_rule(rule) else POINTWISE)
 
