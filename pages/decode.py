@@ -53,6 +53,7 @@ from pages.shared.rule_picker import rule_picker
 from pages.shared.session import LAST_RUN_KEY, settings
 
 if TYPE_CHECKING:
+    from cactus_core.engine.decoding.generation import DecodeStream
     from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.maths.rules import Rule
 
@@ -239,9 +240,8 @@ def show_counters(slot: DeltaGenerator, live: LiveStats, stale: str | None = Non
         c[4].metric("verifier calls", f"{live.verifier_calls}")
 
 
-def generate(pair: ModelPair, request: DecodeRequest, slots: Slots) -> DecodeRun:
+def generate(stream: DecodeStream, request: DecodeRequest, slots: Slots) -> DecodeRun:
     """Decode, drawing the counters and the transcript as each round finishes."""
-    stream = request.stream(pair)
     rounds = []
     start = time.perf_counter()
     for rnd in stream:
@@ -260,7 +260,8 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
         if f.request is None:
             return f.problem
         try:
-            st.session_state[LAST_RUN_KEY] = generate(pair, f.request, slots)
+            stream = f.request.stream(pair)
+            st.session_state[LAST_RUN_KEY] = generate(stream, f.request, slots)
         except ValueError as err:
             return f"Could not decode: {err}"
         st.session_state.pop(INSPECT_KEY, None)

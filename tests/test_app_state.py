@@ -24,7 +24,7 @@ from cactus_core.engine.decoding.replay import reverify
 from cactus_core.engine.loading.embedded_drafts import native_bfloat16
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution, expected_acceptance
-from cactus_core.maths.rules import RULES, make_rule, rule_from_values
+from cactus_core.maths.rules import RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 
 WORKED = S.PRESETS[S.WORKED_EXAMPLE]
@@ -34,13 +34,14 @@ def test_widgets_start_at_the_rules_defaults_inside_what_make_rule_accepts():
     for name, cls in RULES.items():
         defaults = A.default_params(name)
         assert defaults == {p.name: p.default for p in cls.params_spec}
-        assert rule_from_values(name) == make_rule(name)
+        assert cls() == make_rule(name)
         for p in cls.params_spec:
             assert p.low <= p.ui[0] <= p.default <= p.ui[1] <= p.high
             make_rule(name, **{p.name: A.param_value(p, p.ui[0])})
             make_rule(name, **{p.name: A.param_value(p, p.ui[1])})
     # widgets hand back floats; integer parameters get integers
-    assert rule_from_values("topk", {"k_top": 7.0}).params["k_top"] == 7
+    assert RULES["topk"](k_top=7.0).params["k_top"] == 7
+    assert isinstance(RULES["topk"](k_top=7.0).params["k_top"], int)
 
 
 def test_playground_offers_every_parameter_of_every_rule_once():

@@ -20,7 +20,7 @@ from cactus_core.app.step.view import (
     round_steps,
 )
 from cactus_core.engine.decoding.decoder import SpeculativeDecoder
-from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule, rule_from_values
+from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, RULES, make_rule
 from cactus_core.maths.sampling import SamplingSettings
 
 PROMPT = "Hello"
@@ -29,7 +29,7 @@ MAX_NEW = 24
 
 def request(rule: str, seed: int = 0, temperature: float = 0.7, **params) -> DecodeRequest:
     s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed, temperature=temperature))
-    return DecodeRequest(PROMPT, s, rule_from_values(rule, params), MAX_NEW, True)
+    return DecodeRequest(PROMPT, s, make_rule(rule, **params), MAX_NEW, True)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_a_first_visit_opens_on_a_round_with_something_to_decide(tiny_pair):
 
     for seed in range(12):
         s = AppSettings(device="cpu", sampling=SamplingSettings(seed=seed, top_p=0.3))
-        req = DecodeRequest(PROMPT, s, rule_from_values(DEFAULT_RULE, {"delta": 1.0}), 24, True)
+        req = DecodeRequest(PROMPT, s, make_rule(DEFAULT_RULE, delta=1.0), 24, True)
         run = StepRun.start(tiny_pair, req)
         start = first_example(run, 8)
         decides = [

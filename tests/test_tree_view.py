@@ -28,7 +28,7 @@ from cactus_core.engine.drafting.tree_settings import TreeSettings
 from cactus_core.engine.loading.embedded_drafts import EMBEDDED_DRAFTS
 from cactus_core.engine.loading.feature_draft import FeatureDraft
 from cactus_core.engine.loading.models import with_feature_draft
-from cactus_core.maths.rules import make_rule, rule_from_values
+from cactus_core.maths.rules import make_rule
 from cactus_core.maths.sampling import SamplingSettings
 from cactus_core.maths.traversal import post_order
 from cactus_core.maths.tree import children_of, verify_tree
@@ -108,7 +108,7 @@ def _tree_request(rule: str = "cactus", seed: int = 0, params=None) -> DecodeReq
         sampling=SamplingSettings(seed=seed, temperature=0.7),
     )
     return DecodeRequest(
-        "Hello", s, rule_from_values(rule, {"delta": 1.0} if params is None else params), 16, True
+        "Hello", s, make_rule(rule, **({"delta": 1.0} if params is None else params)), 16, True
     )
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from cactus_core.app.decode.replay import ReplayKL, replay_kl, replay_kl_figure
 from cactus_core.app.shared.request import DecodeRun
-from cactus_core.maths.rules import rule_from_values
+from cactus_core.maths.rules import make_rule
 
 CACHE_KEY = "dec_replay_kl"  # (the Replay it was computed for, its ReplayKL)
 
@@ -28,7 +28,7 @@ def kl_section(run: DecodeRun) -> None:
         return
     for col, (label, value, change) in zip(st.columns(2), data.cards(), strict=True):
         col.metric(label, value, change, delta_color="inverse")
-    replay_label = rule_from_values(run.replay.rule, run.replay.rule_params).label
+    replay_label = make_rule(run.replay.rule, **run.replay.rule_params).label
     run_label = run.request.rule.label
     st.plotly_chart(replay_kl_figure(data, run_label, replay_label), key="dec_replay_kl_fig")
     if not data.exact:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from cactus_core.app.shared.settings import param_value, rules_markdown
-from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param, Rule, rule_from_values
+from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param, Rule
 from pages.shared.page_links import LINK_CONTEXT_KEY, write_link
 
 
@@ -44,7 +44,8 @@ def rule_picker(
     names: Sequence[str] | None = None,
 ) -> Rule:
     """A rule selectbox (of `names`, every rule by default) and its parameter widgets, all from
-    the rules' metadata; returns the rule they set, its parameters typed (`rule_from_values`)."""
+    the rules' metadata; returns the rule they set (its class checks each value against the
+    `Param`'s range and types it: a widget hands back floats, also for whole numbers)."""
     names = list(RULES) if names is None else list(names)
     # The start goes into session state, not `index`: a link (a tour stop) sets the key
     # first, and Streamlit warns about a widget given both.
@@ -65,4 +66,4 @@ def rule_picker(
     context = st.session_state.get(LINK_CONTEXT_KEY)
     if context is not None:
         write_link(*context)
-    return rule_from_values(name, params)
+    return RULES[name](**params)

@@ -18,7 +18,7 @@ from cactus_core.engine.decoding.replay import Replay, position_rows
 from cactus_core.engine.decoding.trace import PositionTrace, RoundTrace, Trace
 from cactus_core.maths.divergence import kl
 from cactus_core.maths.emitted import emitted_distribution
-from cactus_core.maths.rules import make_rule, rule_from_values
+from cactus_core.maths.rules import make_rule
 from cactus_core.maths.tree_verdict import TreeVerdict
 
 RUN_COLOUR, REPLAY_COLOUR = "#848482", "#008856"
@@ -137,4 +137,4 @@ def replay_headlines(replay: Replay) -> list[Headline]:
 
 def replay_caption(replay: Replay) -> str:
     """Which rule the replay judged under, in full (a metric card cut its label short)."""
-    return f"Replayed under {rule_from_values(replay.rule, replay.rule_params).label}."
+    return f"Replayed under {make_rule(replay.rule, **replay.rule_params).label}."

@@ -70,8 +70,11 @@ class DecodeRequest:
 
     def stream(self, pair: ModelPair) -> DecodeStream:
         """The rounds as they finish; the stream's `.output` holds the result once exhausted."""
+        from cactus_core.engine.decoding.decoder import SpeculativeDecoder
+
         self.check_length(pair)
-        return self.decoder(pair).rounds(self.prompt, **self.generate_kwargs())
+        decoder = SpeculativeDecoder(pair, self.rule, **self.settings.decoder_kwargs())
+        return decoder.rounds(self.prompt, **self.generate_kwargs())
 
     def changes_since(self, earlier: DecodeRequest, rule: bool = True) -> list[str]:
         """What differs from an earlier request, in words (empty: the same decode); `rule`

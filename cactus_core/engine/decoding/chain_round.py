@@ -1,5 +1,5 @@
 """One speculative round with a chain of k drafts, for a batch: draft, verify, decide, bring the
-numbers to the host, cut the caches back to what was accepted. `run_chain_round` mirrors
+numbers to the host, cut the caches back to what was accepted. `ChainRounds.run` mirrors
 `tree_round.run_tree_round`; both return a `RoundOutcome`.
 
 Shapes: B = sequences in the batch, k = draft length, V = vocabulary, J = verifier rows computed
@@ -53,6 +53,7 @@ class ChainRounds:
     ) -> Coins:
         return draw_coins(generators, size, device)
 
+    @torch.inference_mode()
     def run(
         self,
         judge: Rule,
@@ -61,40 +62,26 @@ class ChainRounds:
         coins: Coins,
         sampling: SamplingSettings,
         clock: RoundClock,
-        lazy: bool,
+        lazy: bool = False,
     ) -> RoundOutcome:
-        return run_chain_round(judge, verifier, self.drafter, last, coins, sampling, clock, lazy)
-
-
-@torch.inference_mode()
-def run_chain_round(
-    judge: Rule,
-    verifier: SequenceCache,
-    drafter: Drafter[Draft],
-    last: list[int],
-    coins: Coins,
-    sampling: SamplingSettings,
-    clock: RoundClock,
-    lazy: bool = False,
-) -> RoundOutcome:
-    """Draft k tokens per row, verify them in one pass under the rule, read the round back in
-    one host sync, keep the accepted tokens in the verifier's cache, and let the draft take
-    in what was committed. last [B]: each row's last committed token."""
-    with clock.draft:
-        draft = drafter.propose(coins.draft, sampling.probs)
-    with clock.verify:
-        ids = torch.cat([torch.tensor(last, device=draft.ids.device)[:, None], draft.ids], 1)
-        result, q, logits, q_rest = verify_draft(
-            judge, verifier, ids, draft, coins, sampling.probs, lazy
-        )
-        verdicts, lps = round_to_host(draft, result, q, logits, coins)
-        k = draft.ids.shape[1]  # each row keeps its m accepted drafts of the k fed
-        accepted = [len(v.path) for v in verdicts]
-        verifier.keep([n - k + m for n, m in zip(verifier.lengths, accepted, strict=True)])
-    with clock.draft:
-        drafter.after_verify(verifier, [list(v.emitted) for v in verdicts])
-    draft_s, verify_s = clock.lap()
-    return RoundOutcome(verdicts, draft.probs, q, lps, k, draft_s, verify_s, q_rest=q_rest)
+        """Draft k tokens per row, verify them in one pass under the rule, read the round back
+        in one host sync, keep the accepted tokens in the verifier's cache, and let the draft
+        take in what was committed. last [B]: each row's last committed token."""
+        with clock.draft:
+            draft = self.drafter.propose(coins.draft, sampling.probs)
+        with clock.verify:
+            ids = torch.cat([torch.tensor(last, device=draft.ids.device)[:, None], draft.ids], 1)
+            result, q, logits, q_rest = verify_draft(
+                judge, verifier, ids, draft, coins, sampling.probs, lazy
+            )
+            verdicts, lps = round_to_host(draft, result, q, logits, coins)
+            k = draft.ids.shape[1]  # each row keeps its m accepted drafts of the k fed
+            accepted = [len(v.path) for v in verdicts]
+            verifier.keep([n - k + m for n, m in zip(verifier.lengths, accepted, strict=True)])
+        with clock.draft:
+            self.drafter.after_verify(verifier, [list(v.emitted) for v in verdicts])
+        draft_s, verify_s = clock.lap()
+        return RoundOutcome(verdicts, draft.probs, q, lps, k, draft_s, verify_s, q_rest=q_rest)
 
 
 def verify_draft(

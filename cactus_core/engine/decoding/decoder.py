@@ -330,11 +330,25 @@ class SpeculativeDecoder:
         waiting: list[Committed] = []
         try:
             while active:
+                # One round of every active row: coins, outcome, and its recording handed to
+                # the recorder; verifier-only steps where nothing drafts or a draft no longer
+                # fits.
+                room = min(self.pair.context_length - len(r.tokens) for r in active) - 1
+                rounds = caches.rounds
+                size = rounds.size(self.k, room, len(active)) if rounds is not None else 0
+                if rounds is None or size == 0:
+                    events = self._plain_round(active, caches.verifier, clock)
+                else:
+                    coins = rounds.draw_coins([r.generator for r in active], size, self.device)
+                    lazy = self._lazy_head(len(active), caches.verifier)
+                    last = [r.tokens[-1] for r in active]
+                    out = rounds.run(
+                        self.judge, caches.verifier, last, coins, self.sampling, clock, lazy
+                    )
+                    events = self._events(active, out, recorder, clock)
                 done = [
                     Committed(row, ev, self._commit(row, ev.round, max_new_tokens))
-                    for row, ev in zip(
-                        active, self._round(active, caches, clock, recorder), strict=True
-                    )
+                    for row, ev in zip(active, events, strict=True)
                 ]
                 active = self._drop_finished(active, done, caches)
                 # The previous round's recording ran beside this round: hand it out now. This
@@ -353,20 +367,10 @@ class SpeculativeDecoder:
         self._finish(rows, batch_id, speculative, wall, prefill_s, clock, recorder.work_s)
         return [self._output(r) for r in rows]
 
-    def _round(
-        self, active: list[DecodeRow], caches: Caches, clock: RoundClock, recorder: Recorder
+    def _events(
+        self, active: list[DecodeRow], out: RoundOutcome, recorder: Recorder, clock: RoundClock
     ) -> list[RoundEvent]:
-        """The next round of every active row: coins, outcome, and its recording handed to the
-        recorder; verifier-only steps where nothing drafts or a draft no longer fits."""
-        room = min(self.pair.context_length - len(r.tokens) for r in active) - 1
-        rounds, verifier = caches.rounds, caches.verifier
-        size = rounds.size(self.k, room, len(active)) if rounds is not None else 0
-        if rounds is None or size == 0:
-            return self._plain_round(active, verifier, clock)
-        coins = rounds.draw_coins([r.generator for r in active], size, self.device)
-        lazy = self._lazy_head(len(active), verifier)
-        last = [r.tokens[-1] for r in active]
-        out = rounds.run(self.judge, verifier, last, coins, self.sampling, clock, lazy)
+        """A speculative round's outcome as each row's event, its recording handed on."""
         with clock.record, clock.record_inline:
             record = self._record(active, out, recorder)
         events = []

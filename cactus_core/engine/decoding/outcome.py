@@ -1,6 +1,6 @@
 """A round as a value: what it proposed, what the verifier said, and what the rule decided.
 
-`run_chain_round` (`chain_round`) and `run_tree_round` (`tree_round`) both return a
+`ChainRounds.run` (`chain_round`) and `run_tree_round` (`tree_round`) both return a
 `RoundOutcome`; the decoder commits its emitted tokens, counts it (`count_round`), hands it to
 the recording (`recording.record_round`) and writes its trace (`round_trace`), whatever shape
 the draft had.

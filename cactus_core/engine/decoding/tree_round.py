@@ -1,7 +1,7 @@
 """One round with a draft tree (one sequence): grow the tree, score every node in one verifier
 pass with a tree attention mask, walk the tree under the rule, keep the accepted path in the
 verifier's cache, and let the draft read it. `run_tree_round` mirrors
-`chain_round.run_chain_round`; both return a `RoundOutcome`.
+`chain_round.ChainRounds.run`; both return a `RoundOutcome`.
 
 Shapes: N = nodes of the tree, V = vocabulary. Column 0 of the verify pass is the last
 committed token (the root); column i + 1 is node i, so row 0 of q is q at the root and row

@@ -9,7 +9,6 @@ tests. The protocol a rule implements is documented in `base.py`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from cactus_core.maths.rules.base import NO_STATS, UNBOUNDED, Drafted, Param, RowStats, Rule
@@ -80,14 +79,6 @@ def make_rule(name: str, **params: Any) -> Rule:
     return cls(**params)
 
 
-def rule_from_values(name: str, values: Mapping[str, float] | None = None) -> Rule:
-    """make_rule from numbers as a form hands them back (floats, also for whole-number
-    parameters), each converted to its parameter's type first: what a rule picker returns."""
-    specs = {p.name: p for p in rule_class(name).params_spec}
-    given = {k: specs[k].coerce(v) if k in specs else v for k, v in (values or {}).items()}
-    return make_rule(name, **given)
-
-
 def lossless_rule() -> Rule:
     """The rule every decoder judges with at temperature 0: p and q are one-hot there, and
     `sps` then accepts a draft iff it is the verifier's argmax, else emits that argmax."""
@@ -112,5 +103,4 @@ __all__ = [
     "lossless_rule",
     "make_rule",
     "rule_class",
-    "rule_from_values",
 ]

@@ -199,6 +199,9 @@ class Cactus(CactusFamily):
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return cactus_h(q, self.delta)
 
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        return cactus_h(d.qn, self.delta)  # δ's last hop (docs/architecture.md, "Follow δ")
+
 
 class CactusExact(Cactus):
     """Cactus with h_n the exact root of KL(h_n ‖ q_n) = delta (binary KL)."""
@@ -219,6 +222,9 @@ class CactusExact(Cactus):
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return cactus_exact_h(q, self.delta)
+
+    def h_n(self, d: Drafted) -> torch.Tensor:
+        return cactus_exact_h(d.qn, self.delta)
 
 
 class CactusBudget(CactusFamily):
@@ -267,7 +273,7 @@ class CactusBudget(CactusFamily):
 REFERENCE_ENTROPY = 1.0
 
 
-class CactusAdaptive(Cactus):
+class CactusAdaptive(CactusFamily):
     """Cactus with delta_t = delta·H(q_t)/H_ref at each position, H_ref = 1 nat.
 
     The paper's stated future work: a budget set by the verifier's uncertainty. Where q is
@@ -279,7 +285,7 @@ class CactusAdaptive(Cactus):
 
     name = "cactus-adaptive"
     card = replace(
-        Cactus.card,
+        CactusFamily.card,
         colour="#A1CAF1",
         shown_first=False,
         description="Cactus with delta scaled by the verifier's entropy: delta·H(q)/(1 nat)",
@@ -290,8 +296,8 @@ class CactusAdaptive(Cactus):
         citation=CITATION + "; the adaptive budget is this lab's form of the paper's future work",
         guarantee="as cactus with delta·H(q) at each position; sps where the verifier is certain",
     )
-    # its delta is cactus's own (and Playground slider), rescaled
-    caps = replace(Cactus.caps, needs_rows=True)
+    caps = replace(CactusFamily.caps, needs_rows=True)
+    delta = DELTA  # cactus's own (and the Playground's slider), rescaled per position
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         return cactus_h(q, stats[0])  # delta_t at the position
