@@ -12,8 +12,7 @@ from streamlit.delta_generator import DeltaGenerator
 from cactus_core.app.decode.replay import replay_caption, replay_headlines, tree_replay_note
 from cactus_core.app.shared import figures
 from cactus_core.app.shared.inspector import inspect_token
-from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
-from cactus_core.app.shared.links import DECODE_MAX_NEW, MAX_NEW
+from cactus_core.app.shared.links import DECODE_MAX_NEW
 from cactus_core.app.shared.metrics import METRIC_HELP, prob_text
 from cactus_core.app.shared.reference import (
     EstimatedCurve,
@@ -34,7 +33,7 @@ from cactus_core.app.shared.round_view import (
     round_table,
     timeline,
 )
-from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings, replayable_rules
+from cactus_core.app.shared.settings import AppSettings, replayable_rules
 from cactus_core.app.shared.transcript import (
     chip_label,
     flipped_nodes,
@@ -48,6 +47,7 @@ from pages.decode import export_panel, replay_panel
 from pages.decode.race_panel import race_section, run_race
 from pages.shared import k_panel
 from pages.shared.pair import get_pair
+from pages.shared.prompt_form import prompt_form
 from pages.shared.rescue_panel import why_rejected
 from pages.shared.rule_picker import rule_picker
 from pages.shared.session import LAST_RUN_KEY, settings
@@ -140,35 +140,11 @@ def own_curve(run: DecodeRun, rule: str) -> EstimatedCurve | None:
 
 
 def form(s: AppSettings) -> Form:
-    for key, start in (
-        ("dec_prompt", DEFAULT_PROMPT),
-        ("dec_chat", True),
-        ("dec_max_new", DECODE_MAX_NEW),
-    ):
-        st.session_state.setdefault(key, start)  # a link or an earlier visit may have set them
     left, right = st.columns([3, 2])
     with left:
         # The prompt, its options and the buttons in one column: Generate stays above the
         # fold however tall the rule's frontier beside it is.
-        prompt = st.text_area(
-            "Prompt",
-            height=110,
-            max_chars=MAX_PROMPT_CHARS,
-            key="dec_prompt",
-            help=f"At most {MAX_PROMPT_TOKENS:,} tokens (with the chat template), so that one "
-            "prompt's prefill takes seconds, not minutes. The CLI has no cap.",
-        )
-        o1, o2 = st.columns([1, 2])
-        chat_template = o1.checkbox(
-            "Apply the chat template", key="dec_chat", help="On for instruct models."
-        )
-        max_new = o2.slider(
-            "Max new tokens",
-            *MAX_NEW,
-            step=8,
-            key="dec_max_new",
-            help="The run also stops at the model's end token.",
-        )
+        asked = prompt_form("dec", DECODE_MAX_NEW)
         b1, b2 = st.columns(2)
         generate = b1.button(
             "Generate", type="primary", icon=":material/play_arrow:", key="dec_go", width="stretch"
@@ -186,7 +162,7 @@ def form(s: AppSettings) -> Form:
         rule = setting_on_the_frontier(s)
     slots = (counters, transcript, annotated)
     try:
-        request = DecodeRequest(prompt, s, rule, max_new, chat_template)
+        request = DecodeRequest(asked.prompt, s, rule, asked.max_new_tokens, asked.chat_template)
     except ValueError as err:  # empty, or over the app's length cap
         return Form(None, generate, compare, *slots, str(err))
     return Form(request, generate, compare, *slots)

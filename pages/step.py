@@ -11,10 +11,9 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from cactus_core.app.shared.limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
-from cactus_core.app.shared.links import MAX_NEW, STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
+from cactus_core.app.shared.links import STEP_INDEX_KEY, STEP_JUMP_KEY, STEP_ROUND_KEY
 from cactus_core.app.shared.request import DecodeRequest
-from cactus_core.app.shared.settings import DEFAULT_PROMPT, AppSettings
+from cactus_core.app.shared.settings import AppSettings
 from cactus_core.app.shared.transcript import legend_html, transcript_html, transcript_tokens
 from cactus_core.app.step.figures import step_figures
 from cactus_core.app.step.narration import round_level_sentence
@@ -31,6 +30,7 @@ from cactus_core.app.step.view import (
 from cactus_core.engine.runtime.memory import release_free_memory
 from pages.shared import k_panel
 from pages.shared.pair import get_pair
+from pages.shared.prompt_form import prompt_form
 from pages.shared.rescue_panel import why_rejected
 from pages.shared.rule_picker import rule_picker
 from pages.shared.session import settings
@@ -46,27 +46,13 @@ DEFAULT_MAX_NEW = 32
 
 def form(s: AppSettings) -> DecodeRequest | None:
     """The prompt and the rule; None (with the reason shown) while they are not valid."""
-    for key, start in (
-        ("step_prompt", DEFAULT_PROMPT),
-        ("step_chat", True),
-        ("step_max_new", DEFAULT_MAX_NEW),
-    ):
-        st.session_state.setdefault(key, start)  # a link may have set them first
     left, right = st.columns([3, 2])
     with left:
-        prompt = st.text_area(
-            "Prompt",
-            height=90,
-            max_chars=MAX_PROMPT_CHARS,
-            key="step_prompt",
-            help=f"At most {MAX_PROMPT_TOKENS:,} tokens (with the chat template).",
-        )
-        chat = st.checkbox("Apply the chat template", key="step_chat")
-        max_new = st.slider("Max new tokens", *MAX_NEW, step=8, key="step_max_new")
+        asked = prompt_form("step", DEFAULT_MAX_NEW, height=90)
     with right:
         rule = rule_picker("step")
     try:
-        return DecodeRequest(prompt, s, rule, max_new, chat)
+        return DecodeRequest(asked.prompt, s, rule, asked.max_new_tokens, asked.chat_template)
     except ValueError as err:
         st.error(str(err))
         return None
