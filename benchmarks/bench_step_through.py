@@ -48,7 +48,7 @@ def main() -> None:
     while at.session_state["step_round"] > 0 or at.session_state["step_index"] > 0:
         timed(at, "step_back")
     steps = []
-    for _ in range(sum(len(r) for r in at.session_state["step_run"].step_cache.values()) - 1):
+    for _ in range(sum(len(r) for r in at.session_state["step_state"].run.step_cache.values()) - 1):
         steps.append(timed(at, "step_next"))
     back = [timed(at, "step_back") for _ in range(5)]
     next_round = timed(at, "step_next_round")

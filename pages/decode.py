@@ -59,10 +59,26 @@ if TYPE_CHECKING:
 
 # (run_id, round index, row, node) of the token in the inspector (node None: the token
 # emitted at the row)
-INSPECT_KEY = "dec_inspect"
-RUN_COUNTER_KEY = "dec_run_counter"
-OWN_CURVE_KEY = "dec_own_curve"  # ((run_id, rule, k), the rule's curve from the run's positions)
-STALE_RULE_KEY = "dec_rule_stale"  # whether the rule picked differs from the last run's
+
+
+@dataclass
+class DecodeState:
+    """Everything the page keeps between reruns besides its widgets' values, as one object in
+    the session. The last run is the session's (`session.LAST_RUN_KEY`): the Playground and
+    the export read it too."""
+
+    runs: int = 0  # Generate clicks so far: the next run is number runs + 1
+    inspected: tuple[int, int, int, int] | None = None  # (run id, round, row, node) clicked
+    # the rule's curve from the run's own positions, for (run id, rule, k)
+    own_curve: tuple[tuple[int, str, int], EstimatedCurve | None] | None = None
+    rule_stale: bool = False  # the rule picked differs from the last run's
+
+    @staticmethod
+    def get() -> DecodeState:
+        return st.session_state.setdefault(STATE_KEY, DecodeState())
+
+
+STATE_KEY = "dec_state"
 
 
 @dataclass
@@ -100,8 +116,9 @@ def setting_on_the_frontier(s: AppSettings) -> Rule:
     # starts again) being the last run's, the whole page runs once, so their stale mark follows.
     run: DecodeRun | None = st.session_state.get(LAST_RUN_KEY)
     stale = run is not None and rule != run.request.rule
-    if stale != st.session_state.get(STALE_RULE_KEY, False):
-        st.session_state[STALE_RULE_KEY] = stale
+    state = DecodeState.get()
+    if stale != state.rule_stale:
+        state.rule_stale = stale
         st.rerun(scope="app")
     try:
         ref = load_reference()
@@ -128,14 +145,14 @@ def setting_on_the_frontier(s: AppSettings) -> Rule:
 def own_curve(run: DecodeRun, rule: str) -> EstimatedCurve | None:
     """The rule's curve from the run's own positions, computed once per run and rule."""
     key = (run.run_id, rule, run.settings.k)
-    memo = st.session_state.get(OWN_CURVE_KEY)
-    if memo is not None and memo[0] == key:
-        return memo[1]
+    state = DecodeState.get()
+    if state.own_curve is not None and state.own_curve[0] == key:
+        return state.own_curve[1]
     try:
         curve = run_curve(run.trace, rule, run.settings.k)
     except ValueError:  # a run with no decided positions (verifier-only steps only)
         curve = None
-    st.session_state[OWN_CURVE_KEY] = (key, curve)
+    state.own_curve = (key, curve)
     return curve
 
 
@@ -225,9 +242,9 @@ def generate(stream: DecodeStream, request: DecodeRequest, slots: Slots) -> Deco
         live = live_stats(rounds, time.perf_counter() - start, not request.rule.caps.overrides_sps)
         show_counters(slots.counters, live)
         slots.transcript.html(transcript_html("", transcript_tokens(rounds), slots.annotated))
-    run_id = st.session_state.get(RUN_COUNTER_KEY, 0) + 1
-    st.session_state[RUN_COUNTER_KEY] = run_id
-    return DecodeRun(run_id=run_id, request=request, output=stream.output)
+    state = DecodeState.get()
+    state.runs += 1
+    return DecodeRun(run_id=state.runs, request=request, output=stream.output)
 
 
 def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
@@ -240,7 +257,7 @@ def act(pair: ModelPair, f: Form, slots: Slots) -> str | None:
             st.session_state[LAST_RUN_KEY] = generate(stream, f.request, slots)
         except ValueError as err:
             return f"Could not decode: {err}"
-        st.session_state.pop(INSPECT_KEY, None)
+        DecodeState.get().inspected = None
         # The compact frontier above was drawn before this run existed: draw the page again
         # from the stored run, so it shows the run's point and its own curve.
         st.rerun()
@@ -268,7 +285,7 @@ def pick_token(run: DecodeRun, round_index: int) -> None:
         return
     flips = flipped_nodes(run.replay).get(round_index)
     view = round_tokens(run.trace.rounds[round_index], flips)[choice]
-    st.session_state[INSPECT_KEY] = (run.run_id, round_index, view.row, view.node)
+    DecodeState.get().inspected = (run.run_id, round_index, view.row, view.node)
     for other in range(len(run.trace.rounds)):
         if other != round_index:
             st.session_state[chips_key(run, other)] = None
@@ -306,7 +323,7 @@ def rounds(run: DecodeRun) -> None:
 
 def inspector(run: DecodeRun) -> None:
     st.subheader("Inspector")
-    pick = st.session_state.get(INSPECT_KEY)
+    pick = DecodeState.get().inspected
     if pick is None or pick[0] != run.run_id:
         st.info("Click a token in a round to see p, q, h and the residual there.")
         return

@@ -9,6 +9,7 @@ metadata.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +55,26 @@ from pages.shared.session import settings
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
-SELECTED_KEY = "fr_selected"  # setting id of the clicked point
-OWN_TUNER_KEY = "fr_own_tuner"  # whether the last run showed the user's own tuner
-PROMPT_CHECK_KEY = "fr_prompt_check"  # (prompts and pair, the problem or None)
-BACKEND_KEY = "fr_ran_on"  # (config, backend, workers) of the last Run sweep
+
+@dataclass
+class FrontierState:
+    """Everything the page keeps between reruns besides its widgets' values (and its panels'
+    memos of what they computed), as one object in the session."""
+
+    selected: str | None = None  # setting id of the point clicked in your sweep's charts
+    # The last run had your own sweep's results, so the tuner under the reference tunes on
+    # them: it is drawn once they are read, not before the sweep waits for the model, so it
+    # does not swap between the two on every rerun.
+    tunes_own_sweep: bool = False
+    prompt_check: tuple[Any, str | None] | None = None  # (prompts and pair, the problem)
+    ran_on: tuple[SweepConfig, str, int] | None = None  # (config, backend, workers) of Run sweep
+
+    @staticmethod
+    def get() -> FrontierState:
+        return st.session_state.setdefault(STATE_KEY, FrontierState())
+
+
+STATE_KEY = "fr_state"
 CHARTS = (
     "fr_chart_tpc",
     "fr_chart_speedup",
@@ -191,9 +208,9 @@ def prompts_problem(pair: ModelPair, config: SweepConfig) -> str | None:
     pair's context), checked before Run sweep rather than after the first chunks; remembered
     per prompt set and pair, so a rerun does not tokenise a 1,000-prompt upload again."""
     key = (id(pair), pair.context_length, config.chat_template, hash(config.prompts))
-    memo = st.session_state.get(PROMPT_CHECK_KEY)
-    if memo is not None and memo[0] == key:
-        return memo[1]
+    state = FrontierState.get()
+    if state.prompt_check is not None and state.prompt_check[0] == key:
+        return state.prompt_check[1]
     try:
         check_prompts_fit(
             config.prompts,
@@ -203,7 +220,7 @@ def prompts_problem(pair: ModelPair, config: SweepConfig) -> str | None:
         problem = None
     except ValueError as err:
         problem = f"These prompts cannot be swept: {err}."
-    st.session_state[PROMPT_CHECK_KEY] = (key, problem)
+    state.prompt_check = (key, problem)
     return problem
 
 
@@ -230,7 +247,7 @@ def sweep(
             st.error(f"The sweep cannot start on this server's Ray cluster: {err}.")
             return None
         ran_on = ("ray", chosen.n_workers) if chosen is not None else ("local", 1)
-        st.session_state[BACKEND_KEY] = (config, *ran_on)
+        FrontierState.get().ran_on = (config, *ran_on)
         bar = slot.progress(done / total, text=f"{done} / {total} chunks already cached")
         try:
             return run_sweep(
@@ -276,7 +293,7 @@ def _remember_click(key: str) -> None:
     for point in points:
         data = point.get("customdata")
         if data:
-            st.session_state[SELECTED_KEY] = data[0]
+            FrontierState.get().selected = data[0]
 
 
 def chart(fig: go.Figure, key: str) -> None:
@@ -382,7 +399,7 @@ TABLE_COLUMNS = {
 def table(result: SweepResult, pair: ModelPair) -> None:
     rows = display_rows(result.rows(), TABLE_COLUMNS, TABLE_FORMATS)
     st.dataframe(rows, hide_index=True, key="fr_table")
-    ran = st.session_state.get(BACKEND_KEY)
+    ran = FrontierState.get().ran_on
     backend, workers = ran[1:] if ran is not None and ran[0] == result.config else ("local", 1)
     d1, d2, _ = st.columns([1, 1, 3])
     d1.download_button(
@@ -517,7 +534,7 @@ def user_sweep(
     result = sweep(pair, config, cache, run_clicked, cancelled, lambda: ray_backend(s))
     if result is None:
         return None
-    selected = st.session_state.get(SELECTED_KEY)
+    selected = FrontierState.get().selected
     if selected not in {r["setting"] for r in result.rows()}:
         selected = None
     trade_off(result, config, selected, pair, reference)
@@ -545,8 +562,9 @@ def main() -> None:
         tuner_panel.tuner(reference_source(s, *shown, get_pair), export)
 
     # The reference's tuner goes on screen before the user's sweep waits for the model, unless
-    # the last run showed the user's own tuner (then swapping it in and out would flicker).
-    early = shown is not None and not st.session_state.get(OWN_TUNER_KEY, False)
+    # the tuner is on the user's own sweep (then swapping it in and out would flicker).
+    state = FrontierState.get()
+    early = shown is not None and not state.tunes_own_sweep
     if early:
         with tuner_slot.container():
             reference_tuner()
@@ -554,7 +572,7 @@ def main() -> None:
     st.divider()
     st.subheader("Your sweep")
     mine = user_sweep(s, shown[1] if shown else None)
-    st.session_state[OWN_TUNER_KEY] = mine is not None
+    state.tunes_own_sweep = mine is not None
     if mine is not None:
         # The user's own sweep replaces the reference in the tuner.
         with tuner_slot.container():

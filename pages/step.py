@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -38,10 +39,23 @@ from pages.shared.session import settings
 if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
 
-RUN_KEY = "step_run"  # the StepRun of this session: every round decoded so far
-SHOWN_KEY = "step_shown"  # (round, step) on screen at the end of the last run of the page
+STATE_KEY = "step_state"
 JUMP_ROUNDS = 32  # how far a link's `jump` searches for the step it names
 DEFAULT_MAX_NEW = 32
+
+
+@dataclass
+class StepState:
+    """Everything the page keeps between reruns besides its widgets' values (the round and
+    step on screen are widget-like keys a link sets: `links.STEP_ROUND_KEY`, `STEP_INDEX_KEY`).
+    """
+
+    run: StepRun | None = None  # this session's run: every round decoded so far
+    shown: tuple[int, int] | None = None  # (round, step) on screen at the end of the last run
+
+    @staticmethod
+    def get() -> StepState:
+        return st.session_state.setdefault(STATE_KEY, StepState())
 
 
 def form(s: AppSettings) -> DecodeRequest | None:
@@ -63,7 +77,8 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
     change of rule (or its parameters) the round and step stay where they were, so the same
     step can be compared across rules; any other change (seed, prompt, sampling, pair) is
     another text, which starts again at round 1."""
-    run: StepRun | None = st.session_state.get(RUN_KEY)
+    state = StepState.get()
+    run = state.run
     if run is not None and run.request == request and run.decoder.pair is pair and not run.closed:
         return run
     # ... unless a link (a tour stop) has just named the round to open.
@@ -71,14 +86,14 @@ def current_run(pair: ModelPair, request: DecodeRequest) -> StepRun | None:
         _set(0, 0)
         st.info(restart_reason(run.request, request), icon=":material/restart_alt:")
     if run is not None:
-        del st.session_state[RUN_KEY]
+        state.run = None
         run.close()  # its KV caches and recording thread go now, not when the session ends
     try:
         run = StepRun.start(pair, request)
     except ValueError as err:
         st.error(f"Could not decode: {err}")
         return None
-    st.session_state[RUN_KEY] = run
+    state.run = run
     session_run().hold(run)
     return run
 
@@ -130,7 +145,7 @@ def _set(round_index: int, step_index: int) -> None:
 
 
 def _shown() -> tuple[int, int] | None:
-    return st.session_state.get(SHOWN_KEY)
+    return StepState.get().shown
 
 
 def _where() -> tuple[int, int]:
@@ -142,12 +157,12 @@ def _where() -> tuple[int, int]:
 # decoder and KV caches) alive after the page let go of it. A click that arrives when there is
 # no run (its decoding failed since the button was drawn) does nothing.
 def next_step() -> None:
-    if (run := st.session_state.get(RUN_KEY)) is not None:
+    if (run := StepState.get().run) is not None:
         _set(*step_after(run, *_where()))
 
 
 def back() -> None:
-    if (run := st.session_state.get(RUN_KEY)) is not None:
+    if (run := StepState.get().run) is not None:
         _set(*step_before(run, *_where()))
 
 
@@ -156,7 +171,7 @@ def next_round() -> None:
 
 
 def finish() -> None:
-    if (run := st.session_state.get(RUN_KEY)) is not None:
+    if (run := StepState.get().run) is not None:
         run.finish()
         last = len(run.rounds) - 1
         _set(last, len(round_steps(run, last)) - 1)
@@ -187,7 +202,7 @@ def locate(run: StepRun) -> tuple[int, list[Step], int]:
     steps = round_steps(run, r)
     i = min(i, len(steps) - 1)
     _set(r, i)
-    st.session_state[SHOWN_KEY] = (r, i)
+    StepState.get().shown = (r, i)
     return r, steps, i
 
 
@@ -273,7 +288,7 @@ def main() -> None:
     try:
         r, steps, i = locate(run)
     except ValueError as err:  # the decoder's own refusal (a broken model); a rerun retries
-        st.session_state.pop(RUN_KEY, None)
+        StepState.get().run = None
         st.error(f"Could not decode: {err}")
         return
     controls(run, r, steps, i)

@@ -121,7 +121,7 @@ def test_clicking_a_token_opens_the_inspector(pair_dirs):
     assert not at.exception
     run = at.session_state["decode_run"]
     view = round_tokens(run.trace.rounds[0], None)[chip]
-    assert at.session_state["dec_inspect"][1:] == (0, view.row, view.node)
+    assert at.session_state["dec_state"].inspected[1:] == (0, view.row, view.node)
     title = (
         "**Round 1: "
         if view.node is None and view.fate == "bonus"
@@ -134,7 +134,7 @@ def test_clicking_a_token_opens_the_inspector(pair_dirs):
     if len(at.pills) > 1:
         at.pills[1].set_value(_first_unique_chip(at.pills[1])).run()
         assert at.pills[0].value is None
-        assert at.session_state["dec_inspect"][1] == 1
+        assert at.session_state["dec_state"].inspected[1] == 1
 
 
 def test_replay_reports_the_librarys_flips(pair_dirs):

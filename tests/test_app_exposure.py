@@ -38,13 +38,13 @@ def test_a_link_naming_a_pair_waits_for_a_click(tiny_pair_dirs, tmp_path):
     at.run()
     at.switch_page("pages/step.py").run()
     assert not at.exception
-    assert "step_run" not in at.session_state  # nothing loaded, nothing decoded
+    assert "step_state" not in at.session_state or at.session_state["step_state"].run is None
     button = at.button(key="load_linked_pair")
     # the names, as text: Markdown-escaped, so a name from a link can render no link
     assert md_text(str(verifier)) in " ".join(m.value for m in at.markdown)
     button.click().run()
     assert not at.exception, at.exception
-    assert "step_run" in at.session_state
+    assert at.session_state["step_state"].run is not None
     assert not [b for b in at.button if b.key == "load_linked_pair"]
     at.run()  # and it stays loaded without asking again
     assert not [b for b in at.button if b.key == "load_linked_pair"]

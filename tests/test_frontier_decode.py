@@ -40,7 +40,7 @@ def test_marker_moves_with_delta_and_a_run_adds_its_point(pair_dirs, monkeypatch
     assert not at.exception
     after = _traces(at)["current setting"]
     assert (after["x"][0], after["y"][0]) != before
-    assert "dec_run_counter" not in at.session_state  # the move decoded nothing
+    assert at.session_state["dec_state"].runs == 0  # the move decoded nothing
     assert log.read_text().count("decode_marker") >= 2
 
     generate(at, open_rounds=False)

@@ -89,7 +89,7 @@ def test_clicked_setting_shows_outputs_and_the_tuner_confirms(env):
     at.button(key="fr_run").click().run()
     assert not at.exception
     # what the chart's on_select stores when a point is clicked
-    at.session_state["fr_selected"] = "cactus:delta=0.5"
+    at.session_state["fr_state"].selected = "cactus:delta=0.5"
     at.run()
     assert not at.exception
     assert at.selectbox(key="fr_pick_cactus:delta=0.5").value == "cactus:delta=0.5"

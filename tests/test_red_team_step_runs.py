@@ -86,16 +86,16 @@ def test_the_page_frees_the_run_it_replaces_and_closes_its_run_when_the_session_
     pair_dirs = str(tiny_pair_dirs[0]), str(tiny_pair_dirs[1])
     at = open_page(pair_dirs)
     with no_cyclic_gc():
-        old = weakref.ref(at.session_state["step_run"])
+        old = weakref.ref(at.session_state["step_state"].run)
         at.button(key="step_next").click().run()
         for n in range(3):
             at.text_area(key="step_prompt").set_value(f"Tell me about cactus {n}.").run()
             assert not at.exception
             at.button(key="step_next").click().run()
             assert old() is None, "the replaced run is still alive"
-            old = weakref.ref(at.session_state["step_run"])
+            old = weakref.ref(at.session_state["step_state"].run)
             assert recorder_threads() == []
-        run: StepRun = at.session_state["step_run"]
+        run: StepRun = at.session_state["step_state"].run
         shown = len(run.rounds)
         caching.clear_session_resource_cache(APPTEST_SESSION)  # what a disconnect does
         assert run.closed
@@ -103,7 +103,7 @@ def test_the_page_frees_the_run_it_replaces_and_closes_its_run_when_the_session_
         # back again: the same seed decodes the same rounds, from where the reader was
         at.run()
         assert not at.exception
-        again: StepRun = at.session_state["step_run"]
+        again: StepRun = at.session_state["step_state"].run
         assert not again.closed and len(again.rounds) == shown
         assert old() is None
 

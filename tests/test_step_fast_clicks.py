@@ -73,7 +73,7 @@ def test_back_from_a_round_not_decoded_yet_on_the_page(tiny_pair_dirs):
     at.switch_page("pages/step.py").run()
     at.button(key="step_next").click().run()
     assert not at.exception
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     decoded = len(run.rounds)
     # Three Next round clicks reached the server before any of their runs decoded.
     at.session_state[STEP_ROUND_KEY] = decoded + 2

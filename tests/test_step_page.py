@@ -54,7 +54,7 @@ def shown(at: AppTest) -> tuple[str, list[str]]:
 def step_through_round(at: AppTest) -> StepRun:
     """From step 0 of the current round to its summary, one Next step click at a time,
     checking every step on screen against the run's own."""
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     r = at.session_state[STEP_ROUND_KEY]
     steps = round_steps(run, r)
     assert at.session_state[STEP_INDEX_KEY] == 0
@@ -75,7 +75,7 @@ def step_through_round(at: AppTest) -> StepRun:
 def test_a_whole_round(pair_dirs, jump, ending):
     at = open_page(pair_dirs, **{STEP_JUMP_KEY: jump})
     r = at.session_state[STEP_ROUND_KEY]
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     assert round_steps(run, r)[-2].kind == ending
     at.session_state[STEP_INDEX_KEY] = 0
     at.run()
@@ -90,7 +90,7 @@ def test_back_draws_nothing_new_and_finish_ends_the_run(pair_dirs):
     at = open_page(pair_dirs)
     for _ in range(3):
         at.button(key="step_next_round").click().run()
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     before = [(r.draft_ids, r.accept_coins, r.next_id) for r in run.rounds]
     on_screen = shown(at)
     at.button(key="step_next").click().run()
@@ -136,7 +136,7 @@ def test_next_step_runs_no_model_once_the_round_is_decoded(pair_dirs, monkeypatc
 def test_tour_stops_on_the_step_page_open_where_they_say(pair_dirs):
     for stop in [s for s in tour() if s.page == "step"]:
         at = open_page(pair_dirs, **restore("step", stop.query, {}, public=False))
-        run: StepRun = at.session_state["step_run"]
+        run: StepRun = at.session_state["step_state"].run
         assert at.session_state["step_rule"] == stop.query["rule"]
         assert run.request.rule_name == stop.query["rule"]
         step = round_steps(run, at.session_state[STEP_ROUND_KEY])[at.session_state[STEP_INDEX_KEY]]
@@ -197,7 +197,7 @@ def test_the_end_of_a_run_disables_going_on_and_rejections_count_as_shown(pair_d
     """At the run's last step Next step, Next round and Finish are off; "Why drafts get
     rejected (n)" counts the rejections the steps have shown, this round's among them."""
     at = open_page(pair_dirs, step_max_new=16)
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     for _ in range(200):  # to the first step that shows a rejection
         r, i = at.session_state[STEP_ROUND_KEY], at.session_state[STEP_INDEX_KEY]
         step = round_steps(run, r)[i]

@@ -73,4 +73,4 @@ def test_the_step_page_opens_a_link_with_a_tiny_temperature(tiny_pair_dirs):
     at.switch_page("pages/step.py").run()
     assert not at.exception, at.exception
     assert at.session_state["settings"].sampling.temperature == 0.0
-    assert "step_run" in at.session_state  # the page decoded its first round
+    assert at.session_state["step_state"].run is not None  # the page decoded its first round

@@ -210,7 +210,7 @@ def test_the_decode_page_inspects_a_tree_run(feature_pair, monkeypatch):
 
 def test_step_through_page_shows_the_tree(feature_pair, monkeypatch):
     at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     assert run.rounds[0].branching
     assert any(t.startswith("The draft tree") for t in _titles(at))
     at.button(key="step_next").click().run()
@@ -228,7 +228,7 @@ def test_step_through_page_tells_a_traversal_round(feature_pair, monkeypatch):
     at = _tree_session(feature_pair, monkeypatch, "pages/step.py", step_max_new=16)
     at.selectbox(key="step_rule").set_value("block").run()
     assert not at.exception, at.exception
-    run: StepRun = at.session_state["step_run"]
+    run: StepRun = at.session_state["step_state"].run
     assert run.judge.name == "block" and run.rounds[0].branching
     steps = round_steps(run, 0)
     first = next(i for i, s in enumerate(steps) if s.kind == "decide")

@@ -55,11 +55,7 @@ class Block(SPS):
             "pi = q over whole sequences; expected accepted drafts ≥ sps's for the same draft"
         ),
     )
-    caps = replace(
-        SPS.caps,
-        round_level=True,
-        judges_trees_by_traversal=True,
-    )
+    caps = replace(SPS.caps, round_level=True, judges_trees_by_traversal=True)
 
     @classmethod
     def decisions_replay_exactly(cls, params: dict[str, float | int], kept: int) -> bool:

@@ -120,9 +120,7 @@ class CactusFamily(Rule):
         family="Cactus",
         citation=CITATION,
     )
-    caps = Capabilities(
-        tunable=True,
-    )
+    caps = Capabilities(tunable=True)
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:
         raise NotImplementedError
@@ -256,10 +254,7 @@ class CactusBudget(CactusFamily):
             "wins."
         ),
     )
-    caps = replace(
-        CactusFamily.caps,
-        needs_rows=True,
-    )
+    caps = replace(CactusFamily.caps, needs_rows=True)
     budget = BUDGET
 
     def raise_(self, q: torch.Tensor, stats: RowStats) -> torch.Tensor:

@@ -35,9 +35,7 @@ _TINY = 1e-30
 class Deferral(Rule):
     """Verify against p (on q's support) where `_defers`, else against q."""
 
-    caps = Capabilities(
-        needs_rows=True,
-    )
+    caps = Capabilities(needs_rows=True)
 
     def _defers(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Whether each position trusts the draft: p, q [..., V] -> bool [...]."""
@@ -92,10 +90,7 @@ class Cascade(Deferral):
         citation="Narasimhan et al., Faster Cascades via Speculative Decoding, ICLR 2025",
         guarantee="pi = q at every position where the draft is unsure (max p < 1 − alpha)",
     )
-    caps = replace(
-        Deferral.caps,
-        tunable=True,
-    )
+    caps = replace(Deferral.caps, tunable=True)
     alpha = Param(
         "alpha",
         "α",
@@ -135,10 +130,7 @@ class Fuzzy(Deferral):
         ),
         guarantee="pi = q wherever JS(p, q) > T; JS(pi, q) ≤ T elsewhere (without truncation)",
     )
-    caps = replace(
-        Deferral.caps,
-        tunable=True,
-    )
+    caps = replace(Deferral.caps, tunable=True)
     T = Param(
         "T",
         "JS≤",
@@ -192,10 +184,7 @@ class KLJudge(Deferral):
             "elsewhere (p̂ = p without truncation)"
         ),
     )
-    caps = replace(
-        Deferral.caps,
-        tunable=True,
-    )
+    caps = replace(Deferral.caps, tunable=True)
     tau = Param(
         "tau",
         "KL<",

@@ -63,9 +63,7 @@ class Interp(Rule):
             "pi is the mixture on q's support, so KL(pi ‖ q) ≤ alpha·KL(p ‖ q) without truncation"
         ),
     )
-    caps = Capabilities(
-        tunable=True,
-    )
+    caps = Capabilities(tunable=True)
     alpha = Param(
         "alpha",
         "α",
@@ -121,10 +119,7 @@ class ClipTarget(Rule):
     card = RuleCard(
         family="fixed target",
     )
-    caps = Capabilities(
-        needs_rows=True,
-        tunable=True,
-    )
+    caps = Capabilities(needs_rows=True, tunable=True)
 
     def h_n(self, d: Drafted) -> torch.Tensor:
         lower, upper = d.stats

@@ -103,12 +103,7 @@ class FLy(SPS):
             "later drafts and is estimated from a decode"
         ),
     )
-    caps = replace(
-        SPS.caps,
-        lossless=False,
-        round_level=True,
-        overrides_sps=True,
-    )
+    caps = replace(SPS.caps, lossless=False, round_level=True, overrides_sps=True)
     theta = Param(
         "theta",
         "H₃≥",

@@ -33,9 +33,7 @@ class SPS(Rule):
         citation="Leviathan et al., ICML 2023; Chen et al., 2023",
         guarantee="pi = q exactly, whatever the draft",
     )
-    caps = Capabilities(
-        lossless=True,
-    )
+    caps = Capabilities(lossless=True)
 
     def h_n(self, d: Drafted) -> torch.Tensor:
         return d.qn

@@ -54,9 +54,7 @@ class _QThreshold(Rule):
     draws from the normalised `residual_weights`. Subclasses set the threshold, the test and
     the residual."""
 
-    caps = Capabilities(
-        needs_rows=True,
-    )
+    caps = Capabilities(needs_rows=True)
 
     @staticmethod
     def _passes(q: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -220,10 +218,7 @@ class RelaxedTopK(_QThreshold):
         ),
         guarantee="pi ≥ (1 − p(A))·q: every token keeps a share of its verifier probability",
     )
-    caps = replace(
-        _QThreshold.caps,
-        tunable=True,
-    )
+    caps = replace(_QThreshold.caps, tunable=True)
     delta_r = Param(
         "delta_r",
         "δ_r",
