@@ -46,6 +46,7 @@ from cactus_core.app.shared.tree_figure import tree_figure
 from pages.decode import export_panel, replay_panel
 from pages.decode.race_panel import race_section, run_race
 from pages.shared import k_panel
+from pages.shared.page_links import linked_fragment
 from pages.shared.pair import get_pair
 from pages.shared.prompt_form import prompt_form
 from pages.shared.rescue_panel import why_rejected
@@ -106,7 +107,7 @@ class Slots:
     annotated: bool = False  # the transcript with every draft, or the clean text
 
 
-@st.fragment
+@linked_fragment
 def setting_on_the_frontier(s: AppSettings) -> Rule:
     """The rule, its parameters and, beside them, where that setting sits on the reference
     frontier: moving a parameter reruns this fragment alone and moves the marker, no decoding."""

@@ -28,6 +28,7 @@ from cactus_core.app.shared.positions import (
 )
 from cactus_core.app.shared.round_view import decided_rows
 from cactus_core.maths.rules import DEFAULT_RULE, LOSSLESS_RULE, CactusBudget, CactusExact
+from pages.shared.page_links import linked_fragment
 from pages.shared.rule_picker import param_widget
 from pages.shared.session import LAST_RUN_KEY, require_entry_point
 
@@ -215,7 +216,7 @@ def taylor_section(position: Position, delta: float) -> None:
     st.plotly_chart(fig, width="stretch", key="pg_fig_taylor")
 
 
-@st.fragment
+@linked_fragment
 def analysis(position: Position) -> None:
     """Everything a parameter moves; a slider redraws this part alone."""
     values = parameters(position)

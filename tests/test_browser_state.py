@@ -1,18 +1,20 @@
 """Settings and their changes, in a real browser (Chromium through Playwright, `streamlit run`
 on a free port): a prompt typed and a δ set on Decode, a Generate, a look at the Playground
-whose own δ slider moves (a fragment's rerun), and back on Decode the prompt and δ are the ones
-the user left, beside the run they made; a seed change on Step through says why the page
-starts again at round 1."""
+whose own δ slider moves (a fragment's rerun, which keeps the address bar current), and back
+on Decode the prompt and δ are the ones the user left, beside the run they made; a seed change
+on Step through says why the page starts again at round 1."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from streamlit_server import streamlit_app
 from test_browser import ARTIFACTS, Session
 from test_browser_step import app_env
 
+from cactus_core.app.shared.param_groups import headline_group
 from cactus_core.maths.rules import DEFAULT_RULE, RULES
 
 pytestmark = pytest.mark.browser
@@ -69,6 +71,11 @@ def test_prompt_and_delta_survive_a_playground_visit(server, browser):
         s.idle()
         pg.press("ArrowRight")
         s.idle()
+        # the fragment's reruns keep the address bar current (page_links.linked_fragment)
+        group = headline_group().key
+        shown = s.page.locator(f".st-key-pg_{group} [data-testid='stSliderThumbValue']")
+        query = parse_qs(urlparse(s.page.url).query)
+        assert float(query[group][0]) == pytest.approx(float(shown.first.inner_text()))
 
         go_to(s, "Decode")
         s.page.get_by_text("Run 1:").wait_for()

@@ -36,6 +36,7 @@ from cactus_core.app.shared.k_panel import cached_costs
 from cactus_core.app.shared.links import decode_setting_query
 from cactus_core.app.shared.metrics import PREDICTED_HELP
 from cactus_core.app.shared.settings import tunable_rules
+from pages.shared.page_links import linked_fragment
 
 if TYPE_CHECKING:
     from cactus_core.app.frontier.sweep_view import SweepResult
@@ -105,7 +106,7 @@ def run_with_progress(
     return res
 
 
-@st.fragment
+@linked_fragment
 def tuner(source: TunerSource, export: Export | None = None) -> None:
     """The tuner on `source`: one rule picker and one budget for the guess, the runs, the
     export of its answer (`export`) and the per-task answers; tuning redraws this part alone."""

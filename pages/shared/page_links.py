@@ -3,7 +3,9 @@ is drawn and written back after the page ran, the values kept across pages, and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -20,6 +22,9 @@ LINK_CONTEXT_KEY = "link_context"  # (page, public, offered) of the run in progr
 
 
 KEPT_VALUES_KEY = "kept_widget_values"  # {widget key: its last value}, plain session state
+
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
 
 def keep_widget_state(public: bool, offered: Sequence[str] = ()) -> None:
@@ -82,3 +87,20 @@ def copy_link(url: str, where: DeltaGenerator | None = None) -> None:
         help="An address that reopens this page exactly as it is now.",
     ):
         st.code(url, language=None, wrap_lines=True)
+
+
+def linked_fragment(body: Callable[Params, Result]) -> Callable[Params, Result]:
+    """`st.fragment` for a part of a page that draws linked widgets (the rule picker, the
+    Playground's sliders, the tuner's budget). A fragment's rerun skips app.py, which writes
+    the page's settings into the URL after the page ran: without this the address bar would
+    keep the values from before the widget moved."""
+
+    @functools.wraps(body)
+    def run(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+        out = body(*args, **kwargs)
+        context = st.session_state.get(LINK_CONTEXT_KEY)
+        if context is not None:
+            write_link(*context)
+        return out
+
+    return st.fragment(run)

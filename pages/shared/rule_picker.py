@@ -8,7 +8,6 @@ import streamlit as st
 
 from cactus_core.app.shared.settings import param_value, rules_markdown
 from cactus_core.maths.rules import DEFAULT_RULE, RULES, Param, Rule
-from pages.shared.page_links import LINK_CONTEXT_KEY, write_link
 
 
 def param_widget(
@@ -61,9 +60,4 @@ def rule_picker(
         param.name: param_widget(param, f"{key_prefix}_{name}_{param.name}")
         for param in RULES[name].params_spec
     }
-    # A page may draw the picker in a fragment, whose reruns skip app.py's write_link: keep the
-    # address bar current from here too.
-    context = st.session_state.get(LINK_CONTEXT_KEY)
-    if context is not None:
-        write_link(*context)
     return RULES[name](**params)
