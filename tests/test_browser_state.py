@@ -76,6 +76,13 @@ def test_prompt_and_delta_survive_a_playground_visit(server, browser):
         shown = s.page.locator(f".st-key-pg_{group} [data-testid='stSliderThumbValue']")
         query = parse_qs(urlparse(s.page.url).query)
         assert float(query[group][0]) == pytest.approx(float(shown.first.inner_text()))
+        # ... and "Copy link", drawn by the last full run, catches up when it is opened
+        s.page.get_by_role("button", name="Copy link").click()
+        s.idle()
+        code = s.page.locator('[data-testid="stPopoverBody"] [data-testid="stCode"] code')
+        copied = parse_qs(urlparse(code.first.inner_text().strip()).query)
+        assert float(copied[group][0]) == pytest.approx(float(shown.first.inner_text()))
+        s.page.keyboard.press("Escape")
 
         go_to(s, "Decode")
         s.page.get_by_text("Run 1:").wait_for()

@@ -80,11 +80,15 @@ def _remember(query: dict[str, str]) -> None:
 def copy_link(url: str, where: DeltaGenerator | None = None) -> None:
     """The "Copy link" control (in `where`, else at the sidebar's end): the address with every
     setting of this view, and a copy button (the code block's own)."""
+    # Opening it reruns the page: a part that redrew alone (a `linked_fragment`) since the
+    # last full run left this address behind, and the rerun writes the current one here.
     with (where or st.sidebar).popover(
         "Copy link",
         icon=":material/link:",
         width="stretch",
         help="An address that reopens this page exactly as it is now.",
+        key="copy_link",
+        on_change="rerun",
     ):
         st.code(url, language=None, wrap_lines=True)
 
