@@ -293,8 +293,9 @@ class Capabilities:
 
 
 class Rule:
-    """An acceptance rule with its parameters. Subclasses set the class variables and the
-    underscore hooks; everything else (validation, q_n = 0, labels) lives here."""
+    """An acceptance rule with its parameters. Subclasses set `name`, `card`, `caps` (where
+    it differs from the default), their `Param`s and the hooks; everything else (validation,
+    q_n = 0, labels) lives here."""
 
     name: ClassVar[str]
     card: ClassVar[RuleCard]  # how it is shown and cited
