@@ -58,9 +58,6 @@ if TYPE_CHECKING:
     from cactus_core.engine.loading.pair import ModelPair
     from cactus_core.maths.rules import Rule
 
-# (run_id, round index, row, node) of the token in the inspector (node None: the token
-# emitted at the row)
-
 
 @dataclass
 class DecodeState:
@@ -69,7 +66,9 @@ class DecodeState:
     the export read it too."""
 
     runs: int = 0  # Generate clicks so far: the next run is number runs + 1
-    inspected: tuple[int, int, int, int] | None = None  # (run id, round, row, node) clicked
+    # the token in the inspector: (run id, round, row, node), node None for the token emitted
+    # at the row
+    inspected: tuple[int, int, int, int | None] | None = None
     # the rule's curve from the run's own positions, for (run id, rule, k)
     own_curve: tuple[tuple[int, str, int], EstimatedCurve | None] | None = None
     rule_stale: bool = False  # the rule picked differs from the last run's
