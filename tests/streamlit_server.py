@@ -3,6 +3,7 @@ by the browser tests and benchmarks/bench_app.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -90,6 +91,22 @@ def streamlit_app(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def tiny_pair_app(tiny_pair_dirs, root: Path, **extra_env: str) -> Iterator[str]:
+    """`streamlit_app` on the tiny test pair with one torch thread, its sweep cache and its log
+    under `root`; yields the app's URL. `extra_env` adds settings (a timing log, a judge)."""
+    env = {
+        **os.environ,
+        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
+        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
+        "CACTUS_CACHE_DIR": str(root / "cache"),
+        "OMP_NUM_THREADS": "1",
+        **extra_env,
+    }
+    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
+        yield app.url
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: float) -> None:

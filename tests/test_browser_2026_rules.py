@@ -8,12 +8,11 @@ and a learned judge for the tiny verifier's hidden states named by CACTUS_LEARNE
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from streamlit_server import fill, pick_rule, slider_from_start, streamlit_app, wait_idle
+from streamlit_server import fill, pick_rule, slider_from_start, tiny_pair_app, wait_idle
 
 from cactus_core.maths.rules.learned_judge import JUDGE_ENV, Judge
 
@@ -28,16 +27,8 @@ def server(tiny_pair, tiny_pair_dirs, tmp_path_factory):
     size = tiny_pair.verifier.config.hidden_size  # a judge for the tiny verifier's hidden states
     weights = torch.randn(2 * size, generator=torch.Generator().manual_seed(0))
     Judge(weights, 0.0, "the tiny test verifier").save(root / "judge.json")
-    env = {
-        **os.environ,
-        JUDGE_ENV: str(root / "judge.json"),
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url
+    with tiny_pair_app(tiny_pair_dirs, root, **{JUDGE_ENV: str(root / "judge.json")}) as url:
+        yield url
 
 
 def _traces(page, key: str) -> list[dict]:

@@ -11,13 +11,12 @@ Debian's chromium through Playwright (tests/streamlit_server.py).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app, wait_idle
+from streamlit_server import tiny_pair_app, wait_idle
 
 from cactus_core.app.shared.engine_export import REPO
 from cactus_core.app.shared.settings import tunable_rules
@@ -32,15 +31,8 @@ TIMEOUT_MS = 180_000
 @pytest.fixture(scope="module")
 def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-export")
-    env = {
-        **os.environ,
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url
+    with tiny_pair_app(tiny_pair_dirs, root) as url:
+        yield url
 
 
 def idle(page) -> None:

@@ -9,11 +9,10 @@ Playwright.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import fill, slider_from_start, streamlit_app
+from streamlit_server import fill, slider_from_start, tiny_pair_app
 
 pytestmark = pytest.mark.browser
 
@@ -23,16 +22,10 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 @pytest.fixture(scope="module")
 def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-frontier")
-    env = {
-        **os.environ,
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-        "CACTUS_LAB_TIMING_LOG": str(root / "timing.jsonl"),
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url, root / "timing.jsonl"
+    with tiny_pair_app(
+        tiny_pair_dirs, root, CACTUS_LAB_TIMING_LOG=str(root / "timing.jsonl")
+    ) as url:
+        yield url, root / "timing.jsonl"
 
 
 def test_frontier_sweep_click_a_point_and_read_outputs(server, browser):

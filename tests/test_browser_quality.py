@@ -8,11 +8,10 @@ Runs `streamlit run app.py` with the tiny pair saved to folders, as test_browser
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import fill, slider_from_start, streamlit_app, wait_idle
+from streamlit_server import fill, slider_from_start, tiny_pair_app, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -22,15 +21,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 @pytest.fixture(scope="module")
 def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-quality")
-    env = {
-        **os.environ,
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url
+    with tiny_pair_app(tiny_pair_dirs, root) as url:
+        yield url
 
 
 def _traces(page, key: str) -> list[dict]:

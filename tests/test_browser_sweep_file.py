@@ -5,11 +5,10 @@ page's uploader, and the tuner's table shows the answer for all prompts and for 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import streamlit_app
+from streamlit_server import tiny_pair_app
 from test_sweep_file_page import tagged_sweep
 
 from cactus_core.experiments.sweeps import file as sf
@@ -23,15 +22,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 @pytest.fixture(scope="module")
 def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-sweep-file")
-    env = {
-        **os.environ,
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url, root
+    with tiny_pair_app(tiny_pair_dirs, root) as url:
+        yield url, root
 
 
 def test_open_a_sweep_file_and_read_the_per_task_tuner(server, browser, tiny_pair):

@@ -6,11 +6,10 @@ HTML pointing elsewhere: its words show as text, and the page holds no image or 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from streamlit_server import fill, slider_from_start, streamlit_app
+from streamlit_server import fill, slider_from_start, tiny_pair_app
 
 from cactus_core.app.frontier.sweep_file import PAGE_COMMAND
 from cactus_core.experiments.sweeps import file as sf
@@ -25,15 +24,8 @@ ATTACKER = "attacker.invalid"
 @pytest.fixture(scope="module")
 def server(tiny_pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-round-trip")
-    env = {
-        **os.environ,
-        "CACTUS_LAB_VERIFIER": str(tiny_pair_dirs[0]),
-        "CACTUS_LAB_DRAFT": str(tiny_pair_dirs[1]),
-        "CACTUS_CACHE_DIR": str(root / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(root / "streamlit.log", "w") as log, streamlit_app(env, log, poll_s=0.5) as app:
-        yield app.url, root, tiny_pair_dirs
+    with tiny_pair_app(tiny_pair_dirs, root) as url:
+        yield url, root, tiny_pair_dirs
 
 
 def _points(page, key: str) -> dict[str, list]:
